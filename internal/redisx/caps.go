@@ -1,0 +1,183 @@
+package redisx
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+// ReleaseStrategy is how a value is deleted only if it still holds what
+// the caller wrote.
+type ReleaseStrategy uint8
+
+const (
+	// ReleaseLua runs a compare-and-delete script. Every server with Lua.
+	ReleaseLua ReleaseStrategy = iota
+	// ReleaseDelIfEq sends DELIFEQ key value (Valkey 9.0 and 9.1).
+	ReleaseDelIfEq
+	// ReleaseDelex sends DELEX key IFEQ value (Redis >= 8.4, Valkey >= 9.2,
+	// Dragonfly >= 1.37).
+	ReleaseDelex
+)
+
+func (s ReleaseStrategy) String() string {
+	switch s {
+	case ReleaseDelex:
+		return "DELEX IFEQ"
+	case ReleaseDelIfEq:
+		return "DELIFEQ"
+	case ReleaseLua:
+		return "Lua"
+	}
+	return fmt.Sprintf("ReleaseStrategy(%d)", uint8(s))
+}
+
+// ExtendStrategy is how the expiry of a value is reset only if it still
+// holds what the caller wrote. No server has a conditional PEXPIRE.
+type ExtendStrategy uint8
+
+const (
+	// ExtendLua runs a compare-and-pexpire script.
+	ExtendLua ExtendStrategy = iota
+	// ExtendSetIfEq sends SET key value IFEQ value PX ms (Redis >= 8.4,
+	// Valkey >= 8.1).
+	ExtendSetIfEq
+)
+
+func (s ExtendStrategy) String() string {
+	switch s {
+	case ExtendSetIfEq:
+		return "SET IFEQ"
+	case ExtendLua:
+		return "Lua"
+	}
+	return fmt.Sprintf("ExtendStrategy(%d)", uint8(s))
+}
+
+// DigestStrategy is how a large value is compared without sending it back.
+type DigestStrategy uint8
+
+const (
+	// DigestLua compares redis.sha1hex(value) in a script with a SHA-1 the
+	// client computed.
+	DigestLua DigestStrategy = iota
+	// DigestNative uses DELEX/SET ... IFDEQ with the server's XXH3 digest
+	// (Redis >= 8.4).
+	DigestNative
+)
+
+func (s DigestStrategy) String() string {
+	switch s {
+	case DigestNative:
+		return "IFDEQ (XXH3)"
+	case DigestLua:
+		return "Lua (SHA-1)"
+	}
+	return fmt.Sprintf("DigestStrategy(%d)", uint8(s))
+}
+
+// Capabilities is what a server was found to offer and the strategy chosen
+// for each operation. The zero value selects the Lua fallbacks, which work
+// on every server with scripting.
+type Capabilities struct {
+	// Server and Version come from HELLO, for display; empty when unknown.
+	Server, Version string
+
+	Release ReleaseStrategy
+	Extend  ExtendStrategy
+	Digest  DigestStrategy
+
+	// DelIfEq records that DELIFEQ answered, so a refused DELEX can fall
+	// back to it rather than straight to Lua.
+	DelIfEq bool
+}
+
+// String describes the server and the chosen strategies in one line, e.g.
+// "redis 8.6.3: release=DELEX IFEQ extend=SET IFEQ digest=IFDEQ (XXH3)".
+func (c Capabilities) String() string {
+	who := strings.TrimSpace(c.Server + " " + c.Version)
+	if who == "" {
+		who = "server"
+	}
+	return fmt.Sprintf("%s: release=%s extend=%s digest=%s", who, c.Release, c.Extend, c.Digest)
+}
+
+// probe learns what the server offers with one pipeline of no-op commands
+// on a key that does not exist. Any error reply means "not offered"; a
+// transport error fails the probe, so that it is tried again later instead
+// of settling on the slowest strategies for good.
+func probe(ctx context.Context, c Client) (Capabilities, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	key := "stampede:probe:" + hex.EncodeToString(rnd[:])
+
+	pipe := c.Pipeline()
+	hello := pipe.Do(ctx, "HELLO")
+	delex := pipe.Do(ctx, "DELEX", key, "IFEQ", "x")
+	delifeq := pipe.Do(ctx, "DELIFEQ", key, "x")
+	setifeq := pipe.Do(ctx, "SET", key, "x", "IFEQ", "y", "PX", 1000)
+	delexd := pipe.Do(ctx, "DELEX", key, "IFDEQ", "0000000000000000")
+	digest := pipe.Do(ctx, "DIGEST", key)
+	_, _ = pipe.Exec(ctx)
+
+	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest} {
+		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {
+			return Capabilities{}, fmt.Errorf("probe server: %w", err)
+		}
+	}
+
+	var caps Capabilities
+	caps.Server, caps.Version = helloFields(hello.Val())
+	zero := func(cmd interface {
+		Int64() (int64, error)
+	}) bool {
+		n, err := cmd.Int64()
+		return err == nil && n == 0
+	}
+	if zero(delifeq) {
+		caps.DelIfEq = true
+		caps.Release = ReleaseDelIfEq
+	}
+	if zero(delex) {
+		caps.Release = ReleaseDelex
+	}
+	if IsNil(setifeq.Err()) {
+		caps.Extend = ExtendSetIfEq
+	} else if setifeq.Err() == nil {
+		// The server ignored IFEQ and wrote the key: it must not be trusted
+		// with the conditional form, and the probe key must not linger.
+		_ = c.Del(ctx, key).Err()
+	}
+	if zero(delexd) && IsNil(digest.Err()) {
+		caps.Digest = DigestNative
+	}
+	return caps, nil
+}
+
+// helloFields reads "server" and "version" from a HELLO reply, which is a
+// map in RESP3 and a flat list in RESP2.
+func helloFields(v any) (server, version string) {
+	get := func(k, val any) {
+		ks, _ := k.(string)
+		vs, _ := val.(string)
+		switch ks {
+		case "server":
+			server = vs
+		case "version":
+			version = vs
+		}
+	}
+	switch m := v.(type) {
+	case map[any]any:
+		for k, val := range m {
+			get(k, val)
+		}
+	case []any:
+		for i := 0; i+1 < len(m); i += 2 {
+			get(m[i], m[i+1])
+		}
+	}
+	return server, version
+}

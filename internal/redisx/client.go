@@ -1,0 +1,30 @@
+package redisx
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a go-redis v9 client that stampede uses. Every
+// go-redis UniversalClient satisfies it: *redis.Client (also when made by
+// redis.NewFailoverClient), *redis.ClusterClient and *redis.Ring.
+type Client interface {
+	redis.Scripter
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	Get(ctx context.Context, key string) *redis.StringCmd
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+	PTTL(ctx context.Context, key string) *redis.DurationCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	Pipeline() redis.Pipeliner
+	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = (redis.UniversalClient)(nil)
+)

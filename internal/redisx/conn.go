@@ -1,0 +1,229 @@
+package redisx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultDigestThreshold is the value length above which conditional
+// operations compare a digest instead of the value itself.
+const DefaultDigestThreshold = 512
+
+// Conn is a Client together with what its server was found to support.
+// It is safe for concurrent use. Use NewConn to create a Conn.
+type Conn struct {
+	c         Client
+	threshold int
+	scripts   scripts
+
+	caps   atomic.Pointer[Capabilities] // nil until probed; only ever downgraded after
+	probeM sync.Mutex                   // serialises probes; never held across other calls
+}
+
+// NewConn wraps c. A non-nil forced fixes the strategies instead of probing
+// the server (tests use it to run every strategy on every server). Values
+// longer than threshold bytes are compared by digest; threshold <= 0 means
+// DefaultDigestThreshold.
+func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
+	if threshold <= 0 {
+		threshold = DefaultDigestThreshold
+	}
+	cn := &Conn{c: c, threshold: threshold, scripts: newScripts()}
+	if forced != nil {
+		f := *forced
+		cn.caps.Store(&f)
+	}
+	return cn
+}
+
+// Client returns the wrapped client.
+func (cn *Conn) Client() Client { return cn.c }
+
+// Capabilities returns the server's capabilities, probing the server on the
+// first call. A failed probe is not remembered: the next call tries again.
+func (cn *Conn) Capabilities(ctx context.Context) (Capabilities, error) {
+	if p := cn.caps.Load(); p != nil {
+		return *p, nil
+	}
+	cn.probeM.Lock()
+	defer cn.probeM.Unlock()
+	if p := cn.caps.Load(); p != nil {
+		return *p, nil
+	}
+	caps, err := probe(ctx, cn.c)
+	if err != nil {
+		return Capabilities{}, err
+	}
+	cn.caps.Store(&caps)
+	return caps, nil
+}
+
+// downgrade replaces the capabilities with change(current), unless another
+// goroutine changed them first (then that change stands).
+func (cn *Conn) downgrade(change func(*Capabilities)) {
+	for {
+		old := cn.caps.Load()
+		if old == nil {
+			return
+		}
+		next := *old
+		change(&next)
+		if cn.caps.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+func (cn *Conn) large(v string) bool { return len(v) > cn.threshold }
+
+// DeleteIfEqual deletes key if it holds value. It reports whether it did.
+func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, error) {
+	caps, err := cn.Capabilities(ctx)
+	if err != nil {
+		return false, err
+	}
+	for {
+		var n int64
+		var err error
+		switch {
+		case cn.large(value) && caps.Digest == DigestNative:
+			n, err = cn.c.Do(ctx, "DELEX", key, "IFDEQ", Digest(value)).Int64()
+			if IsRefused(err) {
+				cn.downgrade(func(c *Capabilities) { c.Digest = DigestLua })
+				caps.Digest = DigestLua
+				continue
+			}
+		case cn.large(value):
+			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, SHA1Hex(value), "sha1").Int64()
+		case caps.Release == ReleaseDelex:
+			n, err = cn.c.Do(ctx, "DELEX", key, "IFEQ", value).Int64()
+			if IsRefused(err) {
+				next := ReleaseLua
+				if caps.DelIfEq {
+					next = ReleaseDelIfEq
+				}
+				cn.downgrade(func(c *Capabilities) { c.Release = next })
+				caps.Release = next
+				continue
+			}
+		case caps.Release == ReleaseDelIfEq:
+			n, err = cn.c.Do(ctx, "DELIFEQ", key, value).Int64()
+			if IsRefused(err) {
+				cn.downgrade(func(c *Capabilities) { c.Release, c.DelIfEq = ReleaseLua, false })
+				caps.Release = ReleaseLua
+				continue
+			}
+		default:
+			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, value, "").Int64()
+		}
+		if err != nil {
+			return false, err
+		}
+		return n == 1, nil
+	}
+}
+
+// ExpireIfEqual sets key to expire after ttl if it holds value. It reports
+// whether it did. Large values always go through the script: the native
+// form (SET ... IFDEQ) would have to send the value back.
+func (cn *Conn) ExpireIfEqual(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	caps, err := cn.Capabilities(ctx)
+	if err != nil {
+		return false, err
+	}
+	ms := ttl.Milliseconds()
+	if caps.Extend == ExtendSetIfEq && !cn.large(value) {
+		err := cn.c.Do(ctx, "SET", key, value, "IFEQ", value, "PX", ms).Err()
+		switch {
+		case err == nil:
+			return true, nil
+		case IsNil(err):
+			return false, nil
+		case IsRefused(err):
+			cn.downgrade(func(c *Capabilities) { c.Extend = ExtendLua })
+		default:
+			return false, err
+		}
+	}
+	want, mode := cn.expect(value)
+	n, err := cn.scripts.pexpireIfEq.Run(ctx, cn.c, []string{key}, want, mode, ms).Int64()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// TTLIfEqual returns the remaining time to live of key if it holds value;
+// ok is false if it does not. A key without expiry reports -1.
+func (cn *Conn) TTLIfEqual(ctx context.Context, key, value string) (ttl time.Duration, ok bool, err error) {
+	want, mode := cn.expect(value)
+	n, err := cn.scripts.pttlIfEq.Run(ctx, cn.c, []string{key}, want, mode).Int64()
+	switch {
+	case err != nil:
+		return 0, false, err
+	case n == -3 || n == -2:
+		return 0, false, nil
+	case n == -1:
+		return -1, true, nil
+	}
+	return time.Duration(n) * time.Millisecond, true, nil
+}
+
+// SetIfEqual replaces key's value with next (expiring after ttl) if it
+// holds old. It reports whether it did. Large old values are compared by
+// digest (SET ... IFDEQ where the server has it), never sent back.
+func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.Duration) (bool, error) {
+	caps, err := cn.Capabilities(ctx)
+	if err != nil {
+		return false, err
+	}
+	ms := ttl.Milliseconds()
+	if ms < 1 {
+		return false, fmt.Errorf("redisx: set %q: ttl %v below 1ms", key, ttl)
+	}
+	var cmd []any
+	switch {
+	case cn.large(old) && caps.Digest == DigestNative:
+		cmd = []any{"SET", key, next, "IFDEQ", Digest(old), "PX", ms}
+	case !cn.large(old) && caps.Extend == ExtendSetIfEq:
+		cmd = []any{"SET", key, next, "IFEQ", old, "PX", ms}
+	}
+	if cmd != nil {
+		err := cn.c.Do(ctx, cmd...).Err()
+		switch {
+		case err == nil:
+			return true, nil
+		case IsNil(err):
+			return false, nil
+		case !IsRefused(err):
+			return false, err
+		}
+		if cmd[3] == "IFDEQ" {
+			cn.downgrade(func(c *Capabilities) { c.Digest = DigestLua })
+		} else {
+			cn.downgrade(func(c *Capabilities) { c.Extend = ExtendLua })
+		}
+	}
+	want, mode := cn.expect(old)
+	n, err := cn.scripts.setIfEq.Run(ctx, cn.c, []string{key}, want, mode, next, ms).Int64()
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// expect returns what a script compares the stored value with.
+func (cn *Conn) expect(value string) (want, mode string) {
+	if cn.large(value) {
+		return SHA1Hex(value), "sha1"
+	}
+	return value, ""
+}
+
+// ErrNoSlot is returned where two keys must share a Redis Cluster slot and
+// cannot.
+var ErrNoSlot = errors.New("key has '}' but no hash tag, so no companion key can share its cluster slot")

@@ -1,0 +1,64 @@
+package redisx
+
+import (
+	"encoding/hex"
+	"strings"
+
+	"github.com/zeebo/xxh3"
+)
+
+// MaxPlainKey is the longest user key kept as written inside a stampede
+// key; longer ones are hashed by Tag.
+const MaxPlainKey = 128
+
+// Tag returns k in a form safe to place between braces as a Redis Cluster
+// hash tag: k itself when it is short printable text without braces, else
+// "#" followed by the hex XXH3-128 of k (33 bytes). Distinct keys stay
+// distinct except for a 128-bit hash collision.
+func Tag(k string) string {
+	if len(k) <= MaxPlainKey && !strings.HasPrefix(k, "#") && plain(k) {
+		return k
+	}
+	h := xxh3.HashString128(k).Bytes()
+	return "#" + hex.EncodeToString(h[:])
+}
+
+func plain(k string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c < 0x21 || c > 0x7e || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+// HashTag returns the part of key that Redis Cluster hashes to pick a slot:
+// the text between the first '{' and the next '}', when that is not empty,
+// else the whole key.
+func HashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// Sibling returns a key named for key and suffix that Redis Cluster places in
+// the same hash slot as key, so both can be used by one script:
+//
+//	"orders:{42}"  -> "orders:{42}:fence"  (key has a hash tag: reuse it)
+//	"orders:42"    -> "{orders:42}:fence"  (the whole key becomes the tag)
+//
+// A key that has no hash tag but contains '}' cannot be wrapped; ok is false
+// and the caller must refuse it where a shared slot is required.
+func Sibling(key, suffix string) (sibling string, ok bool) {
+	if HashTag(key) != key {
+		return key + ":" + suffix, true
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return key + ":" + suffix, false
+	}
+	return "{" + key + "}:" + suffix, true
+}

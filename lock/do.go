@@ -1,0 +1,140 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// releaseTimeout bounds the release that follows the work, which runs on a
+// context of its own so that a cancelled caller still frees the lock.
+const releaseTimeout = 5 * time.Second
+
+// DoOptions configure Do. A nil *DoOptions means all defaults.
+type DoOptions struct {
+	// ObtainOptions say how the lock is obtained. With the default (no
+	// Retry), Do returns ErrNotObtained at once when the lock is held;
+	// set Retry to wait for it instead.
+	ObtainOptions
+
+	// RefreshEvery is how often the lock is refreshed back to its full TTL
+	// while fn runs. It must be below the TTL. Default: a third of the TTL.
+	RefreshEvery time.Duration
+}
+
+type ctxKey struct{ name string }
+
+var lockKey = &ctxKey{"lock"}
+
+// FromContext returns the Lock held by the Do or RunOnce call whose work
+// received ctx, e.g. to read its Fence; nil outside such work.
+func FromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey).(*Lock)
+	return l
+}
+
+// Do obtains the lock on key, runs fn while keeping the lock alive, and
+// releases it when fn returns, also when fn panics (the panic then goes on).
+//
+// The lock is refreshed to ttl every opts.RefreshEvery. If it is lost (the
+// key was taken or deleted) or cannot be refreshed before it would expire,
+// fn's context is cancelled at once with a cause matching ErrLost (read it
+// with context.Cause), and Do's error matches ErrLost too. fn should stop
+// when its context ends; Do does not return before fn does.
+//
+// A lock held by someone else returns ErrNotObtained without running fn,
+// unless opts.Retry asks to wait.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts *DoOptions) error {
+	if opts == nil {
+		opts = &DoOptions{}
+	}
+	if fn == nil {
+		return invalid("nil fn for key %q", key)
+	}
+	every := opts.RefreshEvery
+	if every == 0 {
+		every = ttl / 3
+	}
+	if ttl >= time.Millisecond && (every < time.Millisecond || every >= ttl) {
+		return invalid("RefreshEvery %v must be at least 1ms and below the ttl %v", every, ttl)
+	}
+	obtained := time.Now()
+	l, err := c.Obtain(ctx, key, ttl, &opts.ObtainOptions)
+	if err != nil {
+		return err
+	}
+	return l.hold(ctx, ttl, every, obtained, fn)
+}
+
+// hold runs fn under l with a keep-alive, then releases l.
+func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time.Time, fn func(context.Context) error) (err error) {
+	work, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey, l))
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		l.keepAlive(cancel, ttl, every, obtained.Add(ttl), stop)
+	}()
+
+	defer func() {
+		close(stop)
+		<-stopped
+		cause := context.Cause(work)
+		cancel(context.Canceled)
+		lost := errors.Is(cause, ErrLost)
+
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		rerr := l.Release(rctx)
+		rcancel()
+
+		if r := recover(); r != nil {
+			panic(r)
+		}
+		switch {
+		case lost:
+			err = errors.Join(cause, err)
+		case errors.Is(rerr, ErrNotHeld):
+			err = errors.Join(fmt.Errorf("%w: %q expired before release", ErrLost, l.key), err)
+		case rerr != nil:
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(work)
+}
+
+// keepAlive refreshes l every interval until stop closes. validUntil is
+// when the lock expires if no refresh succeeds; it is measured from before
+// each refresh was sent, so it never overestimates. Work is cancelled a
+// margin before that moment, while the lock is still held.
+func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duration, validUntil time.Time, stop <-chan struct{}) {
+	margin := min(ttl/10, 100*time.Millisecond)
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		sent := time.Now()
+		cutoff := validUntil.Add(-margin)
+		if !sent.Before(cutoff) {
+			cancel(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key))
+			return
+		}
+		ctx, done := context.WithDeadline(context.Background(), cutoff)
+		err := l.Refresh(ctx, ttl)
+		done()
+		switch {
+		case err == nil:
+			validUntil = sent.Add(ttl)
+			timer.Reset(every)
+		case errors.Is(err, ErrNotHeld):
+			cancel(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key))
+			return
+		default:
+			// A transient failure: try again soon, but give up at the cutoff.
+			timer.Reset(max(time.Millisecond, min(every/4, time.Until(cutoff))))
+		}
+	}
+}

@@ -1,0 +1,33 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotObtained is returned when the lock is held by someone else (and,
+// with a retry strategy, stayed held until the wait ended).
+var ErrNotObtained = errors.New("lock: not obtained")
+
+// ErrNotHeld is returned when an operation needs the caller's own lock but
+// the key has expired, been released, or is held by another owner. The
+// key is left as it is.
+var ErrNotHeld = errors.New("lock: not held")
+
+// ErrLost is the cause (see context.Cause) with which Do and RunOnce cancel
+// the work's context when the lock is lost or can no longer be kept: the
+// key was taken or deleted, refreshing it failed until it would expire, or
+// the maximum hold passed.
+var ErrLost = errors.New("lock: lost")
+
+// ErrForeignValue is returned by Inspect when the key holds a value that
+// this package did not write.
+var ErrForeignValue = errors.New("lock: key holds a value not written by a stampede lock")
+
+// ErrInvalid is wrapped by every error about bad arguments or options; such
+// errors are returned before any server call.
+var ErrInvalid = errors.New("invalid argument")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("lock: %w: "+format, append([]any{ErrInvalid}, args...)...)
+}

@@ -1,0 +1,263 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed obtain_fenced.lua
+var obtainFencedSrc string
+
+// Client obtains locks on one Redis-protocol server or cluster. It is safe
+// for concurrent use. Use New to create a Client.
+type Client struct {
+	conn         *redisx.Conn
+	maxMetadata  int
+	obtainFenced *redis.Script
+}
+
+// New returns a Client using rc. It makes no server call: the server's
+// capabilities are probed on first use (see Capabilities).
+func New(rc RedisClient, opts *Options) (*Client, error) {
+	if rc == nil {
+		return nil, invalid("nil Redis client")
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	var forced *Capabilities
+	if opts != nil {
+		forced = opts.Capabilities
+	}
+	return &Client{
+		conn:         redisx.NewConn(rc, forced, opts.digestThreshold()),
+		maxMetadata:  opts.maxMetadata(),
+		obtainFenced: redis.NewScript(obtainFencedSrc),
+	}, nil
+}
+
+// Capabilities returns the strategies in use on the client's server,
+// probing it on the first call.
+func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
+	return c.conn.Capabilities(ctx)
+}
+
+// ObtainOptions configure one Obtain. A nil *ObtainOptions means all
+// defaults: one attempt, no metadata, no fencing.
+type ObtainOptions struct {
+	// Retry says how to wait for a held lock. Default: nil, one attempt.
+	Retry RetryStrategy
+
+	// MaxWait bounds the time spent retrying. Default: the context's
+	// deadline, or the lock's TTL when the context has none.
+	MaxWait time.Duration
+
+	// Metadata is stored with the token, e.g. who holds the lock, and can
+	// be read by anyone with Inspect. Default: empty.
+	Metadata string
+
+	// Fencing draws a fencing number with the acquisition; see Lock.Fence.
+	// The counter lives in a companion key in the same cluster slot, which
+	// has no expiry so that numbers only grow. Default: false.
+	Fencing bool
+}
+
+// Lock is one acquisition of a key. Its methods are safe for concurrent
+// use; they act only while the key still holds this acquisition's value.
+type Lock struct {
+	c     *Client
+	key   string
+	value string
+	token string
+	meta  string
+	fence int64
+}
+
+// Key returns the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the random token that identifies this acquisition.
+func (l *Lock) Token() string { return l.token }
+
+// Metadata returns the metadata stored with the lock.
+func (l *Lock) Metadata() string { return l.meta }
+
+// Fence returns the acquisition's fencing number, or 0 without
+// ObtainOptions.Fencing. Numbers for one key grow with every acquisition,
+// across processes and expiries, so a store that remembers the largest
+// number it has seen can reject writes from a holder that lost the lock
+// while paused.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// Obtain takes the lock on key for ttl, with one SET NX PX round trip (a
+// script when fencing). If the lock is held it returns ErrNotObtained, or
+// with opts.Retry waits and tries again until opts.MaxWait, the context's
+// deadline or, lacking both, ttl has passed. A wait ended by ctx returns
+// errors.Join(ErrNotObtained, ctx.Err()).
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts *ObtainOptions) (*Lock, error) {
+	if opts == nil {
+		opts = &ObtainOptions{}
+	}
+	if err := c.checkObtain(key, ttl, opts); err != nil {
+		return nil, err
+	}
+	fenceKey := ""
+	if opts.Fencing {
+		var ok bool
+		if fenceKey, ok = redisx.Sibling(key, "fence"); !ok {
+			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
+		}
+	}
+
+	start := time.Now()
+	deadline, hasDeadline := ctx.Deadline()
+	if opts.MaxWait > 0 && (!hasDeadline || start.Add(opts.MaxWait).Before(deadline)) {
+		deadline = start.Add(opts.MaxWait)
+	} else if !hasDeadline {
+		deadline = start.Add(ttl)
+	}
+
+	token := newToken()
+	value := encodeValue(token, start, opts.Metadata)
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		fence, ok, err := c.try(ctx, key, fenceKey, value, ttl)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, errors.Join(ErrNotObtained, ctx.Err())
+			}
+			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
+		}
+		if ok {
+			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence}, nil
+		}
+		if opts.Retry == nil {
+			return nil, ErrNotObtained
+		}
+		wait := opts.Retry.Backoff(attempt)
+		if wait < 0 {
+			return nil, ErrNotObtained
+		}
+		if left := time.Until(deadline); wait > left {
+			// One last attempt at the deadline rather than none.
+			if left <= 0 {
+				return nil, ErrNotObtained
+			}
+			wait = left
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+func (c *Client) checkObtain(key string, ttl time.Duration, opts *ObtainOptions) error {
+	switch {
+	case key == "":
+		return invalid("empty key")
+	case ttl < time.Millisecond:
+		return invalid("ttl %v for key %q is below 1ms", ttl, key)
+	case len(opts.Metadata) > c.maxMetadata:
+		return invalid("metadata of %d bytes for key %q exceeds MaxMetadata (%d)", len(opts.Metadata), key, c.maxMetadata)
+	case opts.MaxWait < 0:
+		return invalid("negative MaxWait %v", opts.MaxWait)
+	}
+	return nil
+}
+
+// try makes one attempt. ok is false when the lock is held.
+func (c *Client) try(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (fence int64, ok bool, err error) {
+	rc := c.conn.Client()
+	if fenceKey == "" {
+		ok, err = rc.SetNX(ctx, key, value, ttl).Result()
+		return 0, ok, err
+	}
+	fence, err = c.obtainFenced.Run(ctx, rc, []string{key, fenceKey}, value, ttl.Milliseconds()).Int64()
+	return fence, err == nil && fence > 0, err
+}
+
+// Release deletes the lock if it is still this acquisition's, in one round
+// trip. It returns ErrNotHeld, and leaves the key alone, if the lock
+// expired or is now someone else's.
+func (l *Lock) Release(ctx context.Context) error {
+	ok, err := l.c.conn.DeleteIfEqual(ctx, l.key, l.value)
+	if err != nil {
+		return fmt.Errorf("lock: release %q: %w", l.key, err)
+	}
+	if !ok {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// Refresh sets the lock to expire ttl from now if it is still this
+// acquisition's. Otherwise it returns ErrNotHeld at once and changes
+// nothing.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalid("refresh ttl %v for key %q is below 1ms", ttl, l.key)
+	}
+	ok, err := l.c.conn.ExpireIfEqual(ctx, l.key, l.value, ttl)
+	if err != nil {
+		return fmt.Errorf("lock: refresh %q: %w", l.key, err)
+	}
+	if !ok {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// TTL returns how long the lock has left, or ErrNotHeld if it is no longer
+// this acquisition's.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	ttl, ok, err := l.c.conn.TTLIfEqual(ctx, l.key, l.value)
+	if err != nil {
+		return 0, fmt.Errorf("lock: ttl %q: %w", l.key, err)
+	}
+	if !ok {
+		return 0, ErrNotHeld
+	}
+	return ttl, nil
+}
+
+// Inspect reads who holds the lock on key, without taking it. It returns
+// ErrNotHeld if nobody does and ErrForeignValue if the key holds something
+// else.
+func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
+	if key == "" {
+		return Info{}, invalid("empty key")
+	}
+	pipe := c.conn.Client().Pipeline()
+	get := pipe.Get(ctx, key)
+	pttl := pipe.PTTL(ctx, key)
+	_, _ = pipe.Exec(ctx)
+	v, err := get.Result()
+	switch {
+	case redisx.IsNil(err):
+		return Info{}, ErrNotHeld
+	case err != nil:
+		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
+	}
+	info, ok := decodeValue(v)
+	if !ok {
+		return Info{}, ErrForeignValue
+	}
+	if info.TTL, err = pttl.Result(); err != nil {
+		return Info{}, fmt.Errorf("lock: inspect %q: %w", key, err)
+	}
+	return info, nil
+}

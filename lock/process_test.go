@@ -1,0 +1,237 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
+)
+
+// Worker processes read their parameters from the environment and report
+// on stdout; they exit non-zero on any unexpected error.
+
+func workerEnv(name string) string { return os.Getenv("LOCKTEST_" + name) }
+
+func workerInt(name string) int {
+	n, err := strconv.Atoi(workerEnv(name))
+	if err != nil {
+		panic(fmt.Sprintf("worker: %s: %v", name, err))
+	}
+	return n
+}
+
+func workerClient() *lock.Client {
+	c, err := lock.New(redistest.WorkerClient(), nil)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// workerCounter increments a plain GET/SET counter under the lock:
+// LOCKTEST_G goroutines × LOCKTEST_N increments. Any lost update shows as a
+// final count below the total.
+func workerCounter() int {
+	rc := redistest.WorkerClient()
+	defer rc.Close()
+	c, _ := lock.New(rc, nil)
+	key, counter := workerEnv("KEY"), workerEnv("COUNTER")
+	g, n := workerInt("G"), workerInt("N")
+	ctx := context.Background()
+	errs := make(chan error, g)
+	var wg sync.WaitGroup
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				err := c.Do(ctx, key, 5*time.Second, func(ctx context.Context) error {
+					v, err := rc.Get(ctx, counter).Int()
+					if err != nil && err.Error() != "redis: nil" {
+						return err
+					}
+					return rc.Set(ctx, counter, v+1, 0).Err()
+				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
+					Retry: lock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond), MaxWait: 30 * time.Second}})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func TestLock_mutualExclusion_processes(t *testing.T) {
+	const procs, goroutines, n = 4, 8, 25
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		rc := s.Client(t)
+		key, counter := redistest.Key(t, "lock"), redistest.Key(t, "counter")
+		var ps []*redistest.Proc
+		for range procs {
+			ps = append(ps, redistest.Spawn(t, s, "counter", "LOCKTEST_KEY="+key, "LOCKTEST_COUNTER="+counter,
+				fmt.Sprintf("LOCKTEST_G=%d", goroutines), fmt.Sprintf("LOCKTEST_N=%d", n)))
+		}
+		for i, p := range ps {
+			if _, err := p.Wait(ctx); err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+		}
+		got, err := rc.Get(ctx, counter).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := procs * goroutines * n; got != want {
+			t.Errorf("counter = %d, want %d: %d updates lost", got, want, want-got)
+		}
+	})
+}
+
+// workerHold obtains the lock, says "held" and then blocks until killed.
+func workerHold() int {
+	c := workerClient()
+	ttl, _ := time.ParseDuration(workerEnv("TTL"))
+	if _, err := c.Obtain(context.Background(), workerEnv("KEY"), ttl, &lock.ObtainOptions{Metadata: "pid " + strconv.Itoa(os.Getpid())}); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Println("held")
+	select {}
+}
+
+func TestLock_killedHolder(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newClient(t, s, nil)
+		key := redistest.Key(t, "lock")
+		p := redistest.Spawn(t, s, "hold", "LOCKTEST_KEY="+key, "LOCKTEST_TTL=700ms")
+		select {
+		case line := <-p.Lines():
+			if line != "held" {
+				t.Fatalf("worker said %q", line)
+			}
+		case <-ctx.Done():
+			t.Fatal("worker never obtained the lock")
+		}
+		p.Kill()
+		info, err := c.Inspect(ctx, key)
+		if err != nil || !strings.HasPrefix(info.Metadata, "pid ") {
+			t.Fatalf("Inspect after kill = %+v, %v; want the dead holder's lock", info, err)
+		}
+		if _, err := c.Obtain(ctx, key, time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("Obtain right after kill = %v, want ErrNotObtained (TTL not over)", err)
+		}
+		l, err := c.Obtain(ctx, key, time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond), MaxWait: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("Obtain after the dead holder's TTL: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// workerFence obtains a fenced lock LOCKTEST_N times and, while holding it,
+// appends its fencing number to a list. Every other acquisition is left
+// to expire instead of being released.
+func workerFence() int {
+	rc := redistest.WorkerClient()
+	defer rc.Close()
+	c, _ := lock.New(rc, nil)
+	ctx := context.Background()
+	key, list := workerEnv("KEY"), workerEnv("LIST")
+	for i := range workerInt("N") {
+		l, err := c.Obtain(ctx, key, 40*time.Millisecond, &lock.ObtainOptions{
+			Fencing: true, Retry: lock.LinearBackoff(2 * time.Millisecond), MaxWait: 20 * time.Second})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			return 1
+		}
+		if err := rc.RPush(ctx, list, l.Fence()).Err(); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			return 1
+		}
+		if i%2 == 0 {
+			_ = l.Release(ctx) // ErrNotHeld is possible if the push was slow
+		}
+	}
+	return 0
+}
+
+func TestLock_fencing_processes(t *testing.T) {
+	const procs, n = 3, 15
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		rc := s.Client(t)
+		// A hash-tagged key on the cluster exercises the tag-reuse path.
+		key, list := "{"+redistest.Key(t, "fenced")+"}:lock", redistest.Key(t, "fences")
+		var ps []*redistest.Proc
+		for range procs {
+			ps = append(ps, redistest.Spawn(t, s, "fence", "LOCKTEST_KEY="+key, "LOCKTEST_LIST="+list, fmt.Sprintf("LOCKTEST_N=%d", n)))
+		}
+		for i, p := range ps {
+			if _, err := p.Wait(ctx); err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+		}
+		fences, err := rc.LRange(ctx, list, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fences) != procs*n {
+			t.Fatalf("%d fences recorded, want %d", len(fences), procs*n)
+		}
+		prev := int64(0)
+		for i, f := range fences {
+			v, _ := strconv.ParseInt(f, 10, 64)
+			if v <= prev {
+				t.Fatalf("fence %d = %d after %d: not strictly increasing (%v)", i, v, prev, fences)
+			}
+			prev = v
+		}
+	})
+}
+
+// TestLock_fencing_keys checks the fence counter shares the lock's cluster
+// slot for plain and hash-tagged keys (on a cluster a cross-slot script
+// fails).
+func TestLock_fencing_keys(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newClient(t, s, nil)
+		base := redistest.Key(t, "k")
+		for _, key := range []string{base, "orders:{" + base + "}", "{" + base + "}", base + "{", "a{" + base} {
+			l1, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			if err != nil {
+				t.Fatalf("%q: %v", key, err)
+			}
+			if err := l1.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l2, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l1.Fence() < 1 || l2.Fence() != l1.Fence()+1 {
+				t.Errorf("%q: fences %d then %d, want n then n+1", key, l1.Fence(), l2.Fence())
+			}
+			_ = l2.Release(ctx)
+		}
+	})
+}

@@ -1,0 +1,84 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RunOnceOptions configure RunOnce. A nil *RunOnceOptions means all
+// defaults.
+type RunOnceOptions struct {
+	// MinHold keeps the lock at least this long after it was obtained,
+	// even when the job finishes sooner, so that an instance whose clock
+	// (or scheduler) is a little behind does not run the same tick again
+	// (ShedLock's lockAtLeastFor). It must not exceed maxHold. Default: 0.
+	MinHold time.Duration
+
+	// Metadata is stored with the lock, e.g. the instance's name.
+	Metadata string
+
+	// Fencing draws a fencing number (see ObtainOptions.Fencing).
+	Fencing bool
+}
+
+// RunOnce runs a scheduled job on at most one of the instances that call it
+// for the same key at about the same time: the instance that obtains the
+// lock runs fn and reports ran == true; the others skip it at once and get
+// (false, nil).
+//
+// maxHold is the safety net for a holder that crashes: the lock expires
+// then, and fn's context is cancelled then with a cause matching ErrLost,
+// since past it another instance may start the job. It is not refreshed.
+// After fn the lock is kept until MinHold has passed since it was obtained,
+// or released at once if that has already happened. A panic in fn releases
+// (or holds) the lock the same way and goes on.
+func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts *RunOnceOptions) (ran bool, err error) {
+	if opts == nil {
+		opts = &RunOnceOptions{}
+	}
+	switch {
+	case fn == nil:
+		return false, invalid("nil fn for key %q", key)
+	case opts.MinHold < 0 || opts.MinHold > maxHold:
+		return false, invalid("MinHold %v must be between 0 and maxHold %v", opts.MinHold, maxHold)
+	}
+	start := time.Now()
+	l, err := c.Obtain(ctx, key, maxHold, &ObtainOptions{Metadata: opts.Metadata, Fencing: opts.Fencing})
+	if errors.Is(err, ErrNotObtained) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+
+	work, cancel := context.WithDeadlineCause(context.WithValue(ctx, lockKey, l), start.Add(maxHold),
+		fmt.Errorf("%w: maxHold %v passed for %q", ErrLost, maxHold, key))
+	defer func() {
+		if cause := context.Cause(work); errors.Is(cause, ErrLost) {
+			err = errors.Join(cause, err)
+		}
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		var herr error
+		if rest := opts.MinHold - time.Since(start); rest >= time.Millisecond {
+			herr = l.Refresh(rctx, rest)
+		} else {
+			herr = l.Release(rctx)
+		}
+		rcancel()
+		if r := recover(); r != nil {
+			panic(r)
+		}
+		if errors.Is(herr, ErrNotHeld) {
+			if errors.Is(err, ErrLost) {
+				herr = nil // already reported
+			} else {
+				herr = fmt.Errorf("%w: %q expired before the job ended", ErrLost, key)
+			}
+		}
+		err = errors.Join(err, herr)
+	}()
+	return true, fn(work)
+}
