@@ -247,7 +247,10 @@ func TestClient_badInput(t *testing.T) {
 			return err
 		}, "exceeds MaxMetadata"},
 		{"negative MaxWait", func() error { _, err := c.Obtain(ctx, "k", time.Second, &lock.ObtainOptions{MaxWait: -1}); return err }, "MaxWait"},
-		{"fencing without slot", func() error { _, err := c.Obtain(ctx, "a}b", time.Second, &lock.ObtainOptions{Fencing: true}); return err }, "cluster slot"},
+		{"fencing without slot", func() error {
+			_, err := c.Obtain(ctx, "a}b", time.Second, &lock.ObtainOptions{Fencing: true})
+			return err
+		}, "cluster slot"},
 		{"Do nil fn", func() error { return c.Do(ctx, "k", time.Second, nil, nil) }, "nil fn"},
 		{"Do empty key", func() error { return c.Do(ctx, "", time.Second, nop, nil) }, "empty key"},
 		{"Do refresh >= ttl", func() error { return c.Do(ctx, "k", time.Second, nop, &lock.DoOptions{RefreshEvery: time.Second}) }, "RefreshEvery"},
