@@ -35,7 +35,7 @@ works() { [ -x "$1" ] && "$1" --version >/dev/null 2>&1; }
 
 # --- tools the build needs -------------------------------------------------
 need_pkgs=()
-for p in bc:bc make:make gcc:gcc pkg-config:pkg-config dpkg-source:dpkg-dev; do
+for p in bc:bc make:make gcc:gcc pkg-config:pkg-config; do
   command -v "${p%%:*}" >/dev/null || need_pkgs+=("${p#*:}")
 done
 if ! works /usr/bin/redis-server; then need_pkgs+=(redis-server); fi

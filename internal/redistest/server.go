@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/hotkv/stampede/internal/embedded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,9 +58,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	nodes []*node // one per process; empty for miniredis
-	mini  *miniredis.Miniredis
-	clock chan struct{} // closed to stop the goroutine that drives miniredis's clock
-	ticks chan struct{} // closed when that goroutine has stopped
+	mini  *embedded.Server
 }
 
 type node struct {
@@ -98,12 +96,11 @@ func start(kind Kind, dir string) (*Server, error) {
 	s := &Server{Kind: kind}
 	switch kind {
 	case Miniredis:
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("start miniredis: %w", err)
+		m, err := embedded.Start()
+		if err != nil {
+			return nil, err
 		}
 		s.mini = m
-		s.driveClock()
 		return s, nil
 	case Redis7, Redis8, Valkey, Cluster:
 	default:
@@ -272,7 +269,7 @@ func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mini != nil {
-		s.mini.Close()
+		s.mini.Kill()
 		return
 	}
 	for _, nd := range s.nodes {
@@ -305,35 +302,9 @@ func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mini != nil {
-		if s.clock != nil {
-			close(s.clock)
-			<-s.ticks
-			s.clock = nil
-		}
 		s.mini.Close()
 	}
 	for _, nd := range s.nodes {
 		nd.kill()
 	}
-}
-
-// driveClock makes miniredis expire keys in real time, as real servers do:
-// on its own it only expires them when told to (FastForward).
-func (s *Server) driveClock() {
-	s.clock, s.ticks = make(chan struct{}), make(chan struct{})
-	go func(stop <-chan struct{}, done chan<- struct{}, m *miniredis.Miniredis) {
-		defer close(done)
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-t.C:
-				m.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}(s.clock, s.ticks, s.mini)
 }
