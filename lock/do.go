@@ -69,18 +69,9 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 
 // hold runs fn under l with a keep-alive, then releases l.
 func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time.Time, fn func(context.Context) error) (err error) {
-	work, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey, l))
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		l.keepAlive(cancel, ttl, every, obtained.Add(ttl), stop)
-	}()
-
+	work, stop := l.keepAliveFrom(context.WithValue(ctx, lockKey, l), ttl, every, obtained)
 	defer func() {
-		close(stop)
-		<-stopped
-		cause := context.Cause(work)
-		cancel(context.Canceled)
+		cause := stop()
 		lost := errors.Is(cause, ErrLost)
 
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
@@ -100,6 +91,45 @@ func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time
 		}
 	}()
 	return fn(work)
+}
+
+// KeepAlive refreshes l back to ttl every interval (a third of ttl when
+// interval is 0) until stop is called. The returned context is derived
+// from ctx and is cancelled, with a cause matching ErrLost, as soon as the
+// lock is lost or could not be refreshed before it would expire. stop ends
+// the refreshing, waits for it to finish, cancels the context and returns
+// its cause (nil if the lock was never lost); it does not release l.
+func (l *Lock) KeepAlive(ctx context.Context, ttl, interval time.Duration) (held context.Context, stop func() error) {
+	if interval <= 0 || interval >= ttl {
+		interval = max(ttl/3, time.Millisecond)
+	}
+	// The lock was refreshed or obtained at least this recently only if the
+	// caller just did so; measuring from now would overestimate, so the
+	// first deadline is one interval earlier than it could be.
+	return l.keepAliveFrom(ctx, ttl, interval, time.Now().Add(-interval))
+}
+
+func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, obtained time.Time) (context.Context, func() error) {
+	work, cancel := context.WithCancelCause(ctx)
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		l.keepAlive(cancel, ttl, every, obtained.Add(ttl), quit)
+	}()
+	return work, func() error {
+		select {
+		case <-quit:
+		default:
+			close(quit)
+		}
+		<-stopped
+		var cause error
+		if errors.Is(context.Cause(work), ErrLost) {
+			cause = context.Cause(work)
+		}
+		cancel(context.Canceled)
+		return cause
+	}
 }
 
 // keepAlive refreshes l every interval until stop closes. validUntil is

@@ -1,0 +1,116 @@
+package cache
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Announcements tell waiting processes that a rebuild ended. One channel
+// per namespace, one subscription per Cache (not per key); in a cluster,
+// PUBLISH reaches subscribers on every node. Messages are
+//
+//	'v' key          a value was written (or the write lost a race): read it again
+//	'n' key          the loader found nothing and nothing was stored
+//	'e' key \0 text  the loader failed with text
+//
+// where key is the stored value key. A lost message costs a waiter one
+// poll interval, never correctness.
+const (
+	noticeValue    = 'v'
+	noticeNotFound = 'n'
+	noticeError    = 'e'
+)
+
+type notice struct {
+	kind byte
+	text string
+}
+
+// waiter receives the next notice for one key.
+type waiter struct{ ch chan notice }
+
+type announcer struct {
+	channel string
+	ps      *redis.PubSub
+	done    chan struct{} // closed when the receive loop has ended
+
+	mu      sync.Mutex // guards waiters
+	waiters map[string]map[*waiter]struct{}
+}
+
+func startAnnouncer(rc RedisClient, channel string) *announcer {
+	a := &announcer{
+		channel: channel,
+		ps:      rc.Subscribe(context.Background(), channel),
+		done:    make(chan struct{}),
+		waiters: map[string]map[*waiter]struct{}{},
+	}
+	go a.loop()
+	return a
+}
+
+// loop delivers messages until the subscription is closed. go-redis
+// reconnects and resubscribes by itself after network errors.
+func (a *announcer) loop() {
+	defer close(a.done)
+	for m := range a.ps.Channel() {
+		p := m.Payload
+		if len(p) < 2 {
+			continue
+		}
+		n := notice{kind: p[0]}
+		key := p[1:]
+		if n.kind == noticeError {
+			if i := strings.IndexByte(key, 0); i >= 0 {
+				key, n.text = key[:i], key[i+1:]
+			}
+		}
+		a.mu.Lock()
+		for w := range a.waiters[key] {
+			select {
+			case w.ch <- n:
+			default: // it has one pending already; it will re-read anyway
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *announcer) register(key string) *waiter {
+	w := &waiter{ch: make(chan notice, 1)}
+	a.mu.Lock()
+	set := a.waiters[key]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		a.waiters[key] = set
+	}
+	set[w] = struct{}{}
+	a.mu.Unlock()
+	return w
+}
+
+func (a *announcer) unregister(key string, w *waiter) {
+	a.mu.Lock()
+	if set := a.waiters[key]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(a.waiters, key)
+		}
+	}
+	a.mu.Unlock()
+}
+
+func (a *announcer) close() {
+	_ = a.ps.Close()
+	<-a.done
+}
+
+func message(kind byte, key, text string) string {
+	if kind == noticeError {
+		return string(kind) + key + "\x00" + text
+	}
+	return string(kind) + key
+}

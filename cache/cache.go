@@ -1,0 +1,315 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/flight"
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/lock"
+)
+
+// Cache is a read-through cache on a Redis-protocol server shared by many
+// processes. It is safe for concurrent use. Use New to create a Cache and
+// Close to stop it.
+type Cache struct {
+	rc    RedisClient
+	conn  *redisx.Conn
+	locks *lock.Client
+	s     settings
+	ann   *announcer
+
+	flights   flight.Group[outcome] // loads and waits, by value key
+	refreshes flight.Group[struct{}]
+
+	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
+	n         counters
+
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
+	wg     sync.WaitGroup // background work: loads and refreshes
+	base   context.Context
+	cancel context.CancelFunc // cancels base, ending all background work
+}
+
+// outcome is the result of a flight, shared by every caller in it; each
+// caller decodes its own copy of the payload.
+type outcome struct {
+	payload  []byte
+	notFound bool
+}
+
+// New returns a Cache using rc. It subscribes to the namespace's
+// announcement channel in the background; it makes no other server call.
+func New(rc RedisClient, opts *Options) (*Cache, error) {
+	if rc == nil {
+		return nil, invalid("nil Redis client")
+	}
+	s, err := opts.settings()
+	if err != nil {
+		return nil, err
+	}
+	locks, err := lock.New(rc, &lock.Options{DigestThreshold: s.digest, Capabilities: s.caps})
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	c := &Cache{
+		rc:    rc,
+		conn:  redisx.NewConn(rc, s.caps, s.digest),
+		locks: locks,
+		s:     s,
+		ann:   startAnnouncer(rc, s.ns+":announce"),
+	}
+	c.base, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Close stops background refreshes and loads (their contexts are
+// cancelled), ends the subscription and waits for all of it. Calls after
+// Close return ErrClosed. Close is idempotent.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	c.ann.close()
+	return nil
+}
+
+// keys of one entry; all share a hash slot.
+type keys struct {
+	user  string // the caller's key
+	value string // NS:{tag}
+}
+
+// lock returns the entry's rebuild lock key, NS:{tag}:lock; it is built
+// only when needed, keeping the hit path at one key allocation.
+func (k keys) lock() string { return k.value + ":lock" }
+
+func (c *Cache) keys(key string) keys {
+	return keys{user: key, value: c.s.ns + ":{" + redisx.Tag(key) + "}"}
+}
+
+// background returns the start function for a flight: the work runs on a
+// context detached from the caller (keeping its values), limited by
+// LoadTimeout and cancelled by Close, and is counted for Close to wait on.
+func (c *Cache) background(parent context.Context) func() (context.Context, func()) {
+	return func() (context.Context, func()) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.s.loadTimeout)
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.wg.Add(1)
+		}
+		c.mu.Unlock()
+		if closed {
+			cancel()
+			return ctx, func() {}
+		}
+		stop := context.AfterFunc(c.base, cancel)
+		return ctx, func() { stop(); cancel(); c.wg.Done() }
+	}
+}
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Fail open: after a transport error the server is left alone for
+// FailOpenCooldown, so that a dead server costs one timeout, not one per
+// call.
+func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
+
+// serverError records a failed server call. Transport errors (not error
+// replies) start the fail-open cool-down.
+func (c *Cache) serverError(key string, err error) {
+	c.n.serverErrors.Add(1)
+	c.emit(EventServerError, key, 0, err)
+	if !redisx.IsReply(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		until := c.s.now().Add(c.s.off).UnixNano()
+		if old := c.downUntil.Swap(until); old < c.s.now().UnixNano() {
+			c.log(slog.LevelWarn, "server unreachable; loading without it", "cooldown", c.s.off, "err", err)
+		}
+	} else {
+		c.log(slog.LevelWarn, "server call failed", "key", key, "err", err)
+	}
+}
+
+func (c *Cache) log(level slog.Level, msg string, args ...any) {
+	if c.s.logger != nil {
+		c.s.logger.Log(context.Background(), level, "cache: "+msg, args...)
+	}
+}
+
+// entry encodes payload for storage.
+func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime time.Duration) (string, time.Duration) {
+	now := c.s.now()
+	fresh := it.ttl
+	stale := it.stale
+	if notFound {
+		fresh, stale = it.negative, 0
+	}
+	if c.s.jitter > 0 {
+		fresh -= time.Duration(rand.Float64() * c.s.jitter * float64(fresh))
+		fresh = max(fresh, time.Millisecond)
+	}
+	b := codec.Append(make([]byte, 0, 23+len(payload)), codec.Entry{
+		Written: now, FreshUntil: now.Add(fresh), LoadTime: loadTime, NotFound: notFound, Payload: payload,
+	})
+	return string(b), fresh + stale
+}
+
+// state of a stored value, as read.
+type state uint8
+
+const (
+	stateFresh state = iota
+	stateStale
+	stateBuilding // a rebuild claim (lock value) sits where the value goes
+	stateCorrupt  // not an entry this version can read
+)
+
+func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
+	e, err := codec.Decode(raw)
+	if err != nil {
+		if _, ok := lock.ParseValue(string(raw)); ok && !codec.IsEntry(raw) {
+			return e, stateBuilding, nil
+		}
+		return e, stateCorrupt, err
+	}
+	if c.s.now().Before(e.FreshUntil) {
+		return e, stateFresh, nil
+	}
+	return e, stateStale, nil
+}
+
+// early reports whether an XFetch early refresh is due for a fresh entry.
+func (c *Cache) early(e codec.Entry) bool {
+	if c.s.beta == 0 || e.LoadTime <= 0 {
+		return false
+	}
+	gap := time.Duration(float64(e.LoadTime) * c.s.beta * -logRand())
+	return !c.s.now().Add(gap).Before(e.FreshUntil)
+}
+
+func logRand() float64 {
+	r := rand.Float64()
+	for r == 0 {
+		r = rand.Float64()
+	}
+	return math.Log(r)
+}
+
+// Delete removes key's value and its rebuild lock. A rebuild in progress
+// for key will not write its result (it started before the Delete).
+func (c *Cache) Delete(ctx context.Context, key string) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	k := c.keys(key)
+	if err := c.rc.Del(ctx, k.value, k.lock()).Err(); err != nil {
+		return fmt.Errorf("cache: delete %q: %w", key, err)
+	}
+	return nil
+}
+
+func (c *Cache) check(key string) error {
+	switch {
+	case c == nil:
+		return invalid("nil *Cache")
+	case key == "":
+		return invalid("empty key")
+	case c.isClosed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Get returns the stored value for key without loading it: ErrMiss if
+// there is none (or it is being rebuilt, or cannot be decoded),
+// loader.ErrNotFound for a remembered not-found, and a stale value together
+// with ErrStale.
+func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
+	var zero V
+	if err := c.check(key); err != nil {
+		return zero, err
+	}
+	raw, err := c.rc.Get(ctx, c.keys(key).value).Bytes()
+	if redisx.IsNil(err) {
+		return zero, ErrMiss
+	}
+	if err != nil {
+		return zero, fmt.Errorf("cache: get %q: %w", key, err)
+	}
+	e, st, err := c.classify(raw)
+	switch {
+	case st == stateBuilding || st == stateCorrupt:
+		return zero, ErrMiss
+	case e.NotFound:
+		return zero, ErrNotFound
+	}
+	v, err := decode[V](c, key, e.Payload)
+	if err != nil {
+		return zero, ErrMiss
+	}
+	if st == stateStale {
+		return v, ErrStale
+	}
+	return v, nil
+}
+
+// Set stores v under key, replacing what is there, and wakes processes
+// waiting for key. A rebuild in progress for key will not overwrite it.
+func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) error {
+	if err := c.check(key); err != nil {
+		return err
+	}
+	it, err := c.item(opts)
+	if err != nil {
+		return err
+	}
+	payload, err := c.s.codec.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("cache: encode %q: %w", key, err)
+	}
+	if len(payload) > c.s.maxSize {
+		return fmt.Errorf("%w: %q is %d bytes, MaxValueSize is %d", ErrValueTooLarge, key, len(payload), c.s.maxSize)
+	}
+	k := c.keys(key)
+	val, ttl := c.entry(it, payload, false, 0)
+	pipe := c.rc.Pipeline()
+	set := pipe.Set(ctx, k.value, val, ttl)
+	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, ""))
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("cache: set %q: %w", key, err)
+	}
+	return nil
+}
+
+func decode[V any](c *Cache, key string, payload []byte) (V, error) {
+	var v V
+	if err := c.s.codec.Unmarshal(payload, &v); err != nil {
+		c.n.decodeFailures.Add(1)
+		err = fmt.Errorf("cache: decode %q as %T: %w", key, v, err)
+		c.emit(EventDecodeFailure, key, 0, err)
+		var zero V
+		return zero, err
+	}
+	return v, nil
+}

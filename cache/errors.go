@@ -1,0 +1,43 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hotkv/stampede/loader"
+)
+
+// ErrMiss is returned by Get when there is no usable value for the key.
+var ErrMiss = errors.New("cache: miss")
+
+// ErrStale is joined to a value that is past its TTL but within StaleTTL:
+// by Get always, and by GetOrLoad when a synchronous refresh failed and the
+// stale value is served instead (stale-if-error).
+var ErrStale = errors.New("cache: stale value")
+
+// ErrWaitTimeout is returned when another process was rebuilding the value
+// and did not finish within WaitTimeout (see Options.LoadOnWaitTimeout).
+var ErrWaitTimeout = errors.New("cache: timed out waiting for another process to load the value")
+
+// ErrRemoteLoad is returned to callers that waited for another process
+// whose load failed; the message carries that process's error text.
+var ErrRemoteLoad = errors.New("cache: load failed in another process")
+
+// ErrValueTooLarge is returned when an encoded value exceeds
+// Options.MaxValueSize; nothing is stored.
+var ErrValueTooLarge = errors.New("cache: value too large")
+
+// ErrClosed is returned by operations on a closed Cache.
+var ErrClosed = errors.New("cache: closed")
+
+// ErrInvalid is wrapped by every error about bad arguments or options;
+// such errors are returned before any server call.
+var ErrInvalid = errors.New("invalid argument")
+
+// ErrNotFound is loader.ErrNotFound, for matching with errors.Is without
+// importing loader.
+var ErrNotFound = loader.ErrNotFound
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("cache: %w: "+format, append([]any{ErrInvalid}, args...)...)
+}

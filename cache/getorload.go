@@ -1,0 +1,383 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hotkv/stampede/internal/flight"
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
+)
+
+// writeTimeout bounds the writes that follow a load; they run on a context
+// of their own so that a load which used up LoadTimeout can still store
+// its result.
+const writeTimeout = 5 * time.Second
+
+// GetOrLoad returns the value for key, loading it with load when it is
+// missing, and makes sure that concurrent callers, in this process and in
+// every other process sharing the server, cause one load between them:
+//
+//   - fresh value: returned after one GET, no lock traffic;
+//   - stale value (past TTL, within StaleTTL): returned at once, and one
+//     process in the cluster refreshes it in the background;
+//   - no value: callers in this process share one flight; across processes
+//     the one that claims the key loads, writes and announces, the others
+//     wait for the announcement (polling as a safety net) and read the
+//     value; a claim whose owner died expires after LockTTL and is taken
+//     over.
+//
+// A loader error is returned to every caller waiting for that load, in
+// every process, and is never stored; loader.ErrNotFound is stored for
+// NegativeTTL. A panicking loader becomes a *loader.PanicError. If the
+// server cannot be reached, the loader runs without it (fail open).
+//
+// WARNING: concurrent callers share one load's result and its timeout: the
+// load runs on a context detached from all callers (it keeps the first
+// caller's values, not its cancellation) and limited by LoadTimeout. Each
+// caller's own ctx only decides how long that caller waits.
+func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], opts ...Option) (V, error) {
+	var zero V
+	if err := c.check(key); err != nil {
+		return zero, err
+	}
+	if load == nil {
+		return zero, invalid("nil loader for key %q", key)
+	}
+	it, err := c.item(opts)
+	if err != nil {
+		return zero, err
+	}
+	k := c.keys(key)
+
+	if !c.down() {
+		raw, err := c.rc.Get(ctx, k.value).Bytes()
+		switch {
+		case err == nil:
+			e, st, derr := c.classify(raw)
+			switch st {
+			case stateFresh, stateStale:
+				if e.NotFound && st == stateFresh {
+					c.n.hits.Add(1)
+					c.emit(EventHit, key, 0, nil)
+					return zero, ErrNotFound
+				}
+				if e.NotFound {
+					break // an expired negative entry: load again
+				}
+				if st == stateStale || c.early(e) {
+					c.refresh(ctx, k, it, raw, encoded(c, key, load))
+				}
+				v, err := decode[V](c, key, e.Payload)
+				if err != nil {
+					break // e.g. another type under the key: rebuild it
+				}
+				if st == stateStale {
+					c.n.staleHits.Add(1)
+					c.emit(EventStale, key, 0, nil)
+				} else {
+					c.n.hits.Add(1)
+					c.emit(EventHit, key, 0, nil)
+				}
+				return v, nil
+			case stateCorrupt:
+				c.n.decodeFailures.Add(1)
+				c.emit(EventDecodeFailure, key, 0, derr)
+			}
+		case redisx.IsNil(err):
+		case ctx.Err() != nil:
+			return zero, ctx.Err()
+		default:
+			c.serverError(key, err)
+		}
+	}
+	c.n.misses.Add(1)
+	c.emit(EventMiss, key, 0, nil)
+
+	enc := encoded(c, key, load)
+	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx), func(ctx context.Context) (outcome, error) {
+		return c.fill(ctx, k, it, enc)
+	})
+	if shared {
+		c.n.coalesced.Add(1)
+	}
+	if err != nil {
+		return zero, err
+	}
+	if res.notFound {
+		return zero, ErrNotFound
+	}
+	v, err := decode[V](c, key, res.payload)
+	if err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// encoded wraps load to return the codec's bytes, which is what flights
+// share: each caller decodes its own copy.
+func encoded[V any](c *Cache, key string, load loader.Func[V]) loader.Func[[]byte] {
+	return func(ctx context.Context) ([]byte, error) {
+		v, err := load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := c.s.codec.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("cache: encode %q: %w", key, err)
+		}
+		return b, nil
+	}
+}
+
+// fill gets a value for a key that had none usable: it claims the rebuild
+// and loads, or waits for the process that claimed it. It runs once per
+// key per process at a time, on a background context.
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte]) (outcome, error) {
+	var waitStart time.Time
+	for {
+		if c.down() {
+			return c.loadAlone(ctx, k, load)
+		}
+		// Register before reading, so that an announcement sent between the
+		// read and the wait is not missed.
+		w := c.ann.register(k.value)
+		res, done, wait, err := c.step(ctx, k, it, load)
+		if done || err != nil {
+			c.ann.unregister(k.value, w)
+			return res, err
+		}
+		if !wait {
+			c.ann.unregister(k.value, w)
+			continue
+		}
+		if waitStart.IsZero() {
+			waitStart = time.Now()
+			c.n.waits.Add(1)
+		}
+		left := c.s.waitTimeout - time.Since(waitStart)
+		if left <= 0 {
+			c.ann.unregister(k.value, w)
+			c.n.waitTimeouts.Add(1)
+			c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout)
+			if c.s.loadOnWaitTimeout {
+				return c.run(ctx, k, load)
+			}
+			return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, c.s.waitTimeout)
+		}
+		n, err := c.await(ctx, w, min(left, c.s.poll))
+		c.ann.unregister(k.value, w)
+		if err != nil {
+			return outcome{}, err
+		}
+		switch n.kind {
+		case noticeNotFound:
+			c.emit(EventWait, k.user, time.Since(waitStart), nil)
+			return outcome{notFound: true}, nil
+		case noticeError:
+			err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
+			c.emit(EventWait, k.user, time.Since(waitStart), err)
+			return outcome{}, err
+		}
+	}
+}
+
+// step reads the key once and acts on what it finds. done: res/err is the
+// answer; wait: another process is rebuilding; neither: read again.
+func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte]) (res outcome, done, wait bool, err error) {
+	raw, err := c.rc.Get(ctx, k.value).Bytes()
+	switch {
+	case redisx.IsNil(err):
+		// Nothing there: claim the key itself. The claim is a lock whose
+		// value sits where the entry goes, so a Delete or Set during the
+		// load removes it and the load's write (conditional on the claim)
+		// becomes a no-op.
+		l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL, nil)
+		switch {
+		case errors.Is(err, lock.ErrNotObtained):
+			c.n.contention.Add(1)
+			return outcome{}, false, false, nil
+		case err != nil:
+			return c.stepError(ctx, k, load, err)
+		}
+		res, err := c.rebuild(ctx, k, it, load, l, nil, false)
+		return res, true, false, err
+	case err != nil:
+		return c.stepError(ctx, k, load, err)
+	}
+	e, st, _ := c.classify(raw)
+	switch {
+	case st == stateBuilding:
+		return outcome{}, false, true, nil
+	case st == stateFresh && e.NotFound:
+		return outcome{notFound: true}, true, false, nil
+	case (st == stateFresh || st == stateStale) && !e.NotFound:
+		if st == stateStale {
+			c.refresh(ctx, k, it, raw, load)
+		}
+		return outcome{payload: e.Payload}, true, false, nil
+	}
+	// Undecodable, an expired negative entry, or a value the caller could
+	// not decode: replace it under the separate rebuild lock.
+	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		c.n.contention.Add(1)
+		return outcome{}, false, true, nil
+	case err != nil:
+		return c.stepError(ctx, k, load, err)
+	}
+	res, err = c.rebuild(ctx, k, it, load, l, raw, false)
+	return res, true, false, err
+}
+
+func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, error) {
+	if ctx.Err() != nil {
+		return outcome{}, true, false, fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
+	}
+	c.serverError(k.user, err)
+	if redisx.IsReply(err) {
+		return outcome{}, true, false, fmt.Errorf("cache: %q: %w", k.user, err)
+	}
+	res, err := c.loadAlone(ctx, k, load)
+	return res, true, false, err
+}
+
+// await waits for a notice for w, at most d.
+func (c *Cache) await(ctx context.Context, w *waiter, d time.Duration) (notice, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case n := <-w.ch:
+		return n, nil
+	case <-t.C:
+		return notice{}, nil // poll: read again
+	case <-ctx.Done():
+		return notice{}, ctx.Err()
+	}
+}
+
+// run calls the loader once, counting it.
+func (c *Cache) run(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
+	start := time.Now()
+	c.n.loads.Add(1)
+	payload, err := flight.Call(ctx, load)
+	c.emit(EventLoad, k.user, time.Since(start), err)
+	switch {
+	case errors.Is(err, loader.ErrNotFound):
+		return outcome{notFound: true}, nil
+	case err != nil:
+		c.n.loadErrors.Add(1)
+		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
+	}
+	return outcome{payload: payload}, nil
+}
+
+// loadAlone runs the loader without the server (fail open).
+func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
+	c.n.failOpen.Add(1)
+	c.emit(EventFailOpen, k.user, 0, nil)
+	return c.run(ctx, k, load)
+}
+
+// rebuild runs the loader while holding l, writes the result if nobody
+// changed the key meanwhile, and announces the outcome. With old == nil, l
+// is a claim on the value key itself and the write replaces it; otherwise
+// l is the separate rebuild lock and the write is conditional on the key
+// still holding old (by digest when old is large). In the background (a
+// stale refresh) a failure keeps l for RefreshBackoff so that nobody
+// retries at once, and the stale value goes on being served.
+func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, old []byte, background bool) (outcome, error) {
+	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
+	start := time.Now()
+	res, err := c.run(ctx, k, load)
+	loadTime := time.Since(start)
+	_ = stop() // a lost claim is seen by the conditional write below
+
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	if err == nil && !res.notFound && len(res.payload) > c.s.maxSize {
+		err = fmt.Errorf("%w: %q is %d bytes, MaxValueSize is %d", ErrValueTooLarge, k.user, len(res.payload), c.s.maxSize)
+	}
+	if err != nil || (res.notFound && it.negative == 0) {
+		// Nothing to store. Free the claim (or, after a failed background
+		// refresh, hold the lock a little) and tell the waiters.
+		var ferr error
+		if background && err != nil {
+			ferr = l.Refresh(wctx, c.s.backoff)
+			c.log(slog.LevelWarn, "background refresh failed; serving stale", "key", k.user, "err", err)
+		} else {
+			ferr = l.Release(wctx)
+		}
+		if ferr != nil && !errors.Is(ferr, lock.ErrNotHeld) {
+			c.serverError(k.user, ferr)
+		}
+		if err != nil {
+			c.announce(wctx, k, noticeError, err.Error())
+		} else {
+			c.announce(wctx, k, noticeNotFound, "")
+		}
+		return res, err
+	}
+
+	val, ttl := c.entry(it, res.payload, res.notFound, loadTime)
+	var wrote bool
+	var werr error
+	if old == nil {
+		werr = l.Replace(wctx, val, ttl)
+		wrote = werr == nil
+		if errors.Is(werr, lock.ErrNotHeld) {
+			werr = nil
+		}
+	} else {
+		wrote, werr = c.conn.SetIfEqual(wctx, k.value, string(old), val, ttl)
+		if rerr := l.Release(wctx); rerr != nil && !errors.Is(rerr, lock.ErrNotHeld) && werr == nil {
+			werr = rerr
+		}
+	}
+	switch {
+	case werr != nil:
+		c.serverError(k.user, werr)
+	case !wrote:
+		c.n.writesSkipped.Add(1)
+		c.emit(EventWriteSkipped, k.user, 0, nil)
+	}
+	c.announce(wctx, k, noticeValue, "")
+	return res, nil
+}
+
+func (c *Cache) announce(ctx context.Context, k keys, kind byte, text string) {
+	if err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, text)).Err(); err != nil {
+		c.serverError(k.user, err)
+	}
+}
+
+// refresh starts a background refresh of a stale (or nearly expired)
+// value unless this process already runs one for the key. Across
+// processes the rebuild lock lets one through; the others keep serving
+// what they have.
+func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte, load loader.Func[[]byte]) {
+	if c.refreshes.Joined(k.value) > 0 {
+		return
+	}
+	old = append([]byte(nil), old...)
+	c.refreshes.Start(k.value, c.background(ctx), func(ctx context.Context) (struct{}, error) {
+		l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+		switch {
+		case errors.Is(err, lock.ErrNotObtained):
+			c.n.contention.Add(1)
+			return struct{}{}, nil
+		case err != nil:
+			c.serverError(k.user, err)
+			return struct{}{}, nil
+		}
+		c.n.refreshes.Add(1)
+		c.emit(EventRefresh, k.user, 0, nil)
+		_, _ = c.rebuild(ctx, k, it, load, l, old, true)
+		return struct{}{}, nil
+	})
+}

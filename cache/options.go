@@ -1,0 +1,235 @@
+package cache
+
+import (
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/lock"
+)
+
+// RedisClient is what New accepts: any go-redis v9 UniversalClient.
+type RedisClient = redisx.Client
+
+// Options configure a Cache. A nil *Options means all defaults.
+type Options struct {
+	// Namespace prefixes every key the cache writes: a value for key K is
+	// stored at "Namespace:{K}", its rebuild lock at "Namespace:{K}:lock"
+	// (one Redis Cluster slot), and announcements go to the channel
+	// "Namespace:announce". It must not contain braces. Default: "stampede".
+	Namespace string
+
+	// TTL is how long a loaded value is fresh. Default: 1 minute.
+	TTL time.Duration
+
+	// StaleTTL is how long after TTL a value may still be served while one
+	// caller in the whole cluster reloads it in the background. The server
+	// drops the key after TTL+StaleTTL. Zero disables stale serving.
+	// Default: 0.
+	StaleTTL time.Duration
+
+	// TTLJitter shortens each entry's TTL by a random fraction of up to
+	// TTLJitter, so that keys written together do not expire together.
+	// Must be in [0, 1). Default: 0.
+	TTLJitter float64
+
+	// NegativeTTL is how long a loader.ErrNotFound result is remembered.
+	// Zero means not at all: the loader runs again on the next call.
+	// Default: 0.
+	NegativeTTL time.Duration
+
+	// LockTTL is the TTL of the rebuild lock; it is kept alive while the
+	// loader runs, so it only bounds how long others wait for a rebuilder
+	// that died. Default: 5s.
+	LockTTL time.Duration
+
+	// LoadTimeout bounds a load, including any wait for another process's
+	// load. Default: 10s.
+	LoadTimeout time.Duration
+
+	// WaitTimeout bounds how long a miss waits for another process that is
+	// loading the value. Default: 10s.
+	WaitTimeout time.Duration
+
+	// LoadOnWaitTimeout makes a caller that waited WaitTimeout in vain run
+	// the loader itself (without storing the result) instead of returning
+	// ErrWaitTimeout. Default: false.
+	LoadOnWaitTimeout bool
+
+	// PollInterval is how often a waiter re-reads the key in case an
+	// announcement was lost. Default: 200ms.
+	PollInterval time.Duration
+
+	// RefreshBackoff is how long no process retries a background refresh
+	// that failed (the stale value is served meanwhile). Default: 1s.
+	RefreshBackoff time.Duration
+
+	// FailOpenCooldown is how long the cache stops talking to a server
+	// that could not be reached; loaders run directly meanwhile.
+	// Default: 1s.
+	FailOpenCooldown time.Duration
+
+	// EarlyRefresh is the XFetch beta: with beta > 0 a fresh hit refreshes
+	// the value in the background with a probability that grows as expiry
+	// nears, in proportion to how long the last load took (1 is the
+	// paper's choice). Zero disables it. Default: 0.
+	EarlyRefresh float64
+
+	// MaxValueSize is the largest encoded value stored. Default: 4 MiB.
+	MaxValueSize int
+
+	// DigestThreshold is the size above which conditional writes compare a
+	// digest instead of the value. Default: 512 bytes.
+	DigestThreshold int
+
+	// Codec encodes values. Default: Msgpack.
+	Codec Codec
+
+	// Logger receives server errors and failed background refreshes.
+	// Default: nil, no logging.
+	Logger *slog.Logger
+
+	// Observer, if set, is called for every Event, synchronously and
+	// outside any lock; it must be fast and must not call the Cache.
+	// Default: nil.
+	Observer func(Event)
+
+	// Now returns the current time. Default: time.Now.
+	Now func() time.Time
+
+	// Capabilities forces the server strategies (see lock.Options); for
+	// tests. Default: nil, probe the server.
+	Capabilities *lock.Capabilities
+}
+
+// settings are Options with defaults applied.
+type settings struct {
+	ns                                           string
+	ttl, stale, negative, lockTTL                time.Duration
+	loadTimeout, waitTimeout, poll, backoff, off time.Duration
+	jitter, beta                                 float64
+	loadOnWaitTimeout                            bool
+	maxSize, digest                              int
+	codec                                        Codec
+	logger                                       *slog.Logger
+	observer                                     func(Event)
+	now                                          func() time.Time
+	caps                                         *lock.Capabilities
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func (o *Options) settings() (settings, error) {
+	if o == nil {
+		o = &Options{}
+	}
+	s := settings{
+		ns:                or(o.Namespace, "stampede"),
+		ttl:               or(o.TTL, time.Minute),
+		stale:             o.StaleTTL,
+		negative:          o.NegativeTTL,
+		lockTTL:           or(o.LockTTL, 5*time.Second),
+		loadTimeout:       or(o.LoadTimeout, 10*time.Second),
+		waitTimeout:       or(o.WaitTimeout, 10*time.Second),
+		poll:              or(o.PollInterval, 200*time.Millisecond),
+		backoff:           or(o.RefreshBackoff, time.Second),
+		off:               or(o.FailOpenCooldown, time.Second),
+		jitter:            o.TTLJitter,
+		beta:              o.EarlyRefresh,
+		loadOnWaitTimeout: o.LoadOnWaitTimeout,
+		maxSize:           or(o.MaxValueSize, 4<<20),
+		digest:            or(o.DigestThreshold, redisx.DefaultDigestThreshold),
+		codec:             o.Codec,
+		logger:            o.Logger,
+		observer:          o.Observer,
+		now:               o.Now,
+		caps:              o.Capabilities,
+	}
+	if s.codec == nil {
+		s.codec = Msgpack
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"TTL", o.TTL}, {"StaleTTL", o.StaleTTL}, {"NegativeTTL", o.NegativeTTL}, {"LockTTL", o.LockTTL},
+		{"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout}, {"PollInterval", o.PollInterval},
+		{"RefreshBackoff", o.RefreshBackoff}, {"FailOpenCooldown", o.FailOpenCooldown}} {
+		if d.v < 0 {
+			return s, invalid("%s %v is negative", d.name, d.v)
+		}
+		if d.v > 0 && d.v < time.Millisecond {
+			return s, invalid("%s %v is below 1ms", d.name, d.v)
+		}
+	}
+	switch {
+	case strings.ContainsAny(s.ns, "{}") || !printable(s.ns):
+		return s, invalid("Namespace %q must be printable and without braces", s.ns)
+	case math.IsNaN(s.jitter) || s.jitter < 0 || s.jitter >= 1:
+		return s, invalid("TTLJitter %v is outside [0, 1)", s.jitter)
+	case math.IsNaN(s.beta) || math.IsInf(s.beta, 0) || s.beta < 0:
+		return s, invalid("EarlyRefresh %v must be a non-negative number", s.beta)
+	case o.MaxValueSize < 0:
+		return s, invalid("MaxValueSize %d is negative", o.MaxValueSize)
+	case o.DigestThreshold < 0:
+		return s, invalid("DigestThreshold %d is negative", o.DigestThreshold)
+	case s.poll > s.waitTimeout:
+		return s, invalid("PollInterval %v exceeds WaitTimeout %v", s.poll, s.waitTimeout)
+	case s.lockTTL < 10*time.Millisecond:
+		return s, invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
+	}
+	return s, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Option changes one call's settings (GetOrLoad, Set).
+type Option func(*itemSettings)
+
+type itemSettings struct {
+	ttl, stale, negative time.Duration
+}
+
+// WithTTL sets how long this value is fresh.
+func WithTTL(d time.Duration) Option { return func(s *itemSettings) { s.ttl = d } }
+
+// WithStaleTTL sets how long this value may be served stale after its TTL.
+func WithStaleTTL(d time.Duration) Option { return func(s *itemSettings) { s.stale = d } }
+
+// WithNegativeTTL sets how long a not-found result is remembered.
+func WithNegativeTTL(d time.Duration) Option { return func(s *itemSettings) { s.negative = d } }
+
+func (c *Cache) item(opts []Option) (itemSettings, error) {
+	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative}
+	for _, o := range opts {
+		if o != nil {
+			o(&it)
+		}
+	}
+	switch {
+	case it.ttl < time.Millisecond:
+		return it, invalid("TTL %v is below 1ms", it.ttl)
+	case it.stale < 0:
+		return it, invalid("StaleTTL %v is negative", it.stale)
+	case it.negative < 0:
+		return it, invalid("NegativeTTL %v is negative", it.negative)
+	}
+	return it, nil
+}

@@ -1,0 +1,3 @@
+package cache_test
+
+var workers = map[string]func() int{}

@@ -1,0 +1,81 @@
+package cache
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats counts what a Cache has done since New.
+type Stats struct {
+	Hits           uint64 // fresh values served
+	StaleHits      uint64 // stale values served while one process refreshes
+	Misses         uint64 // calls that found no usable value
+	Loads          uint64 // loader calls made by this Cache
+	LoadErrors     uint64 // loader calls that failed (not found excluded)
+	Coalesced      uint64 // calls that joined a load or wait already running in this process
+	Waits          uint64 // flights that waited for another process's load
+	WaitTimeouts   uint64 // of those, the ones that gave up after WaitTimeout
+	LockContention uint64 // rebuild locks found held by another process
+	FailOpenLoads  uint64 // loads run without the server because it was unreachable
+	DecodeFailures uint64 // stored entries that could not be decoded (replaced)
+	Refreshes      uint64 // background refreshes started (stale or early)
+	WritesSkipped  uint64 // rebuilt values not written because a Delete or Set came first
+	ServerErrors   uint64 // failed server calls
+}
+
+type counters struct {
+	hits, staleHits, misses, loads, loadErrors, coalesced, waits, waitTimeouts,
+	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Cache) Stats() Stats {
+	n := &c.n
+	return Stats{
+		Hits: n.hits.Load(), StaleHits: n.staleHits.Load(), Misses: n.misses.Load(), Loads: n.loads.Load(),
+		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Waits: n.waits.Load(),
+		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
+		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
+		ServerErrors: n.serverErrors.Load(),
+	}
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	EventHit          EventKind = iota + 1 // fresh value served
+	EventStale                             // stale value served
+	EventMiss                              // no usable value
+	EventLoad                              // loader returned; Duration is its run time, Err its error
+	EventWait                              // waited for another process; Duration is the wait, Err set on timeout or remote failure
+	EventFailOpen                          // loader ran without the server
+	EventDecodeFailure                     // a stored entry could not be decoded; Err says why
+	EventRefresh                           // background refresh started
+	EventWriteSkipped                      // a rebuilt value was not written: a Delete or Set came first
+	EventServerError                       // a server call failed; Err says why
+)
+
+var eventNames = [...]string{"", "hit", "stale", "miss", "load", "wait", "fail-open", "decode-failure", "refresh", "write-skipped", "server-error"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k > 0 {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is what Options.Observer receives: enough to feed a metrics system
+// without the cache importing one.
+type Event struct {
+	Kind     EventKind
+	Key      string // the caller's key
+	Duration time.Duration
+	Err      error
+}
+
+func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
+	if c.s.observer != nil {
+		c.s.observer(Event{Kind: kind, Key: key, Duration: d, Err: err})
+	}
+}

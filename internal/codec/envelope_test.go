@@ -1,0 +1,73 @@
+package codec_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/codec"
+)
+
+func TestAppendDecode_roundTrip(t *testing.T) {
+	now := time.UnixMilli(time.Now().UnixMilli())
+	tests := []struct {
+		name string
+		e    codec.Entry
+	}{
+		{"value", codec.Entry{Written: now, FreshUntil: now.Add(time.Minute), LoadTime: 1500 * time.Microsecond, Payload: []byte("payload")}},
+		{"not found", codec.Entry{Written: now, FreshUntil: now.Add(time.Second), NotFound: true, Payload: []byte{}}},
+		{"empty payload", codec.Entry{Written: now, FreshUntil: now, Payload: []byte{}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := codec.Append(nil, tt.e)
+			got, err := codec.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Written.Equal(tt.e.Written) || !got.FreshUntil.Equal(tt.e.FreshUntil) || got.LoadTime != tt.e.LoadTime ||
+				got.NotFound != tt.e.NotFound || !bytes.Equal(got.Payload, tt.e.Payload) {
+				t.Errorf("round trip: got %+v, want %+v", got, tt.e)
+			}
+		})
+	}
+}
+
+func TestDecode_rejects(t *testing.T) {
+	good := codec.Append(nil, codec.Entry{Payload: []byte("x")})
+	tests := []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"short", good[:10]},
+		{"other magic", append([]byte{'{'}, good[1:]...)},
+		{"future version", append([]byte{good[0], 2}, good[2:]...)},
+		{"unknown flag", append(append([]byte{}, good[:2]...), append([]byte{0x80}, good[3:]...)...)},
+		{"lock value", []byte("0123456789abcdef0123456789abcdef;1700000000000;")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := codec.Decode(tt.b); !errors.Is(err, codec.ErrFormat) {
+				t.Errorf("Decode(%q) = %v, want ErrFormat", tt.b, err)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(codec.Append(nil, codec.Entry{Payload: []byte("x")}))
+	f.Add([]byte{0xF5, 1})
+	f.Add([]byte("0123456789abcdef0123456789abcdef;1;meta"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := codec.Decode(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must encode back to the same bytes.
+		if again := codec.Append(nil, e); !bytes.Equal(again, b) {
+			t.Errorf("re-encoding changed %x to %x", b, again)
+		}
+	})
+}

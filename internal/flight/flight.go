@@ -1,0 +1,129 @@
+// Package flight is a typed, context-aware singleflight: concurrent calls
+// for one key share one execution of a function, and each caller waits
+// only as long as its own context allows.
+//
+// Unlike golang.org/x/sync/singleflight, the shared function runs in a
+// goroutine of its own on a context detached from every caller (so one
+// caller giving up cancels nothing the others wait for), and a panic in it
+// becomes a *PanicError delivered to every caller instead of crashing the
+// process.
+package flight
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+// PanicError is the error a panicking function turns into. It carries the
+// panic value and the stack of the goroutine that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack) }
+
+// Unwrap returns the panic value if it is an error.
+func (p *PanicError) Unwrap() error {
+	if err, ok := p.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Call runs fn and turns a panic into a *PanicError.
+func Call[V any](ctx context.Context, fn func(context.Context) (V, error)) (v V, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero V
+			v, err = zero, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx)
+}
+
+type call[V any] struct {
+	done   chan struct{} // closed when val and err are set
+	val    V
+	err    error
+	joined int // callers waiting on it; guarded by Group.mu
+}
+
+// Group coalesces calls by key. The zero value is ready to use; a Group
+// must not be copied after first use. It is safe for concurrent use.
+type Group[V any] struct {
+	mu    sync.Mutex // guards calls; never held while fn runs
+	calls map[string]*call[V]
+}
+
+// Do runs fn for key unless a call for key is already running, in which
+// case it waits for that call's result. shared reports whether the caller
+// joined a call started by another. fn runs on ctx(), a context the Group
+// obtains from start when it starts the call; Do returns ctx.Err() as soon
+// as the caller's own ctx ends, leaving the call running for the others.
+//
+// start is called under no lock and must return the context for fn and a
+// function to call when fn has returned (e.g. a timeout's cancel).
+func (g *Group[V]) Do(ctx context.Context, key string, start func() (context.Context, func()), fn func(context.Context) (V, error)) (v V, err error, shared bool) {
+	c, leader := g.join(key)
+	if leader {
+		g.launch(key, c, start, fn)
+	}
+	select {
+	case <-c.done:
+		return c.val, c.err, !leader
+	case <-ctx.Done():
+		var zero V
+		return zero, ctx.Err(), !leader
+	}
+}
+
+// Start starts fn for key in the background unless a call for key is
+// running already. It reports whether it started one.
+func (g *Group[V]) Start(key string, start func() (context.Context, func()), fn func(context.Context) (V, error)) bool {
+	c, leader := g.join(key)
+	if leader {
+		g.launch(key, c, start, fn)
+	}
+	return leader
+}
+
+func (g *Group[V]) join(key string) (*call[V], bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[key]; ok {
+		c.joined++
+		return c, false
+	}
+	if g.calls == nil {
+		g.calls = make(map[string]*call[V])
+	}
+	c := &call[V]{done: make(chan struct{}), joined: 1}
+	g.calls[key] = c
+	return c, true
+}
+
+func (g *Group[V]) launch(key string, c *call[V], start func() (context.Context, func()), fn func(context.Context) (V, error)) {
+	go func() {
+		ctx, finish := start()
+		defer finish()
+		c.val, c.err = Call(ctx, fn)
+		g.mu.Lock()
+		delete(g.calls, key)
+		g.mu.Unlock()
+		close(c.done)
+	}()
+}
+
+// Joined returns how many callers have joined the call for key that is in
+// progress (counting the one that started it), or 0 if none is.
+func (g *Group[V]) Joined(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[key]; ok {
+		return c.joined
+	}
+	return 0
+}

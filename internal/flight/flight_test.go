@@ -1,0 +1,138 @@
+package flight_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/flight"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func detached() (context.Context, func()) {
+	return context.WithCancel(context.Background())
+}
+
+// waitJoined yields until n callers have joined the call for key: the
+// only way to see that a goroutine is blocked inside Do.
+func waitJoined[V any](tb testing.TB, g *flight.Group[V], key string, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.Joined(key) < n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("only %d of %d callers joined", g.Joined(key), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestGroup_Do_coalesces(t *testing.T) {
+	var g flight.Group[int]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var calls atomic.Int32
+	fn := func(context.Context) (int, error) {
+		calls.Add(1)
+		close(started)
+		<-release
+		return 42, nil
+	}
+	const n = 50
+	type res struct {
+		v      int
+		err    error
+		shared bool
+	}
+	out := make(chan res, n)
+	go func() {
+		v, err, shared := g.Do(ctx, "k", detached, fn)
+		out <- res{v, err, shared}
+	}()
+	<-started
+	var wg sync.WaitGroup
+	for range n - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err, shared := g.Do(ctx, "k", detached, fn)
+			out <- res{v, err, shared}
+		}()
+	}
+	waitJoined(t, &g, "k", n)
+	close(release)
+	wg.Wait()
+	shared := 0
+	for range n {
+		r := <-out
+		if r.err != nil || r.v != 42 {
+			t.Fatalf("Do = %d, %v", r.v, r.err)
+		}
+		if r.shared {
+			shared++
+		}
+	}
+	if c := calls.Load(); c != 1 || shared != n-1 {
+		t.Errorf("%d calls and %d shared results for %d callers, want 1 and %d", c, shared, n, n-1)
+	}
+}
+
+func TestGroup_Do_waiterCancels(t *testing.T) {
+	var g flight.Group[string]
+	release := make(chan struct{})
+	loadCtx := make(chan context.Context, 1)
+	fn := func(ctx context.Context) (string, error) {
+		loadCtx <- ctx
+		<-release
+		return "v", ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err, _ := g.Do(ctx, "k", detached, fn)
+		done <- err
+	}()
+	lctx := <-loadCtx
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter got %v", err)
+	}
+	if lctx.Err() != nil {
+		t.Fatal("the shared load was cancelled with its caller")
+	}
+	// A second caller joins the still-running load and gets its result.
+	got := make(chan string, 1)
+	go func() {
+		v, _, _ := g.Do(context.Background(), "k", detached, fn)
+		got <- v
+	}()
+	waitJoined(t, &g, "k", 2)
+	close(release)
+	if v := <-got; v != "v" {
+		t.Errorf("joiner got %q", v)
+	}
+}
+
+func TestGroup_Do_panic(t *testing.T) {
+	var g flight.Group[int]
+	_, err, _ := g.Do(context.Background(), "k", detached, func(context.Context) (int, error) {
+		panic(errors.New("boom"))
+	})
+	var pe *flight.PanicError
+	if !errors.As(err, &pe) || pe.Value.(error).Error() != "boom" || len(pe.Stack) == 0 {
+		t.Fatalf("err = %v, want *PanicError with the value and a stack", err)
+	}
+	if errors.Unwrap(pe) == nil {
+		t.Error("PanicError of an error does not unwrap to it")
+	}
+	if g.Joined("k") != 0 {
+		t.Error("a panicked call is still registered")
+	}
+}
