@@ -44,16 +44,16 @@ func (c *Cache) Stats() Stats {
 type EventKind uint8
 
 const (
-	EventHit          EventKind = iota + 1 // fresh value served
-	EventStale                             // stale value served
-	EventMiss                              // no usable value
-	EventLoad                              // loader returned; Duration is its run time, Err its error
-	EventWait                              // waited for another process; Duration is the wait, Err set on timeout or remote failure
-	EventFailOpen                          // loader ran without the server
-	EventDecodeFailure                     // a stored entry could not be decoded; Err says why
-	EventRefresh                           // background refresh started
-	EventWriteSkipped                      // a rebuilt value was not written: a Delete or Set came first
-	EventServerError                       // a server call failed; Err says why
+	EventHit           EventKind = iota + 1 // fresh value served
+	EventStale                              // stale value served
+	EventMiss                               // no usable value
+	EventLoad                               // loader returned; Duration is its run time, Err its error
+	EventWait                               // waited for another process; Duration is the wait, Err set on timeout or remote failure
+	EventFailOpen                           // loader ran without the server
+	EventDecodeFailure                      // a stored entry could not be decoded; Err says why
+	EventRefresh                            // background refresh started
+	EventWriteSkipped                       // a rebuilt value was not written: a Delete or Set came first
+	EventServerError                        // a server call failed; Err says why
 )
 
 var eventNames = [...]string{"", "hit", "stale", "miss", "load", "wait", "fail-open", "decode-failure", "refresh", "write-skipped", "server-error"}
