@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -232,8 +233,15 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		return c.stepError(ctx, k, load, err)
 	}
 	res, err = c.rebuild(ctx, k, it, load, l, raw, false)
+	if err == errRetry {
+		return outcome{}, false, false, nil
+	}
 	return res, true, false, err
 }
+
+// errRetry is rebuild's signal that the key changed before the load began:
+// read it again.
+var errRetry = errors.New("cache: key changed; read again")
 
 func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, error) {
 	if ctx.Err() != nil {
@@ -292,6 +300,20 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 // stale refresh) a failure keeps l for RefreshBackoff so that nobody
 // retries at once, and the stale value goes on being served.
 func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, old []byte, background bool) (outcome, error) {
+	if old != nil {
+		// Between our read and our lock, another process may have rebuilt
+		// the value and released the lock: then there is nothing to do.
+		cur, err := c.rc.Get(ctx, k.value).Bytes()
+		if err == nil && !bytes.Equal(cur, old) || redisx.IsNil(err) {
+			if err := l.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+				c.serverError(k.user, err)
+			}
+			if background {
+				return outcome{}, nil
+			}
+			return outcome{}, errRetry
+		}
+	}
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	start := time.Now()
 	res, err := c.run(ctx, k, load)
