@@ -73,10 +73,10 @@ func ready(rc redis.UniversalClient) error {
 }
 
 type procs struct {
-	t  *testing.T
-	s  *redistest.Server
-	rc redis.UniversalClient
-	ps []*redistest.Proc
+	t   *testing.T
+	s   *redistest.Server
+	rc  redis.UniversalClient
+	ps  []*redistest.Proc
 	go_ string
 }
 
