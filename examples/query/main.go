@@ -27,9 +27,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -77,7 +80,11 @@ type round struct {
 
 // run is the parent: it prepares the database and runs both rounds.
 func run(procs, goroutines, rows int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// Ctrl-C or SIGTERM cancels ctx, which kills the workers, so that the
+	// deferred clean-up (temporary directory, keys) still runs.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 
 	rdb, url, closeAll, err := embedded.Open()
@@ -157,7 +164,11 @@ func run(procs, goroutines, rows int) error {
 // collects their reports into r.
 func runRound(ctx context.Context, procs int, env []string, r *round) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // kills workers left behind by an error
+	var wg sync.WaitGroup // the goroutines that read and reap the workers
+	defer func() {
+		cancel() // kills workers left behind by an error
+		wg.Wait()
+	}()
 
 	type event struct {
 		worker int
@@ -183,7 +194,7 @@ func runRound(ctx context.Context, procs int, env []string, r *round) error {
 			return err
 		}
 		stdins[i] = in
-		go func() {
+		wg.Go(func() {
 			sc := bufio.NewScanner(out)
 			sc.Buffer(nil, 1<<20)
 			for sc.Scan() {
@@ -200,7 +211,7 @@ func runRound(ctx context.Context, procs int, env []string, r *round) error {
 			case events <- event{worker: i, err: err, exited: true}:
 			case <-ctx.Done():
 			}
-		}()
+		})
 	}
 
 	r.answers = map[string]int{}
