@@ -12,12 +12,14 @@ import (
 // per namespace, one subscription per Cache (not per key); in a cluster,
 // PUBLISH reaches subscribers on every node. Messages are
 //
-//	'v' key          a value was written (or the write lost a race): read it again
-//	'n' key          the loader found nothing and nothing was stored
-//	'e' key \0 text  the loader failed with text
+//	'v' key [\0 entry]  a value was written (or the write lost a race):
+//	                    use entry if present, else read the key again
+//	'n' key             the loader found nothing and nothing was stored
+//	'e' key \0 text     the loader failed with text
 //
-// where key is the stored value key. A lost message costs a waiter one
-// poll interval, never correctness.
+// where key is the stored value key (it never contains a NUL byte). Small
+// entries travel in the message, which saves each waiter a round trip. A
+// lost message costs a waiter one poll interval, never correctness.
 const (
 	noticeValue    = 'v'
 	noticeNotFound = 'n'
@@ -26,8 +28,11 @@ const (
 
 type notice struct {
 	kind byte
-	text string
+	text string // the error text ('e') or the entry ('v'), if any
 }
+
+// inlineMax is the largest entry sent along with its announcement.
+const inlineMax = 8 << 10
 
 // waiter receives the next notice for one key.
 type waiter struct{ ch chan notice }
@@ -63,10 +68,8 @@ func (a *announcer) loop() {
 		}
 		n := notice{kind: p[0]}
 		key := p[1:]
-		if n.kind == noticeError {
-			if i := strings.IndexByte(key, 0); i >= 0 {
-				key, n.text = key[:i], key[i+1:]
-			}
+		if i := strings.IndexByte(key, 0); i >= 0 {
+			key, n.text = key[:i], key[i+1:]
 		}
 		a.mu.Lock()
 		for w := range a.waiters[key] {
@@ -109,7 +112,7 @@ func (a *announcer) close() {
 }
 
 func message(kind byte, key, text string) string {
-	if kind == noticeError {
+	if text != "" {
 		return string(kind) + key + "\x00" + text
 	}
 	return string(kind) + key

@@ -176,6 +176,17 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			return outcome{}, err
 		}
 		switch n.kind {
+		case noticeValue:
+			if n.text == "" {
+				continue
+			}
+			if e, st, err := c.classify([]byte(n.text)); err == nil && st != stateBuilding {
+				c.emit(EventWait, k.user, time.Since(waitStart), nil)
+				if e.NotFound {
+					return outcome{notFound: true}, nil
+				}
+				return outcome{payload: e.Payload}, nil
+			}
 		case noticeNotFound:
 			c.emit(EventWait, k.user, time.Since(waitStart), nil)
 			return outcome{notFound: true}, nil
@@ -368,7 +379,11 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 		c.n.writesSkipped.Add(1)
 		c.emit(EventWriteSkipped, k.user, 0, nil)
 	}
-	c.announce(wctx, k, noticeValue, "")
+	inline := ""
+	if wrote && len(val) <= inlineMax {
+		inline = val
+	}
+	c.announce(wctx, k, noticeValue, inline)
 	return res, nil
 }
 
