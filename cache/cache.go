@@ -104,11 +104,14 @@ func (c *Cache) keys(key string) keys {
 }
 
 // background returns the start function for a flight: the work runs on a
-// context detached from the caller (keeping its values), limited by
-// LoadTimeout and cancelled by Close, and is counted for Close to wait on.
+// context detached from the caller (keeping its values), cancelled by
+// Close, and is counted for Close to wait on. A flight may wait up to
+// WaitTimeout and then load for up to LoadTimeout (run applies that), plus
+// a margin for the server calls around them.
 func (c *Cache) background(parent context.Context) func() (context.Context, func()) {
 	return func() (context.Context, func()) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.s.loadTimeout)
+		limit := c.s.waitTimeout + c.s.loadTimeout + 2*writeTimeout
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), limit)
 		c.mu.Lock()
 		closed := c.closed
 		if !closed {

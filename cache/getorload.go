@@ -55,6 +55,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	}
 	k := c.keys(key)
 
+	var bad []byte // a stored value this caller could not decode
 	if !c.down() {
 		raw, err := c.rc.Get(ctx, k.value).Bytes()
 		switch {
@@ -75,7 +76,8 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 				}
 				v, err := decode[V](c, key, e.Payload)
 				if err != nil {
-					break // e.g. another type under the key: rebuild it
+					bad = raw // e.g. another type under the key: rebuild it
+					break
 				}
 				if st == stateStale {
 					c.n.staleHits.Add(1)
@@ -88,6 +90,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 			case stateCorrupt:
 				c.n.decodeFailures.Add(1)
 				c.emit(EventDecodeFailure, key, 0, derr)
+				bad = raw
 			}
 		case redisx.IsNil(err):
 		case ctx.Err() != nil:
@@ -101,7 +104,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 
 	enc := encoded(c, key, load)
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, enc)
+		return c.fill(ctx, k, it, enc, bad)
 	})
 	if shared {
 		c.n.coalesced.Add(1)
@@ -138,7 +141,10 @@ func encoded[V any](c *Cache, key string, load loader.Func[V]) loader.Func[[]byt
 // fill gets a value for a key that had none usable: it claims the rebuild
 // and loads, or waits for the process that claimed it. It runs once per
 // key per process at a time, on a background context.
-func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte]) (outcome, error) {
+//
+// bad is a stored value the caller found but could not decode: finding it
+// again means replacing it, not returning it.
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (outcome, error) {
 	var waitStart time.Time
 	for {
 		if c.down() {
@@ -147,7 +153,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		// Register before reading, so that an announcement sent between the
 		// read and the wait is not missed.
 		w := c.ann.register(k.value)
-		res, done, wait, err := c.step(ctx, k, it, load)
+		res, done, wait, err := c.step(ctx, k, it, load, bad)
 		if done || err != nil {
 			c.ann.unregister(k.value, w)
 			return res, err
@@ -173,7 +179,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		n, err := c.await(ctx, w, min(left, c.s.poll))
 		c.ann.unregister(k.value, w)
 		if err != nil {
-			return outcome{}, err
+			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
 		switch n.kind {
 		case noticeValue:
@@ -200,7 +206,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 
 // step reads the key once and acts on what it finds. done: res/err is the
 // answer; wait: another process is rebuilding; neither: read again.
-func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte]) (res outcome, done, wait bool, err error) {
+func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (res outcome, done, wait bool, err error) {
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
 	switch {
 	case redisx.IsNil(err):
@@ -227,7 +233,7 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		return outcome{}, false, true, nil
 	case st == stateFresh && e.NotFound:
 		return outcome{notFound: true}, true, false, nil
-	case (st == stateFresh || st == stateStale) && !e.NotFound:
+	case (st == stateFresh || st == stateStale) && !e.NotFound && (bad == nil || !bytes.Equal(raw, bad)):
 		if st == stateStale {
 			c.refresh(ctx, k, it, raw, load)
 		}
@@ -280,8 +286,10 @@ func (c *Cache) await(ctx context.Context, w *waiter, d time.Duration) (notice, 
 	}
 }
 
-// run calls the loader once, counting it.
+// run calls the loader once, limited by LoadTimeout, counting it.
 func (c *Cache) run(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.s.loadTimeout)
+	defer cancel()
 	start := time.Now()
 	c.n.loads.Add(1)
 	payload, err := flight.Call(ctx, load)

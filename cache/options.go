@@ -45,12 +45,12 @@ type Options struct {
 	// that died. Default: 5s.
 	LockTTL time.Duration
 
-	// LoadTimeout bounds a load, including any wait for another process's
-	// load. Default: 10s.
+	// LoadTimeout bounds each loader call. Default: 10s.
 	LoadTimeout time.Duration
 
 	// WaitTimeout bounds how long a miss waits for another process that is
-	// loading the value. Default: 10s.
+	// loading the value (a caller's own ctx may end its wait sooner).
+	// Default: 10s.
 	WaitTimeout time.Duration
 
 	// LoadOnWaitTimeout makes a caller that waited WaitTimeout in vain run
