@@ -73,19 +73,19 @@ func ready(rc redis.UniversalClient) error {
 }
 
 type procs struct {
-	t   *testing.T
-	s   *redistest.Server
-	rc  redis.UniversalClient
-	ps  []*redistest.Proc
-	go_ string
+	t      *testing.T
+	s      *redistest.Server
+	rc     redis.UniversalClient
+	ps     []*redistest.Proc
+	goList string
 }
 
 // spawn starts n workers of one role and waits until all are ready.
 func spawn(t *testing.T, s *redistest.Server, n int, role string, vars ...string) *procs {
 	t.Helper()
 	ctx := testCtx(t)
-	p := &procs{t: t, s: s, rc: s.Client(t), go_: redistest.Key(t, "go")}
-	base := []string{"CACHETEST_GO=" + p.go_, "CACHETEST_TTL=1m", "CACHETEST_STALE=0s", "CACHETEST_LOCKTTL=5s"}
+	p := &procs{t: t, s: s, rc: s.Client(t), goList: redistest.Key(t, "go")}
+	base := []string{"CACHETEST_GO=" + p.goList, "CACHETEST_TTL=1m", "CACHETEST_STALE=0s", "CACHETEST_LOCKTTL=5s"}
 	for range n {
 		p.ps = append(p.ps, redistest.Spawn(t, s, role, append(base, vars...)...))
 	}
@@ -110,7 +110,7 @@ func (p *procs) start() {
 	for i := range args {
 		args[i] = "go"
 	}
-	if err := p.rc.RPush(context.Background(), p.go_, args...).Err(); err != nil {
+	if err := p.rc.RPush(context.Background(), p.goList, args...).Err(); err != nil {
 		p.t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,85 @@ func TestClient_Obtain_retry(t *testing.T) {
 		err = <-got
 		if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
 			t.Errorf("Obtain = %v, want ErrNotObtained joined with context.Canceled", err)
+		}
+	})
+}
+
+func TestLock_KeepAlive(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, rc := newClient(t, s, nil)
+		key := redistest.Key(t, "lock")
+		l, err := c.Obtain(ctx, key, 150*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, stop := l.KeepAlive(ctx, 150*time.Millisecond, 30*time.Millisecond)
+		select {
+		case <-held.Done():
+			t.Fatalf("lost a healthy lock: %v", context.Cause(held))
+		case <-time.After(450 * time.Millisecond): // three TTLs of work
+		}
+		if _, err := l.TTL(ctx); err != nil {
+			t.Fatalf("after three TTLs with keep-alive: %v", err)
+		}
+		if err := rc.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		<-held.Done()
+		if cause := stop(); !errors.Is(cause, lock.ErrLost) || !errors.Is(context.Cause(held), lock.ErrLost) {
+			t.Errorf("stop() = %v, cause %v; want ErrLost", cause, context.Cause(held))
+		}
+	})
+}
+
+func TestLock_Replace(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, rc := newClient(t, s, nil)
+		key := redistest.Key(t, "slot")
+		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Replace(ctx, "result", time.Hour); err != nil {
+			t.Fatalf("Replace: %v", err)
+		}
+		if v, err := rc.Get(ctx, key).Result(); err != nil || v != "result" {
+			t.Fatalf("after Replace: %q, %v", v, err)
+		}
+		if ttl := rc.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
+			t.Errorf("TTL after Replace = %v, want about 1h", ttl)
+		}
+		if err := l.Replace(ctx, "again", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("second Replace = %v, want ErrNotHeld", err)
+		}
+		// Deleted behind the holder's back: Replace must not recreate it.
+		l, err = c.Obtain(ctx, key+":2", time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Del(ctx, key+":2")
+		if err := l.Replace(ctx, "late", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Replace after Delete = %v, want ErrNotHeld", err)
+		}
+		if n := rc.Exists(ctx, key+":2").Val(); n != 0 {
+			t.Error("Replace recreated a deleted key")
+		}
+	})
+}
+
+func FuzzParseValue(f *testing.F) {
+	f.Add("0123456789abcdef0123456789abcdef;1700000000000;meta")
+	f.Add("0123456789abcdef0123456789abcdef;;")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, v string) {
+		info, ok := lock.ParseValue(v)
+		if !ok {
+			return
+		}
+		if len(info.Token) != 32 || !strings.HasSuffix(v, info.Metadata) || !strings.HasPrefix(v, info.Token+";") {
+			t.Errorf("ParseValue(%q) = %+v", v, info)
 		}
 	})
 }

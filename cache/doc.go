@@ -1,0 +1,47 @@
+// Package cache provides a read-through cache on a Redis-protocol server
+// shared by many processes, in which an expired or missing value is
+// recomputed once, not once per request or once per process.
+//
+//	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute})
+//	...
+//	u, err := cache.GetOrLoad(ctx, c, "user:42", func(ctx context.Context) (User, error) {
+//		return db.LoadUser(ctx, 42)
+//	})
+//
+// # Stampede protection
+//
+// Within a process, concurrent calls for a key share one flight. Across
+// processes, the first to find the key missing claims it by writing a
+// short-lived lock where the value goes (SET NX PX); it loads, replaces the
+// claim with the value (SET ... IFEQ claim) and announces it on one pub/sub
+// channel per namespace. The others wait for the announcement (a poll is
+// the safety net) and take the value from it. A claim whose owner died
+// expires after LockTTL and is taken over; the claim is kept alive while
+// the loader runs.
+//
+// A value past its TTL but within StaleTTL is served at once while one
+// process, holding the entry's rebuild lock, refreshes it in the
+// background. The refreshed value is written only if the key still holds
+// what the refresher read (compared by digest for large values: SET ...
+// IFDEQ on Redis >= 8.4, a script elsewhere), so a Delete or Set that
+// happens during the load wins. With EarlyRefresh, hot keys are refreshed
+// shortly before they expire (XFetch), so they need not go stale at all.
+//
+// # Failures
+//
+// A loader error is returned to every caller waiting for that load, in
+// every process, and never stored; loader.ErrNotFound may be stored for
+// NegativeTTL. A failed background refresh keeps the stale value served
+// until StaleTTL ends. A panicking loader becomes a *loader.PanicError for
+// every waiter. When the server cannot be reached, loaders run without it
+// (each process still loads once per key at a time) and the server is
+// left alone for FailOpenCooldown. An entry that cannot be decoded is
+// treated as missing and replaced.
+//
+// # Keys
+//
+// A key K in namespace NS is stored at NS:{K}, its rebuild lock at
+// NS:{K}:lock, in one Redis Cluster slot. Keys longer than 128 bytes or
+// containing braces, spaces or non-printable bytes are replaced by a
+// 128-bit hash inside the braces. Every key written has a TTL.
+package cache

@@ -1,0 +1,72 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/loader"
+	"github.com/redis/go-redis/v9"
+)
+
+func ExampleGetOrLoad() {
+	mr := miniredis.NewMiniRedis() // a real program connects to its Redis instead
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	type User struct{ Name string }
+	load := func(ctx context.Context) (User, error) {
+		fmt.Println("querying the database")
+		return User{Name: "Ada"}, nil
+	}
+	ctx := context.Background()
+	for range 3 {
+		u, err := cache.GetOrLoad(ctx, c, "user:42", load)
+		fmt.Println(u.Name, err)
+	}
+	// Output:
+	// querying the database
+	// Ada <nil>
+	// Ada <nil>
+	// Ada <nil>
+}
+
+func ExampleGetOrLoad_notFound() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, _ := cache.New(rdb, &cache.Options{NegativeTTL: 30 * time.Second})
+	defer c.Close()
+
+	lookups := 0
+	load := func(ctx context.Context) (string, error) {
+		lookups++
+		return "", loader.ErrNotFound // remembered for NegativeTTL
+	}
+	for range 2 {
+		_, err := cache.GetOrLoad(context.Background(), c, "sku:missing", load)
+		fmt.Println(errors.Is(err, cache.ErrNotFound))
+	}
+	fmt.Println("lookups:", lookups)
+	// Output:
+	// true
+	// true
+	// lookups: 1
+}
