@@ -1,0 +1,81 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCluster_announcementsCrossNodes: a waiter subscribed through a
+// ClusterClient is woken by an announcement published on any node, as
+// happens when the rebuilding process talks to another node.
+func TestCluster_announcementsCrossNodes(t *testing.T) {
+	s := redistest.Shared(t, redistest.Cluster)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute})
+	locks, err := lock.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, addr := range s.Addrs() {
+		key := "k" + string(rune('a'+i))
+		stored := ns + ":{" + key + "}"
+		// Another process's claim on the key: GetOrLoad must wait for it.
+		if _, err := locks.Obtain(ctx, stored, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := cache.GetOrLoad(ctx, c, key, func(context.Context) (string, error) {
+				return "", errors.New("the waiter must not load")
+			})
+			got <- err
+		}()
+		for c.Stats().Waits != uint64(i+1) {
+			select {
+			case <-ctx.Done():
+				t.Fatal("never waited")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		err := node.Publish(ctx, ns+":announce", "e"+stored+"\x00failed on node "+addr).Err()
+		node.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// PollInterval is a minute: only the announcement can wake it.
+		if err := <-got; !errors.Is(err, cache.ErrRemoteLoad) || !strings.Contains(err.Error(), addr) {
+			t.Errorf("node %s: err = %v, want the announcement's ErrRemoteLoad", addr, err)
+		}
+	}
+}
+
+// TestCluster_keysShareASlot: the value and lock keys of one entry, for
+// plain, long, binary and brace-containing keys, map to one slot (a
+// Delete of both in one command would fail with CROSSSLOT otherwise).
+func TestCluster_keysShareASlot(t *testing.T) {
+	s := redistest.Shared(t, redistest.Cluster)
+	ctx := testCtx(t)
+	c, _ := newCache(t, s, nil)
+	for _, key := range []string{"plain", strings.Repeat("long", 100), "bin\x00\xff", "{user}:1", "a}b{c"} {
+		v, err := cache.GetOrLoad(ctx, c, key, func(context.Context) (string, error) { return "v:" + key, nil })
+		if err != nil || v != "v:"+key {
+			t.Fatalf("%q: %q, %v", key, v, err)
+		}
+		if err := c.Delete(ctx, key); err != nil {
+			t.Errorf("Delete(%q): %v", key, err)
+		}
+		if _, err := cache.Get[string](ctx, c, key); !errors.Is(err, cache.ErrMiss) {
+			t.Errorf("after Delete(%q): %v", key, err)
+		}
+	}
+}
