@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,8 +50,11 @@ type outcome struct {
 
 // New returns a Cache using rc. It subscribes to the namespace's
 // announcement channel in the background; it makes no other server call.
+// A nil rc, including a nil *redis.Client, is an error.
 func New(rc RedisClient, opts *Options) (*Cache, error) {
-	if rc == nil {
+	// A typed nil (var rdb *redis.Client) is not == nil, and would panic
+	// in Subscribe below.
+	if v := reflect.ValueOf(rc); rc == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, invalid("nil Redis client")
 	}
 	s, err := opts.settings()
@@ -206,8 +210,11 @@ func (c *Cache) early(e codec.Entry) bool {
 	if c.s.beta == 0 || e.LoadTime <= 0 {
 		return false
 	}
-	gap := time.Duration(float64(e.LoadTime) * c.s.beta * -logRand())
-	return !c.s.now().Add(gap).Before(e.FreshUntil)
+	// Compare in float64: with a large beta the gap does not fit a
+	// time.Duration, and such a conversion is implementation-defined (on
+	// amd64 it comes out negative, so the refresh never happened).
+	gap := float64(e.LoadTime) * c.s.beta * -logRand()
+	return gap >= float64(e.FreshUntil.Sub(c.s.now()))
 }
 
 func logRand() float64 {
