@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,9 +51,7 @@ type outcome struct {
 // announcement channel in the background; it makes no other server call.
 // A nil rc, including a nil *redis.Client, is an error.
 func New(rc RedisClient, opts *Options) (*Cache, error) {
-	// A typed nil (var rdb *redis.Client) is not == nil, and would panic
-	// in Subscribe below.
-	if v := reflect.ValueOf(rc); rc == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+	if redisx.IsNilClient(rc) {
 		return nil, invalid("nil Redis client")
 	}
 	s, err := opts.settings()
@@ -112,22 +109,18 @@ func (c *Cache) keys(key string) keys {
 // Close, and is counted for Close to wait on. A flight may wait up to
 // WaitTimeout and then load for up to LoadTimeout (run applies that), plus
 // a margin for the server calls around them.
-func (c *Cache) background(parent context.Context) func() (context.Context, func()) {
-	return func() (context.Context, func()) {
+func (c *Cache) background(parent context.Context) flight.Starter {
+	return func() (context.Context, func(), error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return nil, nil, ErrClosed
+		}
+		c.wg.Add(1)
 		limit := c.s.waitTimeout + c.s.loadTimeout + 2*writeTimeout
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), limit)
-		c.mu.Lock()
-		closed := c.closed
-		if !closed {
-			c.wg.Add(1)
-		}
-		c.mu.Unlock()
-		if closed {
-			cancel()
-			return ctx, func() {}
-		}
 		stop := context.AfterFunc(c.base, cancel)
-		return ctx, func() { stop(); cancel(); c.wg.Done() }
+		return ctx, func() { stop(); cancel(); c.wg.Done() }, nil
 	}
 }
 

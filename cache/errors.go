@@ -10,9 +10,9 @@ import (
 // ErrMiss is returned by Get when there is no usable value for the key.
 var ErrMiss = errors.New("cache: miss")
 
-// ErrStale is joined to a value that is past its TTL but within StaleTTL:
-// by Get always, and by GetOrLoad when a synchronous refresh failed and the
-// stale value is served instead (stale-if-error).
+// ErrStale is returned by Get together with a value that is past its TTL
+// but within StaleTTL. (GetOrLoad serves such a value with a nil error and
+// refreshes it in the background.)
 var ErrStale = errors.New("cache: stale value")
 
 // ErrWaitTimeout is returned when another process was rebuilding the value

@@ -333,6 +333,10 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 			return outcome{}, errRetry
 		}
 	}
+	if background {
+		c.n.refreshes.Add(1)
+		c.emit(EventRefresh, k.user, 0, nil)
+	}
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	start := time.Now()
 	res, err := c.run(ctx, k, load)
@@ -420,8 +424,6 @@ func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte
 			c.serverError(k.user, err)
 			return struct{}{}, nil
 		}
-		c.n.refreshes.Add(1)
-		c.emit(EventRefresh, k.user, 0, nil)
 		_, _ = c.rebuild(ctx, k, it, load, l, old, true)
 		return struct{}{}, nil
 	})

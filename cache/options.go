@@ -59,7 +59,7 @@ type Options struct {
 	LoadOnWaitTimeout bool
 
 	// PollInterval is how often a waiter re-reads the key in case an
-	// announcement was lost. Default: 200ms.
+	// announcement was lost. Default: 200ms, or WaitTimeout if shorter.
 	PollInterval time.Duration
 
 	// RefreshBackoff is how long no process retries a background refresh
@@ -139,7 +139,7 @@ func (o *Options) settings() (settings, error) {
 		lockTTL:           or(o.LockTTL, 5*time.Second),
 		loadTimeout:       or(o.LoadTimeout, 10*time.Second),
 		waitTimeout:       or(o.WaitTimeout, 10*time.Second),
-		poll:              or(o.PollInterval, 200*time.Millisecond),
+		poll:              o.PollInterval,
 		backoff:           or(o.RefreshBackoff, time.Second),
 		off:               or(o.FailOpenCooldown, time.Second),
 		jitter:            o.TTLJitter,
@@ -155,6 +155,9 @@ func (o *Options) settings() (settings, error) {
 	}
 	if s.codec == nil {
 		s.codec = Msgpack
+	}
+	if s.poll == 0 {
+		s.poll = min(200*time.Millisecond, s.waitTimeout)
 	}
 	if s.now == nil {
 		s.now = time.Now

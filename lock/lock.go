@@ -25,7 +25,7 @@ type Client struct {
 // New returns a Client using rc. It makes no server call: the server's
 // capabilities are probed on first use (see Capabilities).
 func New(rc RedisClient, opts *Options) (*Client, error) {
-	if rc == nil {
+	if redisx.IsNilClient(rc) {
 		return nil, invalid("nil Redis client")
 	}
 	if err := opts.validate(); err != nil {

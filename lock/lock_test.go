@@ -237,6 +237,7 @@ func TestClient_badInput(t *testing.T) {
 		want string
 	}{
 		{"nil client", func() error { _, err := lock.New(nil, nil); return err }, "nil Redis client"},
+		{"typed nil client", func() error { var rdb *redis.Client; _, err := lock.New(rdb, nil); return err }, "nil Redis client"},
 		{"negative threshold", func() error { _, err := lock.New(rc, &lock.Options{DigestThreshold: -1}); return err }, "DigestThreshold"},
 		{"empty key", func() error { _, err := c.Obtain(ctx, "", time.Second, nil); return err }, "empty key"},
 		{"zero ttl", func() error { _, err := c.Obtain(ctx, "k", 0, nil); return err }, "below 1ms"},

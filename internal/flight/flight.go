@@ -58,6 +58,13 @@ type Group[V any] struct {
 	calls map[string]*call[V]
 }
 
+// Starter prepares a call: it returns the context fn runs on and a
+// function to call when fn has returned (e.g. a timeout's cancel), or an
+// error that becomes the call's result without running fn (e.g. the owner
+// is shutting down). It runs in the goroutine that starts the call, before
+// fn's goroutine exists, so an owner can count the goroutine before it runs.
+type Starter func() (context.Context, func(), error)
+
 // Do runs fn for key unless a call for key is already running, in which
 // case it waits for that call's result. shared reports whether the caller
 // joined a call started by another. fn runs on ctx(), a context the Group
@@ -66,7 +73,7 @@ type Group[V any] struct {
 //
 // start is called under no lock and must return the context for fn and a
 // function to call when fn has returned (e.g. a timeout's cancel).
-func (g *Group[V]) Do(ctx context.Context, key string, start func() (context.Context, func()), fn func(context.Context) (V, error)) (v V, err error, shared bool) {
+func (g *Group[V]) Do(ctx context.Context, key string, start Starter, fn func(context.Context) (V, error)) (v V, err error, shared bool) {
 	c, leader := g.join(key)
 	if leader {
 		g.launch(key, c, start, fn)
@@ -82,7 +89,7 @@ func (g *Group[V]) Do(ctx context.Context, key string, start func() (context.Con
 
 // Start starts fn for key in the background unless a call for key is
 // running already. It reports whether it started one.
-func (g *Group[V]) Start(key string, start func() (context.Context, func()), fn func(context.Context) (V, error)) bool {
+func (g *Group[V]) Start(key string, start Starter, fn func(context.Context) (V, error)) bool {
 	c, leader := g.join(key)
 	if leader {
 		g.launch(key, c, start, fn)
@@ -105,16 +112,25 @@ func (g *Group[V]) join(key string) (*call[V], bool) {
 	return c, true
 }
 
-func (g *Group[V]) launch(key string, c *call[V], start func() (context.Context, func()), fn func(context.Context) (V, error)) {
+func (g *Group[V]) launch(key string, c *call[V], start Starter, fn func(context.Context) (V, error)) {
+	ctx, finish, err := start()
+	if err != nil {
+		g.finish(key, c, c.val, err)
+		return
+	}
 	go func() {
-		ctx, finish := start()
 		defer finish()
-		c.val, c.err = Call(ctx, fn)
-		g.mu.Lock()
-		delete(g.calls, key)
-		g.mu.Unlock()
-		close(c.done)
+		v, err := Call(ctx, fn)
+		g.finish(key, c, v, err)
 	}()
+}
+
+func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
+	c.val, c.err = v, err
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+	close(c.done)
 }
 
 // Joined returns how many callers have joined the call for key that is in

@@ -15,8 +15,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func detached() (context.Context, func()) {
-	return context.WithCancel(context.Background())
+func detached() (context.Context, func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return ctx, cancel, nil
 }
 
 // waitJoined yields until n callers have joined the call for key: the
@@ -134,5 +135,16 @@ func TestGroup_Do_panic(t *testing.T) {
 	}
 	if g.Joined("k") != 0 {
 		t.Error("a panicked call is still registered")
+	}
+}
+
+func TestGroup_Do_startRefuses(t *testing.T) {
+	var g flight.Group[int]
+	closed := errors.New("closed")
+	ran := false
+	_, err, _ := g.Do(context.Background(), "k", func() (context.Context, func(), error) { return nil, nil, closed },
+		func(context.Context) (int, error) { ran = true; return 1, nil })
+	if !errors.Is(err, closed) || ran || g.Joined("k") != 0 {
+		t.Errorf("err = %v, ran = %t; want the starter's error and no call", err, ran)
 	}
 }

@@ -2,6 +2,7 @@ package redisx
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,16 @@ type Client interface {
 	Pipeline() redis.Pipeliner
 	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// IsNilClient reports whether c is nil, including a typed nil such as a
+// nil *redis.Client, which is not == nil but panics when used.
+func IsNilClient(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 var (
