@@ -109,7 +109,7 @@ func (c *Cache) keys(key string) keys {
 // Close, and is counted for Close to wait on. A flight may wait up to
 // WaitTimeout and then load for up to LoadTimeout (run applies that), plus
 // a margin for the server calls around them.
-func (c *Cache) background(parent context.Context) flight.Starter {
+func (c *Cache) background(parent context.Context, wait time.Duration) flight.Starter {
 	return func() (context.Context, func(), error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -117,7 +117,7 @@ func (c *Cache) background(parent context.Context) flight.Starter {
 			return nil, nil, ErrClosed
 		}
 		c.wg.Add(1)
-		limit := c.s.waitTimeout + c.s.loadTimeout + 2*writeTimeout
+		limit := wait + c.s.loadTimeout + 2*writeTimeout
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), limit)
 		stop := context.AfterFunc(c.base, cancel)
 		return ctx, func() { stop(); cancel(); c.wg.Done() }, nil

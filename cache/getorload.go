@@ -103,7 +103,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	c.emit(EventMiss, key, 0, nil)
 
 	enc := encoded(c, key, load)
-	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx), func(ctx context.Context) (outcome, error) {
+	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
 		return c.fill(ctx, k, it, enc, bad)
 	})
 	if shared {
@@ -166,7 +166,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			waitStart = time.Now()
 			c.n.waits.Add(1)
 		}
-		left := c.s.waitTimeout - time.Since(waitStart)
+		left := it.wait - time.Since(waitStart)
 		if left <= 0 {
 			c.ann.unregister(k.value, w)
 			c.n.waitTimeouts.Add(1)
@@ -174,7 +174,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			if c.s.loadOnWaitTimeout {
 				return c.run(ctx, k, load)
 			}
-			return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, c.s.waitTimeout)
+			return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, it.wait)
 		}
 		n, err := c.await(ctx, w, min(left, c.s.poll))
 		c.ann.unregister(k.value, w)
@@ -339,8 +339,12 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 	}
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	start := time.Now()
-	res, err := c.run(ctx, k, load)
+	exp := &expiry{}
+	res, err := c.run(context.WithValue(ctx, expiryKey{}, exp), k, load)
 	loadTime := time.Since(start)
+	if exp.set {
+		it.ttl, it.stale = exp.fresh, exp.stale
+	}
 	_ = stop() // a lost claim is seen by the conditional write below
 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -414,7 +418,7 @@ func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte
 		return
 	}
 	old = append([]byte(nil), old...)
-	c.refreshes.Start(k.value, c.background(ctx), func(ctx context.Context) (struct{}, error) {
+	c.refreshes.Start(k.value, c.background(ctx, it.wait), func(ctx context.Context) (struct{}, error) {
 		l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"strings"
@@ -207,7 +208,7 @@ func printable(s string) bool {
 type Option func(*itemSettings)
 
 type itemSettings struct {
-	ttl, stale, negative time.Duration
+	ttl, stale, negative, wait time.Duration
 }
 
 // WithTTL sets how long this value is fresh.
@@ -219,8 +220,11 @@ func WithStaleTTL(d time.Duration) Option { return func(s *itemSettings) { s.sta
 // WithNegativeTTL sets how long a not-found result is remembered.
 func WithNegativeTTL(d time.Duration) Option { return func(s *itemSettings) { s.negative = d } }
 
+// WithWaitTimeout sets how long this call waits for another process's load.
+func WithWaitTimeout(d time.Duration) Option { return func(s *itemSettings) { s.wait = d } }
+
 func (c *Cache) item(opts []Option) (itemSettings, error) {
-	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative}
+	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
 	for _, o := range opts {
 		if o != nil {
 			o(&it)
@@ -233,6 +237,31 @@ func (c *Cache) item(opts []Option) (itemSettings, error) {
 		return it, invalid("StaleTTL %v is negative", it.stale)
 	case it.negative < 0:
 		return it, invalid("NegativeTTL %v is negative", it.negative)
+	case it.wait < time.Millisecond:
+		return it, invalid("WaitTimeout %v is below 1ms", it.wait)
 	}
 	return it, nil
+}
+
+type expiryKey struct{}
+
+// expiry is where Expire leaves a loader's choice of TTLs.
+type expiry struct {
+	set          bool
+	fresh, stale time.Duration
+}
+
+// Expire sets, from inside a loader, how long the value it is about to
+// return stays fresh and then stale, overriding the TTL and StaleTTL of the
+// call; for values whose lifetime is only known once loaded (an HTTP
+// response's max-age, a token's expiry). It reports whether ctx belongs to
+// a load whose result will be stored; elsewhere it does nothing. A fresh
+// duration below 1ms is raised to 1ms, a negative stale one to 0.
+func Expire(ctx context.Context, fresh, stale time.Duration) bool {
+	e, _ := ctx.Value(expiryKey{}).(*expiry)
+	if e == nil {
+		return false
+	}
+	e.set, e.fresh, e.stale = true, max(fresh, time.Millisecond), max(stale, 0)
+	return true
 }

@@ -67,3 +67,26 @@ func TestGetOrLoad_waitTimeoutEqualsLoadTimeout(t *testing.T) {
 		}
 	}
 }
+
+// Expire, called by a loader, decides the stored value's freshness.
+func TestExpire(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, TTL: time.Hour})
+	set := false
+	_, err := cache.GetOrLoad(ctx, c, "token", func(ctx context.Context) (string, error) {
+		set = cache.Expire(ctx, 2*time.Minute, 3*time.Minute)
+		return "t", nil
+	})
+	if err != nil || !set {
+		t.Fatalf("GetOrLoad: %v; Expire reported %t", err, set)
+	}
+	ttl := rc.PTTL(ctx, ns+":{token}").Val()
+	if ttl <= 4*time.Minute || ttl > 5*time.Minute {
+		t.Errorf("stored TTL = %v, want fresh+stale = 5m", ttl)
+	}
+	if cache.Expire(ctx, time.Minute, 0) {
+		t.Error("Expire outside a loader reported true")
+	}
+}
