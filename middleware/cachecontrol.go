@@ -1,0 +1,101 @@
+package middleware
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cacheControl is a parsed Cache-Control header (RFC 9111 section 5.2).
+// Unknown directives are ignored; a malformed delta-seconds counts as
+// absent, except that it makes the header "broken", which shared caches
+// must treat conservatively.
+type cacheControl struct {
+	noStore, noCache, private, public, mustRevalidate, proxyRevalidate bool
+	maxAge, sMaxAge, staleWhileRevalidate, staleIfError               time.Duration
+	hasMaxAge, hasSMaxAge                                              bool
+	broken                                                             bool
+}
+
+// parseCacheControl parses every Cache-Control field value of a message.
+// It never panics on any input.
+func parseCacheControl(values []string) cacheControl {
+	var cc cacheControl
+	for _, v := range values {
+		for _, part := range splitDirectives(v) {
+			name, arg, hasArg := strings.Cut(part, "=")
+			name = strings.ToLower(strings.TrimSpace(name))
+			arg = strings.Trim(strings.TrimSpace(arg), `"`)
+			secs := func() (time.Duration, bool) {
+				if !hasArg {
+					cc.broken = true
+					return 0, false
+				}
+				n, err := strconv.ParseInt(arg, 10, 64)
+				if err != nil || n < 0 {
+					cc.broken = true
+					return 0, false
+				}
+				// RFC 9111 1.2.2: values beyond 2^31 count as 2^31 seconds.
+				return time.Duration(min(n, 1<<31)) * time.Second, true
+			}
+			switch name {
+			case "no-store":
+				cc.noStore = true
+			case "no-cache":
+				cc.noCache = true // with a field list it still means: not from cache without revalidation
+			case "private":
+				cc.private = true
+			case "public":
+				cc.public = true
+			case "must-revalidate":
+				cc.mustRevalidate = true
+			case "proxy-revalidate":
+				cc.proxyRevalidate = true
+			case "max-age":
+				if d, ok := secs(); ok && !cc.hasMaxAge {
+					cc.maxAge, cc.hasMaxAge = d, true
+				}
+			case "s-maxage":
+				if d, ok := secs(); ok && !cc.hasSMaxAge {
+					cc.sMaxAge, cc.hasSMaxAge = d, true
+				}
+			case "stale-while-revalidate":
+				if d, ok := secs(); ok {
+					cc.staleWhileRevalidate = d
+				}
+			case "stale-if-error":
+				if d, ok := secs(); ok {
+					cc.staleIfError = d
+				}
+			}
+		}
+	}
+	return cc
+}
+
+// splitDirectives splits a field value at commas outside quoted strings.
+func splitDirectives(v string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			inQuote = !inQuote
+		case '\\':
+			if inQuote {
+				i++
+			}
+		case ',':
+			if !inQuote {
+				out = append(out, v[start:i])
+				start = i + 1
+			}
+		}
+	}
+	out = append(out, v[start:])
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
+	}
+	return out
+}

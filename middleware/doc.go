@@ -1,0 +1,42 @@
+// Package middleware caches HTTP responses in a cache.Cache shared by many
+// processes, as net/http middleware that fits chi:
+//
+//	c, _ := cache.New(rdb, nil)
+//	r := chi.NewRouter()
+//	r.With(middleware.Cache(c, time.Minute)).Get("/report", report)
+//
+// # Stampede protection
+//
+// One request per key in the whole cluster renders a missing or expired
+// response; concurrent requests, in this process and others, wait for it
+// and are answered with its response (or with the stale one, within the
+// response's stale window). The render runs in the goroutine of the request
+// that won, so it can stream to its client; after WaitTimeout the others
+// render for themselves, as nginx's proxy_cache_lock_timeout does.
+//
+// # What is stored
+//
+// Only what a shared cache may store (RFC 9111): GET and HEAD requests
+// without Authorization (and, by default, without Cookie), responses with
+// a storable status that are not no-store, private or no-cache, set no
+// cookie and do not say Vary: *. s-maxage, then max-age, then Options.TTL
+// give the freshness; stale-while-revalidate and stale-if-error (RFC 5861)
+// the stale window. Responses that flush, hijack, panic or answer 5xx are
+// passed through and never stored; bodies over Options.StoreLimit stream
+// through without being buffered whole.
+//
+// # The key
+//
+// "GET " + scheme (from the connection) + "://" + host (lower case, no
+// default port) + escaped path + "?" + query sorted by name and value
+// (minus Options.IgnoreQuery), then Options.KeyHeaders, then the request's
+// values of the headers the response named in Vary. Nothing else of the
+// request reaches the key; headers that rewrite hosts, URLs or methods
+// (X-Forwarded-Host, X-Original-URL, X-HTTP-Method-Override, ...) are
+// removed from the request the handler renders for the cache, so they
+// cannot shape what others receive.
+//
+// Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
+// and an ETag (the handler's, or a digest of the body); If-None-Match is
+// answered with 304.
+package middleware

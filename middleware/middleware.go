@@ -1,0 +1,432 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+)
+
+// Middleware caches HTTP responses in a cache.Cache. It is safe for
+// concurrent use. Use New to create a Middleware.
+type Middleware struct {
+	c            *cache.Cache
+	o            Options
+	now          func() time.Time
+	statusHeader string
+	keyHeaders   []string // canonical
+	limit        int
+	wait         time.Duration
+
+	vary varyIndex
+}
+
+// New returns a Middleware storing responses in c.
+func New(c *cache.Cache, opts *Options) (*Middleware, error) {
+	if c == nil {
+		return nil, errors.New("middleware: nil *cache.Cache")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	m := &Middleware{c: c, o: o, now: o.Now, statusHeader: o.StatusHeader, limit: o.StoreLimit, wait: o.WaitTimeout}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	if m.statusHeader == "" {
+		m.statusHeader = "X-Cache"
+	}
+	if m.limit == 0 {
+		m.limit = 1 << 20
+	}
+	if m.wait == 0 {
+		m.wait = 5 * time.Second
+	}
+	if m.o.TTL == 0 {
+		m.o.TTL = time.Minute
+	}
+	for _, h := range o.KeyHeaders {
+		m.keyHeaders = append(m.keyHeaders, http.CanonicalHeaderKey(h))
+	}
+	return m, nil
+}
+
+// Cache returns middleware that caches responses in c for ttl (unless a
+// response's Cache-Control says otherwise), for r.Use in chi or to wrap
+// any http.Handler. It panics if ttl is invalid.
+func Cache(c *cache.Cache, ttl time.Duration) func(http.Handler) http.Handler {
+	m, err := New(c, &Options{TTL: ttl})
+	if err != nil {
+		panic(err)
+	}
+	return m.Handler
+}
+
+// Handler wraps next: GET and HEAD requests are answered from the cache
+// when it holds a fresh (or, within its stale window, stale) response, and
+// otherwise one request per key in the whole cluster renders while the
+// others wait for its response; everything else goes straight to next.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if reason := m.bypass(r); reason != "" {
+			m.setStatus(w.Header(), statusBypass)
+			next.ServeHTTP(w, r)
+			return
+		}
+		base, ok := m.baseKey(r)
+		if !ok {
+			m.setStatus(w.Header(), statusBypass)
+			next.ServeHTTP(w, r)
+			return
+		}
+		if m.o.AllowNoCache && clientNoCache(r) {
+			m.renderAndStore(w, r, next, base)
+			return
+		}
+		m.serve(w, r, next, base)
+	})
+}
+
+// bypass says why r must not use the cache, or "".
+func (m *Middleware) bypass(r *http.Request) string {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return "method"
+	case r.Header.Get("Authorization") != "":
+		return "authorization"
+	case r.Header.Get("Cookie") != "" && !m.o.CacheRequestsWithCookies:
+		return "cookie"
+	case r.Header.Get("Range") != "", r.Header.Get("Upgrade") != "":
+		return "range or upgrade"
+	case strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Cache-Control"), ",")), "no-store"):
+		return "no-store"
+	}
+	return ""
+}
+
+func clientNoCache(r *http.Request) bool {
+	cc := parseCacheControl(r.Header.Values("Cache-Control"))
+	return cc.noCache || strings.EqualFold(r.Header.Get("Pragma"), "no-cache")
+}
+
+// serve answers r through the cache; see Handler.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
+	start := m.now()
+	for attempt := 0; attempt < 2; attempt++ {
+		vary := m.vary.get(base)
+		key := variantKey(base, vary, r)
+
+		h := newHandoff()
+		results := make(chan result, 1)
+		ctx := r.Context()
+		go func() {
+			resp, err := cache.GetOrLoad(ctx, m.c, key, h.loader(m, next, r), cache.WithWaitTimeout(m.wait))
+			results <- result{resp: resp, err: err}
+		}()
+
+		var res result
+		select {
+		case j := <-h.jobs:
+			m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
+			return
+		case res = <-results:
+		case <-ctx.Done():
+		}
+		if j := h.close(); j != nil {
+			// Our loader was chosen just as we stopped waiting for it.
+			if ctx.Err() != nil {
+				j.done <- result{err: errGone}
+				return
+			}
+			m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
+			return
+		}
+		if ctx.Err() != nil {
+			return // the client is gone
+		}
+		if res.err != nil {
+			// The render failed, could not be stored, or took longer than
+			// WaitTimeout: render for this request alone.
+			m.setStatus(w.Header(), statusBypass)
+			next.ServeHTTP(w, r)
+			return
+		}
+		resp := &res.resp
+		if !slicesEqual(resp.Vary, vary) {
+			m.vary.put(base, resp.Vary)
+		}
+		if !resp.matches(r) {
+			// A variant for other header values: now that we know what
+			// the response varies on, look again under the variant's key.
+			if slicesEqual(resp.Vary, vary) {
+				break
+			}
+			continue
+		}
+		status := statusHit
+		switch {
+		case resp.Stored >= start.UnixMilli():
+			status = statusMiss
+		case !resp.fresh(m.now()):
+			status = statusStale
+		}
+		m.write(w, r, resp, status)
+		return
+	}
+	m.setStatus(w.Header(), statusBypass)
+	next.ServeHTTP(w, r)
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// renderAndStore renders r itself (a client's no-cache) and stores the
+// response if it may be stored.
+func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
+	j := &job{done: make(chan result, 1)}
+	res := m.renderFor(w, r, next, j)
+	if res.err != nil {
+		return
+	}
+	m.vary.put(base, res.resp.Vary)
+	key := variantKey(base, res.resp.Vary, r)
+	fresh := time.Duration(res.resp.FreshUntil-res.resp.Stored) * time.Millisecond
+	_ = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+}
+
+// result is what a render or a cache lookup produced.
+type result struct {
+	resp  response
+	err   error
+	stale time.Duration // the stale window the response asked for
+}
+
+// errNotStored is the loader's error for a response that must not be
+// stored or shared; every other waiter renders for itself.
+type errNotStored struct{ reason string }
+
+func (e errNotStored) Error() string { return "middleware: response not stored: " + e.reason }
+
+var errGone = errors.New("middleware: the request that was to render has gone")
+
+// job is a render requested by the cache's loader from the request's own
+// goroutine.
+type job struct{ done chan result }
+
+// handoff lets the loader of one request's GetOrLoad call have the render
+// done by that request's goroutine (which can stream to its client and
+// whose panics reach net/http) while it waits, or do it itself in the
+// background once the request is gone (a stale refresh).
+type handoff struct {
+	mu      sync.Mutex
+	waiting bool // the request still waits and can take a job
+	jobs    chan *job
+}
+
+func newHandoff() *handoff { return &handoff{waiting: true, jobs: make(chan *job, 1)} }
+
+// close stops the request taking jobs and returns one sent meanwhile.
+func (h *handoff) close() *job {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting = false
+	select {
+	case j := <-h.jobs:
+		return j
+	default:
+		return nil
+	}
+}
+
+func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func(context.Context) (response, error) {
+	return func(ctx context.Context) (response, error) {
+		h.mu.Lock()
+		if h.waiting {
+			h.waiting = false
+			j := &job{done: make(chan result, 1)}
+			h.jobs <- j
+			h.mu.Unlock()
+			select {
+			case res := <-j.done:
+				if res.err == nil {
+					cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+				}
+				return res.resp, res.err
+			case <-ctx.Done():
+				return response{}, ctx.Err()
+			}
+		}
+		h.mu.Unlock()
+		res := m.render(nil, r.Clone(ctx), next)
+		if res.err == nil {
+			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+		}
+		return res.resp, res.err
+	}
+}
+
+// renderFor renders r in its own goroutine for job j, answering the
+// client as it goes (or streaming, for what cannot be stored), and hands
+// the result to j.
+func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
+	delivered := false
+	defer func() {
+		if !delivered {
+			j.done <- result{err: errNotStored{"the handler panicked"}}
+		}
+	}()
+	res := m.render(w, r, next)
+	j.done <- res
+	delivered = true
+	if res.err == nil {
+		m.write(w, r, &res.resp, statusMiss)
+	} // else it was passed through to w already
+	return res
+}
+
+// render runs next for r through a recorder. With w set, a response that
+// cannot be stored has been passed through to w by the time render
+// returns (err set); without w it is discarded.
+func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler) result {
+	rr := r.Clone(r.Context())
+	if rr.Method == http.MethodHead {
+		rr.Method = http.MethodGet // store the body, for GETs too
+	}
+	for _, name := range unkeyedHeaders() {
+		if !containsFold(m.keyHeaders, name) {
+			rr.Header.Del(name)
+		}
+	}
+	rec := newRecorder(w, m.limit)
+	rec.onPass = func(h http.Header) { m.setStatus(h, statusBypass) }
+	stored := m.now()
+	next.ServeHTTP(rec, rr)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	reason, fresh, stale := m.storable(r, rec)
+	if reason == "" && rec.passing {
+		reason = rec.reason
+	}
+	if reason != "" {
+		rec.pass(reason) // out to the client, if there is one, and not stored
+		return result{err: errNotStored{reason}}
+	}
+	body := append([]byte(nil), rec.body.Bytes()...)
+	vary, _ := parseVary(rec.header)
+	values := make([]string, len(vary))
+	for i, name := range vary {
+		values[i] = headerValue(r.Header, name)
+	}
+	return result{
+		resp: response{
+			Status: rec.status, Header: storedHeader(rec.header, body), Body: body,
+			Stored: stored.UnixMilli(), FreshUntil: stored.Add(fresh).UnixMilli(),
+			Vary: vary, VaryValues: values,
+		},
+		stale: stale,
+	}
+}
+
+// storable applies the rules of a shared cache (RFC 9111 section 3) and
+// the options to a recorded response. It returns why it may not be
+// stored, or its fresh and stale durations.
+func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fresh, stale time.Duration) {
+	h := rec.header
+	cc := parseCacheControl(h.Values("Cache-Control"))
+	_, star := parseVary(h)
+	switch {
+	case rec.status >= 500 && rec.status != http.StatusNotImplemented:
+		return "server error", 0, 0
+	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
+		return "ShouldCache said no", 0, 0
+	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
+		return fmt.Sprintf("status %d", rec.status), 0, 0
+	case cc.noStore:
+		return "no-store", 0, 0
+	case cc.private:
+		return "private", 0, 0
+	case cc.noCache:
+		return "no-cache (would need revalidation)", 0, 0
+	case len(h.Values("Set-Cookie")) > 0:
+		return "sets a cookie", 0, 0
+	case star:
+		return "Vary: *", 0, 0
+	case cc.broken:
+		return "malformed Cache-Control", 0, 0
+	}
+	fresh = m.o.TTL
+	switch {
+	case cc.hasSMaxAge:
+		fresh = cc.sMaxAge
+	case cc.hasMaxAge:
+		fresh = cc.maxAge
+	}
+	if fresh <= 0 {
+		return "max-age=0", 0, 0
+	}
+	stale = m.o.StaleTTL
+	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
+		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
+	}
+	if cc.mustRevalidate || cc.proxyRevalidate {
+		stale = 0
+	}
+	return "", fresh, stale
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// varyIndex remembers, per base key, the header names responses vary on,
+// so requests go straight to their variant's key. It is bounded: when
+// full it forgets everything, which costs one extra lookup per resource.
+type varyIndex struct {
+	mu    sync.Mutex
+	names map[string][]string
+}
+
+const varyIndexMax = 10000
+
+func (v *varyIndex) get(base string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.names[base]
+}
+
+func (v *varyIndex) put(base string, names []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(names) == 0 {
+		delete(v.names, base)
+		return
+	}
+	if v.names == nil || len(v.names) >= varyIndexMax {
+		v.names = make(map[string][]string)
+	}
+	v.names[base] = names
+}

@@ -1,0 +1,114 @@
+package middleware
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// Options configure a Middleware. A nil *Options means all defaults.
+type Options struct {
+	// TTL is how long a response is fresh when its Cache-Control has
+	// neither s-maxage nor max-age. Default: 1 minute.
+	TTL time.Duration
+
+	// StaleTTL is how long after that a response may be served while one
+	// render refreshes it, when its Cache-Control has neither
+	// stale-while-revalidate nor stale-if-error. Default: 0.
+	StaleTTL time.Duration
+
+	// KeyFunc replaces the default key (method class, scheme, host, path,
+	// sorted query); ok false bypasses the cache for the request. The Vary
+	// headers of the response are still added to whatever it returns.
+	// Default: nil.
+	KeyFunc func(r *http.Request) (key string, ok bool)
+
+	// IgnoreQuery names query parameters left out of the key (e.g.
+	// "utm_source"). Default: none.
+	IgnoreQuery []string
+
+	// KeyHeaders names request headers added to the key and passed to the
+	// handler (e.g. "X-Forwarded-Proto" behind a TLS proxy). Other
+	// URL-rewriting headers (X-Forwarded-Host, X-Original-URL,
+	// X-HTTP-Method-Override and the like) are removed from the request
+	// the handler renders for the cache. Default: none.
+	KeyHeaders []string
+
+	// StoreLimit is the largest body stored; larger bodies stream through
+	// without being buffered whole and are not stored. Default: 1 MiB.
+	StoreLimit int
+
+	// WaitTimeout is how long a request waits for the render of the same
+	// response by another request (in any process) before rendering
+	// itself, as nginx's proxy_cache_lock_timeout. Default: 5s.
+	WaitTimeout time.Duration
+
+	// Statuses are the status codes that may be stored. Default: 200, 203,
+	// 204, 300, 301, 308, 404, 405, 410, 414, 501.
+	Statuses []int
+
+	// ShouldCache, if set, decides instead of Statuses whether a response
+	// with this status and header may be stored. The rules a shared cache
+	// must follow (no-store, private, Set-Cookie, Vary: *) apply either way.
+	ShouldCache func(status int, header http.Header) bool
+
+	// AllowNoCache lets a request's "Cache-Control: no-cache" force a new
+	// render. Off by default: on a public endpoint anybody could force
+	// renders at will. Default: false.
+	AllowNoCache bool
+
+	// CacheRequestsWithCookies caches requests that carry a Cookie header.
+	// Off by default, because handlers often personalise responses by
+	// cookie without saying so in Vary; turn it on only where cookies do
+	// not change responses. Default: false.
+	CacheRequestsWithCookies bool
+
+	// StatusHeader names the response header that says HIT, MISS, STALE or
+	// BYPASS; "-" leaves it out. Cache-Status (RFC 9211) is always set.
+	// Default: "X-Cache".
+	StatusHeader string
+
+	// Now returns the current time. Default: time.Now.
+	Now func() time.Time
+}
+
+var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501}
+
+func (o *Options) validate() error {
+	switch {
+	case o.TTL < 0:
+		return fmt.Errorf("middleware: TTL %v is negative", o.TTL)
+	case o.TTL > 0 && o.TTL < time.Millisecond:
+		return fmt.Errorf("middleware: TTL %v is below 1ms", o.TTL)
+	case o.StaleTTL < 0:
+		return fmt.Errorf("middleware: StaleTTL %v is negative", o.StaleTTL)
+	case o.StoreLimit < 0:
+		return fmt.Errorf("middleware: StoreLimit %d is negative", o.StoreLimit)
+	case o.WaitTimeout < 0:
+		return fmt.Errorf("middleware: WaitTimeout %v is negative", o.WaitTimeout)
+	case o.WaitTimeout > 0 && o.WaitTimeout < time.Millisecond:
+		return fmt.Errorf("middleware: WaitTimeout %v is below 1ms", o.WaitTimeout)
+	}
+	for _, s := range o.Statuses {
+		if s < 200 || s > 599 {
+			return fmt.Errorf("middleware: status %d in Statuses is not a final status", s)
+		}
+		if s >= 500 && s != http.StatusNotImplemented {
+			return fmt.Errorf("middleware: status %d in Statuses: server errors are never stored", s)
+		}
+	}
+	for _, h := range append(append([]string(nil), o.KeyHeaders...), o.IgnoreQuery...) {
+		if h == "" {
+			return fmt.Errorf("middleware: empty name in KeyHeaders or IgnoreQuery")
+		}
+	}
+	return nil
+}
+
+func (o *Options) statusOK(code int) bool {
+	if len(o.Statuses) == 0 {
+		return slices.Contains(defaultStatuses[:], code)
+	}
+	return slices.Contains(o.Statuses, code)
+}

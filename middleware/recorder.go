@@ -1,0 +1,118 @@
+package middleware
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+)
+
+// recorder captures a handler's response so that it can be stored. It
+// holds at most limit body bytes: past that, or when the handler flushes
+// or hijacks, it turns into a pass-through to the real ResponseWriter (if
+// there is one) and the response is not stored. It never writes after the
+// handler has returned: the middleware does that.
+type recorder struct {
+	w      http.ResponseWriter // nil when rendering in the background
+	limit  int
+	header http.Header
+	status int
+	body   bytes.Buffer
+
+	passing bool                // headers and body go straight to w; nothing is stored
+	reason  string              // why the response cannot be stored, if it cannot
+	onPass  func(h http.Header) // adds headers when switching to pass-through
+}
+
+func newRecorder(w http.ResponseWriter, limit int) *recorder {
+	return &recorder{w: w, limit: limit, header: make(http.Header)}
+}
+
+func (rec *recorder) Header() http.Header {
+	if rec.passing && rec.w != nil {
+		return rec.w.Header()
+	}
+	return rec.header
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if code < 200 { // informational: forward, it is not the response
+		if rec.w != nil && code != http.StatusSwitchingProtocols {
+			rec.w.WriteHeader(code)
+		}
+		return
+	}
+	if rec.status != 0 {
+		return // superfluous, as net/http says
+	}
+	rec.status = code
+	if rec.passing && rec.w != nil {
+		rec.w.WriteHeader(code)
+	}
+}
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if !rec.passing && rec.body.Len()+len(p) > rec.limit {
+		rec.pass("body larger than the store limit")
+	}
+	if rec.passing {
+		if rec.w == nil {
+			return len(p), nil
+		}
+		return rec.w.Write(p)
+	}
+	return rec.body.Write(p)
+}
+
+// pass switches to pass-through: what was recorded so far goes out first.
+func (rec *recorder) pass(reason string) {
+	if rec.passing {
+		return
+	}
+	rec.passing, rec.reason = true, reason
+	if rec.w == nil {
+		return
+	}
+	h := rec.w.Header()
+	for k, vs := range rec.header {
+		h[k] = vs
+	}
+	if rec.onPass != nil {
+		rec.onPass(h)
+	}
+	if rec.status != 0 {
+		rec.w.WriteHeader(rec.status)
+	}
+	if rec.body.Len() > 0 {
+		_, _ = rec.w.Write(rec.body.Bytes())
+	}
+	rec.body = bytes.Buffer{}
+}
+
+// Flush makes the response streaming: it is passed through, not stored.
+func (rec *recorder) Flush() {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	rec.pass("the handler flushed")
+	if rec.w != nil {
+		_ = http.NewResponseController(rec.w).Flush()
+	}
+}
+
+// Hijack hands the connection to the handler; nothing is stored.
+func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if rec.w == nil {
+		return nil, nil, errors.New("middleware: cannot hijack a background render")
+	}
+	rec.passing, rec.reason = true, "the handler hijacked the connection"
+	return http.NewResponseController(rec.w).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the real writer for what the
+// recorder does not handle itself (deadlines).
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
