@@ -12,7 +12,7 @@ import (
 // must treat conservatively.
 type cacheControl struct {
 	noStore, noCache, private, public, mustRevalidate, proxyRevalidate bool
-	maxAge, sMaxAge, staleWhileRevalidate, staleIfError               time.Duration
+	maxAge, sMaxAge, staleWhileRevalidate, staleIfError                time.Duration
 	hasMaxAge, hasSMaxAge                                              bool
 	broken                                                             bool
 }
