@@ -13,7 +13,7 @@ import (
 	"github.com/hotkv/stampede/middleware"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m, nil) }
+func TestMain(m *testing.M) { redistest.Main(m, workers) }
 
 func TestSmoke(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
