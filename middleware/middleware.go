@@ -120,7 +120,6 @@ func clientNoCache(r *http.Request) bool {
 
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
-	start := m.now()
 	for attempt := 0; attempt < 2; attempt++ {
 		vary := m.vary.get(base)
 		key := variantKey(base, vary, r)
@@ -172,11 +171,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			continue
 		}
+		// This request did not render: a hit, even when it waited for
+		// another request's render.
 		status := statusHit
-		switch {
-		case resp.Stored >= start.UnixMilli():
-			status = statusMiss
-		case !resp.fresh(m.now()):
+		if !resp.fresh(m.now()) {
 			status = statusStale
 		}
 		m.write(w, r, resp, status)
@@ -323,8 +321,14 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		rec.status = http.StatusOK
 	}
 	reason, fresh, stale := m.storable(r, rec)
-	if reason == "" && rec.passing {
+	switch {
+	case reason != "":
+	case rec.passing:
 		reason = rec.reason
+	case rr.Context().Err() != nil:
+		// The client went away (or the load timed out) during the render;
+		// whatever the handler wrote then is no answer for anyone else.
+		reason = "the request ended during the render"
 	}
 	if reason != "" {
 		rec.pass(reason) // out to the client, if there is one, and not stored
