@@ -124,6 +124,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		vary := m.vary.get(base)
 		key := variantKey(base, vary, r)
 
+		// Fresh hits first, without the machinery a render needs.
+		if resp, err := cache.Get[response](r.Context(), m.c, key); err == nil && resp.matches(r) {
+			m.write(w, r, &resp, statusHit)
+			return
+		}
+
 		h := newHandoff()
 		results := make(chan result, 1)
 		ctx := r.Context()
