@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -17,4 +18,16 @@ func RoutePattern(r *http.Request) string {
 		return ""
 	}
 	return rctx.RoutePattern()
+}
+
+// detachRoute returns ctx with a copy of its chi routing context, if it
+// has one. chi resets and reuses a request's routing context as soon as
+// the request ends, so a render that may outlive the request (a stale
+// refresh in the background) must route with a copy taken while the
+// request is still being served.
+func detachRoute(ctx context.Context) context.Context {
+	if rctx := chi.RouteContext(ctx); rctx != nil {
+		return context.WithValue(ctx, chi.RouteCtxKey, rctx.Clone())
+	}
+	return ctx
 }

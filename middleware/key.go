@@ -80,13 +80,19 @@ func sortedQuery(q url.Values) string {
 	return b.String()
 }
 
-// headerValue is a request header's values as one comparable string.
+// headerValue is a request header's values as one comparable string. It
+// trims only what HTTP treats as whitespace around a value (spaces and
+// tabs): other bytes are part of the value the handler sees, so they must
+// be part of the key. It must not modify h (Values returns h's own slice).
 func headerValue(h http.Header, name string) string {
-	vs := h.Values(name)
-	for i := range vs {
-		vs[i] = strings.TrimSpace(vs[i])
+	var b strings.Builder
+	for i, v := range h.Values(name) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strings.Trim(v, " \t"))
 	}
-	return strings.Join(vs, ", ")
+	return b.String()
 }
 
 // variantKey extends base with the request's values of the headers a

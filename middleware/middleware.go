@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -125,35 +126,69 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		key := variantKey(base, vary, r)
 
 		// Fresh hits first, without the machinery a render needs.
-		if resp, err := cache.Get[response](r.Context(), m.c, key); err == nil && resp.matches(r) {
-			m.write(w, r, &resp, statusHit)
+		cached, err := cache.Get[response](r.Context(), m.c, key)
+		if err == nil && cached.matches(r) {
+			m.write(w, r, &cached, statusHit)
 			return
 		}
+		// A stale response for r: GetOrLoad answers with it and starts a
+		// refresh, whose job may reach us before that answer does.
+		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
 
 		h := newHandoff()
 		results := make(chan result, 1)
 		ctx := r.Context()
+		// WaitTimeout bounds the wait for a render in this process too
+		// (the cache's own limit is for other processes). The loader may
+		// render in the background after this request has ended: give it
+		// routing state of its own (see detachRoute).
+		gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
+		defer cancel()
 		go func() {
-			resp, err := cache.GetOrLoad(ctx, m.c, key, h.loader(m, next, r), cache.WithWaitTimeout(m.wait))
+			resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r), cache.WithWaitTimeout(m.wait))
 			results <- result{resp: resp, err: err}
 		}()
 
-		var res result
+		var (
+			res result
+			got bool // res holds what GetOrLoad returned
+			j   *job
+		)
 		select {
-		case j := <-h.jobs:
-			m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
-			return
+		case j = <-h.jobs:
 		case res = <-results:
+			got = true
 		case <-ctx.Done():
 		}
-		if j := h.close(); j != nil {
-			// Our loader was chosen just as we stopped waiting for it.
-			if ctx.Err() != nil {
+		if !got { // select picks at random when both are ready
+			select {
+			case res = <-results:
+				got = true
+			default:
+			}
+		}
+		if sent := h.close(); sent != nil {
+			j = sent
+		}
+		if j != nil {
+			switch {
+			case ctx.Err() != nil:
 				j.done <- result{err: errGone}
 				return
+			case got && res.err == nil, stale:
+				// GetOrLoad answers (or, having found the stale response,
+				// will answer) without our render: the job is the refresh
+				// it started, which the loader does in the background.
+				j.done <- result{err: errDeclined}
+				if !got {
+					m.write(w, r, &cached, statusStale)
+					return
+				}
+			default:
+				// Our loader was chosen to render this response.
+				m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
+				return
 			}
-			m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
-			return
 		}
 		if ctx.Err() != nil {
 			return // the client is gone
@@ -231,6 +266,10 @@ func (e errNotStored) Error() string { return "middleware: response not stored: 
 
 var errGone = errors.New("middleware: the request that was to render has gone")
 
+// errDeclined is a request's answer to a job it will not render: the
+// loader renders in the background instead.
+var errDeclined = errors.New("middleware: render in the background")
+
 // job is a render requested by the cache's loader from the request's own
 // goroutine.
 type job struct{ done chan result }
@@ -238,7 +277,8 @@ type job struct{ done chan result }
 // handoff lets the loader of one request's GetOrLoad call have the render
 // done by that request's goroutine (which can stream to its client and
 // whose panics reach net/http) while it waits, or do it itself in the
-// background once the request is gone (a stale refresh).
+// background once the request is gone or has been answered otherwise (a
+// stale refresh).
 type handoff struct {
 	mu      sync.Mutex
 	waiting bool // the request still waits and can take a job
@@ -263,22 +303,26 @@ func (h *handoff) close() *job {
 func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func(context.Context) (response, error) {
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
+		var j *job
 		if h.waiting {
 			h.waiting = false
-			j := &job{done: make(chan result, 1)}
+			j = &job{done: make(chan result, 1)}
 			h.jobs <- j
-			h.mu.Unlock()
+		}
+		h.mu.Unlock()
+		if j != nil {
 			select {
 			case res := <-j.done:
-				if res.err == nil {
-					cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+				if !errors.Is(res.err, errDeclined) {
+					if res.err == nil {
+						cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+					}
+					return res.resp, res.err
 				}
-				return res.resp, res.err
 			case <-ctx.Done():
 				return response{}, ctx.Err()
 			}
 		}
-		h.mu.Unlock()
 		res := m.render(nil, r.Clone(ctx), next)
 		if res.err == nil {
 			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
@@ -366,6 +410,10 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 	switch {
 	case rec.status >= 500 && rec.status != http.StatusNotImplemented:
 		return "server error", 0, 0
+	case rec.status == http.StatusNotModified || rec.status == http.StatusPreconditionFailed:
+		// Answers to this request's conditions, not a response that other
+		// requests (without them) may be given.
+		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0
 	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
 		return "ShouldCache said no", 0, 0
 	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
@@ -400,6 +448,9 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 	if cc.mustRevalidate || cc.proxyRevalidate {
 		stale = 0
 	}
+	// The entry lives fresh+stale: keep that from overflowing when the
+	// options are set huge to mean "forever".
+	stale = min(stale, math.MaxInt64-fresh)
 	return "", fresh, stale
 }
 

@@ -44,13 +44,16 @@ type Options struct {
 	// itself, as nginx's proxy_cache_lock_timeout. Default: 5s.
 	WaitTimeout time.Duration
 
-	// Statuses are the status codes that may be stored. Default: 200, 203,
-	// 204, 300, 301, 308, 404, 405, 410, 414, 501.
+	// Statuses are the status codes that may be stored (a 304 or 412 never
+	// is: it answers one request's conditions). Default: 200, 203, 204,
+	// 300, 301, 308, 404, 405, 410, 414, 501.
 	Statuses []int
 
 	// ShouldCache, if set, decides instead of Statuses whether a response
 	// with this status and header may be stored. The rules a shared cache
-	// must follow (no-store, private, Set-Cookie, Vary: *) apply either way.
+	// must follow (no-store, private, Set-Cookie, Vary: *; never a 5xx
+	// other than 501, nor a 304 or 412, which answer one request's
+	// conditions) apply either way.
 	ShouldCache func(status int, header http.Header) bool
 
 	// AllowNoCache lets a request's "Cache-Control: no-cache" force a new

@@ -1,0 +1,174 @@
+package middleware
+
+import (
+	"bufio"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzParseCacheControl: any field values parse without panicking, into
+// durations within [0, 2^31 s] (RFC 9111 1.2.2), and what a field says is
+// not changed by unrelated directives after it.
+func FuzzParseCacheControl(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"max-age=60", ""},
+		{"public, max-age=60, s-maxage=120", "stale-while-revalidate=30, stale-if-error=600"},
+		{"max-age=abc, s-maxage=", ""},
+		{"max-age=99999999999999999999", "max-age=9999999999"},
+		{`max-age="60, private`, `private="Set-Cookie", no-cache="X"`},
+		{`x="a\"b,c", no-store`, `"`},
+		{`\`, `x="\`},
+		{"NO-STORE, Private, MUST-REVALIDATE", "proxy-revalidate"},
+		{"max-age=-1", "s-maxage=+5"},
+		{",,,=,==", "max-age = 30 ,"},
+		{"max-age=\xff\xfe", "\x00"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	const max = time.Duration(1<<31) * time.Second
+	f.Fuzz(func(t *testing.T, a, b string) {
+		cc := parseCacheControl([]string{a, b})
+		for name, d := range map[string]time.Duration{
+			"max-age": cc.maxAge, "s-maxage": cc.sMaxAge,
+			"stale-while-revalidate": cc.staleWhileRevalidate, "stale-if-error": cc.staleIfError,
+		} {
+			if d < 0 || d > max {
+				t.Errorf("%s = %v from %q, %q", name, d, a, b)
+			}
+		}
+		if !cc.hasMaxAge && cc.maxAge != 0 || !cc.hasSMaxAge && cc.sMaxAge != 0 {
+			t.Errorf("a duration without its directive: %+v", cc)
+		}
+		// A later field adds to what an earlier one says; it does not
+		// take no-store, private or no-cache away, nor make it readable.
+		first := parseCacheControl([]string{a})
+		if first.noStore && !cc.noStore || first.private && !cc.private || first.noCache && !cc.noCache || first.broken && !cc.broken {
+			t.Errorf("%q lost a directive of %q: %+v then %+v", b, a, first, cc)
+		}
+		if first.hasMaxAge && (!cc.hasMaxAge || cc.maxAge != first.maxAge) {
+			t.Errorf("%q changed max-age of %q", b, a)
+		}
+	})
+}
+
+// fuzzRequest parses a request the way net/http's server does, or reports
+// that it would not get that far.
+func fuzzRequest(target, host string) (*http.Request, bool) {
+	if strings.ContainsAny(target, " \r\n") || strings.ContainsAny(host, "\r\n") {
+		return nil, false
+	}
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")))
+	if err != nil {
+		return nil, false
+	}
+	return r, true
+}
+
+// FuzzBaseKey: the key builder takes any request without panicking;
+// requests that differ only in the order of their query parameters, the
+// case of the host or a default port share a key; and requests that share
+// a key have the same path and the same query parameters (minus the
+// ignored ones), so one cannot be answered with the other's response.
+func FuzzBaseKey(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"/a/b?x=1&y=2", "example.com", "/a/b?y=2&x=1"},
+		{"/items?utm_source=mail&id=7", "Example.COM:80", "/items?id=7"},
+		{"/%7Euser/a%2Fb?q=%zz", "[::1]:8080", "/~user/a/b"},
+		{"/caf%C3%A9?q=%E2%9C%93", "xn--caf-dma.example", "/café?q=✓"},
+		{"/a?b", "h", "/a%3Fb"},
+		{"http://other.example/x?a=1", "example.com", "/x?a=1"},
+		{"*", "example.com", "/"},
+		{"/?a=1;b=2&&=&a", "h:0080", "/?=&a&a=1"},
+		{"/a?x=2&x=1", "h", "/a?x=1&x=2"},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	m := &Middleware{o: Options{IgnoreQuery: []string{"utm_source"}}}
+	f.Fuzz(func(t *testing.T, target, host, other string) {
+		r, ok := fuzzRequest(target, host)
+		if !ok {
+			return
+		}
+		key, ok := m.baseKey(r)
+		if !ok {
+			return
+		}
+		if strings.Contains(key, "\n") {
+			t.Errorf("key %q of %q, %q has a line break, which separates the Vary part", key, target, host)
+		}
+
+		// The query's parameters in reverse order.
+		if i := strings.IndexByte(target, '?'); i >= 0 {
+			pairs := strings.Split(target[i+1:], "&")
+			slices.Reverse(pairs)
+			if r2, ok := fuzzRequest(target[:i+1]+strings.Join(pairs, "&"), host); ok {
+				if key2, ok := m.baseKey(r2); !ok || key2 != key {
+					t.Errorf("reordered query: key %q (%v), want %q", key2, ok, key)
+				}
+			}
+		}
+		// The host in other letter case, with the default port.
+		if h := r.Host; r.URL.Host == "" && !strings.ContainsAny(h, ":[]") {
+			if r2, ok := fuzzRequest(target, swapCase(h)+":80"); ok {
+				if key2, ok := m.baseKey(r2); !ok || key2 != key {
+					t.Errorf("host %q: key %q (%v), want %q", swapCase(h)+":80", key2, ok, key)
+				}
+			}
+		}
+		// Another request with the same key asks for the same thing.
+		r2, ok := fuzzRequest(other, host)
+		if !ok {
+			return
+		}
+		if key2, ok := m.baseKey(r2); ok && key2 == key {
+			if r.URL.Path != r2.URL.Path || !sameQuery(r.URL.RawQuery, r2.URL.RawQuery, m.o.IgnoreQuery) {
+				t.Errorf("%q and %q share the key %q", target, other, key)
+			}
+		}
+	})
+}
+
+// swapCase swaps the case of ASCII letters.
+func swapCase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
+}
+
+// sameQuery reports whether two queries hold the same parameters, each
+// with the same values, leaving out ignored names.
+func sameQuery(a, b string, ignore []string) bool {
+	qa, _ := url.ParseQuery(a)
+	qb, _ := url.ParseQuery(b)
+	for _, name := range ignore {
+		delete(qa, name)
+		delete(qb, name)
+	}
+	if len(qa) != len(qb) {
+		return false
+	}
+	for name, va := range qa {
+		vb, ok := qb[name]
+		if !ok {
+			return false
+		}
+		va, vb = slices.Clone(va), slices.Clone(vb)
+		slices.Sort(va)
+		slices.Sort(vb)
+		if !slices.Equal(va, vb) {
+			return false
+		}
+	}
+	return true
+}

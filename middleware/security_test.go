@@ -1,0 +1,453 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
+)
+
+// This file holds the security matrix: whatever the requests and the
+// handler's response headers, no client may receive a response that was
+// rendered for another client when it must not be shared, and nothing a
+// client sends outside the key may shape what other clients receive.
+
+// storedText returns the raw entry for path on the server ("" if none),
+// to check what was stored, not just what was served.
+func (b *testBed) storedText(tb testing.TB, path string, vary ...string) string {
+	tb.Helper()
+	raw, err := b.rc.Get(context.Background(), b.valueKey(path, vary...)).Result()
+	if err != nil && err.Error() != "redis: nil" {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+func TestSecurity_authorization(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A response that says it may be shared: requests with
+			// Authorization still bypass the cache both ways.
+			w.Header().Set("Cache-Control", "public, max-age=60")
+			fmt.Fprintf(w, "n=%d auth=%q", renders.Add(1), r.Header.Get("Authorization"))
+		}), &bedOptions{procs: 2})
+
+		b.get(t, "/a", "Authorization", "Bearer alice").check(t, 200, "BYPASS", `n=1 auth="Bearer alice"`)
+		b.get(t, "/a", procHeader, "1").check(t, 200, "MISS", `n=2 auth=""`)
+		b.get(t, "/a", "Authorization", "Bearer carol").check(t, 200, "BYPASS", `n=3 auth="Bearer carol"`)
+		b.get(t, "/a", "authorization", "Basic ZGF2ZTpwdw==", procHeader, "1").check(t, 200, "BYPASS", `n=4 auth="Basic ZGF2ZTpwdw=="`)
+		b.get(t, "/a").check(t, 200, "HIT", `n=2 auth=""`)
+		if raw := b.storedText(t, "/a"); strings.Contains(raw, "Bearer") || strings.Contains(raw, "Basic") {
+			t.Errorf("the stored entry holds credentials: %q", raw)
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+func TestSecurity_requestCookies(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	tests := []struct {
+		name  string
+		cache bool // Options.CacheRequestsWithCookies
+	}{
+		{"bypass by default", false},
+		{"CacheRequestsWithCookies", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "n=%d cookie=%q", renders.Add(1), r.Header.Get("Cookie"))
+			}), &bedOptions{mw: &middleware.Options{CacheRequestsWithCookies: tt.cache}})
+			if !tt.cache {
+				b.get(t, "/c", "Cookie", "session=alice").check(t, 200, "BYPASS", `n=1 cookie="session=alice"`)
+				b.get(t, "/c").check(t, 200, "MISS", `n=2 cookie=""`)
+				b.get(t, "/c", "Cookie", "session=bob").check(t, 200, "BYPASS", `n=3 cookie="session=bob"`)
+				b.get(t, "/c").check(t, 200, "HIT", `n=2 cookie=""`)
+				return
+			}
+			// Stored, as the option says: only for handlers whose
+			// responses do not depend on cookies.
+			b.get(t, "/c", "Cookie", "theme=dark").check(t, 200, "MISS", `n=1 cookie="theme=dark"`)
+			b.get(t, "/c").check(t, 200, "HIT", `n=1 cookie="theme=dark"`)
+			b.get(t, "/c", "Cookie", "theme=light").check(t, 200, "HIT", `n=1 cookie="theme=dark"`)
+		})
+	}
+}
+
+// TestSecurity_setCookie: a response that sets a cookie is never stored
+// and never handed to another client, not even to one that was waiting
+// for the same render.
+func TestSecurity_setCookie(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 20*time.Second)
+		var renders atomic.Int32
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := renders.Add(1)
+			if n == 3 {
+				started <- struct{}{}
+				block(ctx, release)
+			}
+			w.Header().Set("Cache-Control", "public, max-age=60")
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: "s" + strconv.Itoa(int(n)), Path: "/"})
+			fmt.Fprintf(w, "n=%d", n)
+		}), &bedOptions{procs: 2, cache: &cache.Options{PollInterval: 5 * time.Second}})
+		cookie := func(r reply) string { return r.header.Get("Set-Cookie") }
+
+		a := b.get(t, "/sc")
+		a.check(t, 200, "BYPASS", "n=1")
+		if got := cookie(a); got != "session=s1; Path=/" {
+			t.Errorf("first client's Set-Cookie = %q", got)
+		}
+		b.waitGone(t, "/sc")
+		c := b.get(t, "/sc", procHeader, "1")
+		c.check(t, 200, "BYPASS", "n=2")
+		if got := cookie(c); got != "session=s2; Path=/" {
+			t.Errorf("second client's Set-Cookie = %q, want its own", got)
+		}
+		b.waitGone(t, "/sc")
+
+		// Concurrently: clients waiting for a render that sets a cookie,
+		// in its process and in another, render for themselves.
+		first := b.goSend(ctx, "GET", "/sc")
+		recv(t, ctx, started, "the render")
+		var waiters []<-chan sent
+		for i := range 4 {
+			waiters = append(waiters, b.goSend(ctx, "GET", "/sc", procHeader, strconv.Itoa(i%2)))
+		}
+		waitFor(t, ctx, "the waiters", func() bool {
+			st := b.stats()
+			return st.Misses == 7 && st.Waits == 1
+		})
+		close(release)
+		r := recv(t, ctx, first, "the rendering client")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.check(t, 200, "BYPASS", "n=3")
+		seen := map[string]bool{cookie(r.reply): true}
+		for _, ch := range waiters {
+			w := recv(t, ctx, ch, "a waiter")
+			if w.err != nil {
+				t.Fatal(w.err)
+			}
+			n, _ := strconv.Atoi(strings.TrimPrefix(w.body, "n="))
+			want := fmt.Sprintf("session=s%d; Path=/", n)
+			if w.status != 200 || w.cache() != "BYPASS" || n < 4 || cookie(w.reply) != want || seen[want] {
+				t.Errorf("waiter got %v with Set-Cookie %q; want its own render and cookie", w, cookie(w.reply))
+			}
+			seen[want] = true
+		}
+		b.waitGone(t, "/sc")
+	}, redistest.Redis8, redistest.Valkey)
+}
+
+func TestSecurity_cacheControl(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, cc := range []string{
+		"private",
+		"private, max-age=60",
+		`private="Set-Cookie", max-age=60`,
+		"no-store",
+		"NO-STORE",
+		"public, max-age=60, no-store",
+		"no-cache",
+		"public, no-cache, max-age=60",
+		`no-cache="Set-Cookie", max-age=60`,
+		"s-maxage=60, private",
+	} {
+		t.Run(cc, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", cc)
+				fmt.Fprintf(w, "for %s n=%d", r.Header.Get("X-User"), renders.Add(1))
+			}), &bedOptions{procs: 2})
+			a := b.get(t, "/cc", "X-User", "alice")
+			a.check(t, 200, "BYPASS", "for alice n=1")
+			if got := a.header.Get("Cache-Control"); got != cc {
+				t.Errorf("Cache-Control passed through as %q", got)
+			}
+			b.get(t, "/cc", "X-User", "bob").check(t, 200, "BYPASS", "for bob n=2")
+			b.get(t, "/cc", "X-User", "carol", procHeader, "1").check(t, 200, "BYPASS", "for carol n=3")
+			b.waitGone(t, "/cc")
+		})
+	}
+}
+
+// TestSecurity_vary: clients with different values of the headers a
+// response varies on each get their own variant, in the process that
+// learnt the Vary and in one that has not.
+func TestSecurity_vary(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, name := range []string{"Accept-Encoding", "X-User"} {
+			t.Run(name, func(t *testing.T) {
+				var renders atomic.Int32
+				b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Vary", strings.ToLower(name)) // any case
+					w.Header().Set("Cache-Control", "max-age=60")
+					fmt.Fprintf(w, "n=%d %s=%q", renders.Add(1), name, r.Header.Get(name))
+				}), &bedOptions{procs: 2})
+				get := func(proc, value string) reply {
+					t.Helper()
+					if value == "" {
+						return b.get(t, "/v", procHeader, proc)
+					}
+					return b.get(t, "/v", procHeader, proc, name, value)
+				}
+				// The first render is stored under the plain key (the Vary
+				// is not known before it); a process that has seen the Vary
+				// looks under the variant's key, one that has not finds the
+				// first response and, if it is another variant, looks again.
+				steps := []struct {
+					proc, value, xcache string
+					n                   int
+				}{
+					{"0", "alpha", "MISS", 1},
+					{"0", "beta", "MISS", 2},
+					{"0", "alpha", "MISS", 3},
+					{"1", "alpha", "HIT", 1}, // a process that has not seen the Vary yet
+					{"1", "beta", "HIT", 2},
+					{"1", "", "MISS", 4},
+					{"1", "gamma", "MISS", 5},
+					{"0", "", "HIT", 4},
+					{"0", "gamma", "HIT", 5},
+					{"1", "Alpha", "MISS", 6},
+					{"0", "alpha, beta", "MISS", 7},
+					{"1", "alpha", "HIT", 3},
+					// Look-alikes that net/http does not trim: other
+					// clients' values must not find their variants.
+					{"0", "\u00a0delta", "MISS", 8},
+					{"1", "delta", "MISS", 9},
+					{"0", "delta\u0085", "MISS", 10},
+					{"1", "delta", "HIT", 9},
+					{"0", "\u00a0delta", "HIT", 8},
+				}
+				for _, st := range steps {
+					get(st.proc, st.value).check(t, 200, st.xcache, fmt.Sprintf("n=%d %s=%q", st.n, name, st.value))
+				}
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestSecurity_varyWaiter: a request waiting for a render for other
+// values of a Vary header that its process did not know about yet gets
+// its own variant.
+func TestSecurity_varyWaiter(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	var renders atomic.Int32
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		if n == 1 {
+			started <- struct{}{}
+			block(ctx, release)
+		}
+		w.Header().Set("Vary", "X-User")
+		fmt.Fprintf(w, "n=%d user=%s", n, r.Header.Get("X-User"))
+	}), nil)
+	alice := b.goSend(ctx, "GET", "/vw", "X-User", "alice")
+	recv(t, ctx, started, "alice's render")
+	bob := b.goSend(ctx, "GET", "/vw", "X-User", "bob")
+	waitFor(t, ctx, "bob to wait", func() bool { return b.stats().Misses == 2 })
+	close(release)
+	for _, tt := range []struct {
+		ch   <-chan sent
+		body string
+	}{{alice, "n=1 user=alice"}, {bob, "n=2 user=bob"}} {
+		r := recv(t, ctx, tt.ch, "a reply")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.check(t, 200, "MISS", tt.body)
+	}
+	b.get(t, "/vw", "X-User", "bob").check(t, 200, "HIT", "n=2 user=bob")
+	b.get(t, "/vw", "X-User", "alice").check(t, 200, "MISS", "n=3 user=alice")
+}
+
+func TestSecurity_varyStar(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, vary := range []string{"*", "X-User, *", "accept-encoding,*"} {
+		t.Run(vary, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Vary", vary)
+				w.Header().Set("Cache-Control", "public, max-age=60")
+				fmt.Fprintf(w, "n=%d", renders.Add(1))
+			}), nil)
+			b.get(t, "/vs", "X-User", "alice").check(t, 200, "BYPASS", "n=1")
+			b.get(t, "/vs", "X-User", "alice").check(t, 200, "BYPASS", "n=2")
+			b.get(t, "/vs").check(t, 200, "BYPASS", "n=3")
+			b.waitGone(t, "/vs")
+		})
+	}
+}
+
+// rewriting are the request headers that frameworks and proxies use to
+// rewrite hosts, URLs, schemes and methods.
+var rewriting = []string{
+	"Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Forwarded-Port",
+	"X-Forwarded-Prefix", "X-Host", "X-Original-Host", "X-Original-Url", "X-Rewrite-Url",
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+}
+
+// echoRewriting renders the values of the rewriting headers it sees, the
+// way a framework would build absolute URLs or pick a route from them.
+func echoRewriting(renders *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "n=%d", renders.Add(1))
+		for _, name := range rewriting {
+			if v := r.Header.Get(name); v != "" {
+				fmt.Fprintf(w, " %s=%s", name, v)
+			}
+		}
+	})
+}
+
+// TestSecurity_poisoning: unkeyed headers that rewrite URLs, hosts and
+// methods, sent by one client, do not reach the render that is stored for
+// everyone.
+func TestSecurity_poisoning(t *testing.T) {
+	tests := []struct{ name, value string }{
+		{"X-Forwarded-Host", "evil.example"},
+		{"X-Original-URL", "/evil"},
+		{"X-Rewrite-URL", "/evil"},
+		{"X-HTTP-Method-Override", "EVIL"},
+		{"X-Method-Override", "EVIL"},
+		{"Forwarded", "host=evil.example;proto=https"},
+		{"X-Forwarded-Proto", "evil"},
+		{"X-Forwarded-Scheme", "evil"},
+		{"X-Forwarded-Prefix", "/evil"},
+		{"X-Forwarded-Port", "6666"},
+		{"X-Host", "evil.example"},
+		{"X-Original-Host", "evil.example"},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				var renders atomic.Int32
+				b := newTestBed(t, s, echoRewriting(&renders), &bedOptions{procs: 2})
+				attacker := b.get(t, "/p", tt.name, tt.value)
+				attacker.check(t, 200, "MISS", "n=1")
+				b.get(t, "/p", procHeader, "1").check(t, 200, "HIT", "n=1")
+				b.get(t, "/p", tt.name, tt.value, procHeader, "1").check(t, 200, "HIT", "n=1")
+				raw := b.storedText(t, "/p")
+				if raw == "" || strings.Contains(strings.ToLower(raw), "evil") {
+					t.Errorf("stored entry %q", raw)
+				}
+				for _, name := range rewriting {
+					if strings.Contains(raw, name+"=") {
+						t.Errorf("the stored entry shows the handler saw %s: %q", name, raw)
+					}
+				}
+			})
+		}
+		t.Run("all at once", func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, echoRewriting(&renders), nil)
+			var hdr []string
+			for _, tt := range tests {
+				hdr = append(hdr, tt.name, tt.value)
+			}
+			b.get(t, "/all", hdr...).check(t, 200, "MISS", "n=1")
+			b.get(t, "/all").check(t, 200, "HIT", "n=1")
+		})
+	}, redistest.Redis8, redistest.Valkey)
+}
+
+// TestSecurity_keyHeaders: a header named in KeyHeaders reaches the
+// handler and is part of the key; the others are still removed.
+func TestSecurity_keyHeaders(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, echoRewriting(&renders), &bedOptions{procs: 2,
+		mw: &middleware.Options{KeyHeaders: []string{"x-forwarded-proto"}}})
+	steps := []struct {
+		hdr  []string
+		want string
+		hit  bool
+	}{
+		{[]string{"X-Forwarded-Proto", "https"}, "n=1 X-Forwarded-Proto=https", false},
+		{[]string{"X-Forwarded-Proto", "http"}, "n=2 X-Forwarded-Proto=http", false},
+		{nil, "n=3", false},
+		{[]string{"X-Forwarded-Proto", "https", procHeader, "1"}, "n=1 X-Forwarded-Proto=https", true},
+		{[]string{procHeader, "1"}, "n=3", true},
+		{[]string{"X-Forwarded-Proto", "https", "X-Forwarded-Host", "evil.example"}, "n=1 X-Forwarded-Proto=https", true},
+		{[]string{"X-Forwarded-Proto", "http", "X-Forwarded-Host", "evil.example", procHeader, "1"}, "n=2 X-Forwarded-Proto=http", true},
+		// A look-alike that net/http does not trim is another value.
+		{[]string{"X-Forwarded-Proto", "\u00a0https"}, "n=4 X-Forwarded-Proto=\u00a0https", false},
+		{[]string{"X-Forwarded-Proto", "https"}, "n=1 X-Forwarded-Proto=https", true},
+	}
+	for i, st := range steps {
+		xcache := "MISS"
+		if st.hit {
+			xcache = "HIT"
+		}
+		r := b.get(t, "/kh", st.hdr...)
+		if r.status != 200 || r.cache() != xcache || r.body != st.want {
+			t.Errorf("step %d %q: %v, want %s %q", i, st.hdr, r, xcache, st.want)
+		}
+	}
+}
+
+// TestSecurity_conditionalRequests: a request's validators and ranges do
+// not shape the response stored for others, even when the options allow
+// storing 304s.
+func TestSecurity_conditionalRequests(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	lastModified := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	const content = "the full representation"
+	always := func(int, http.Header) bool { return true }
+	tests := []struct {
+		name   string
+		opts   middleware.Options
+		hdr    []string
+		status int
+		body   string
+	}{
+		{"If-None-Match", middleware.Options{}, []string{"If-None-Match", `"v1"`}, 304, ""},
+		{"If-None-Match, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-None-Match", `"v1"`}, 304, ""},
+		{"If-None-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-None-Match", `"v1"`}, 304, ""},
+		{"If-Modified-Since, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-Modified-Since", lastModified.Format(http.TimeFormat)}, 304, ""},
+		{"If-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-Match", `"v0"`}, 412, ""},
+		{"If-Unmodified-Since, Statuses with 412", middleware.Options{Statuses: []int{200, 412}}, []string{"If-Unmodified-Since", lastModified.Add(-time.Hour).Format(http.TimeFormat)}, 412, ""},
+		{"Range, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"Range", "bytes=0-2"}, 206, "the"},
+		{"If-Range and Range, Statuses with 206", middleware.Options{Statuses: []int{200, 206}}, []string{"Range", "bytes=0-2", "If-Range", `"v1"`}, 206, "the"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			opts := tt.opts
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("ETag", `"v1"`)
+				w.Header().Set("X-Render", strconv.Itoa(int(renders.Add(1))))
+				http.ServeContent(w, r, "", lastModified, strings.NewReader(content))
+			}), &bedOptions{mw: &opts, procs: 2})
+			// The handler answers the conditions; that answer is for
+			// this client only.
+			first := b.get(t, "/cond", tt.hdr...)
+			first.check(t, tt.status, "BYPASS", tt.body)
+			b.waitGone(t, "/cond")
+			b.get(t, "/cond", procHeader, "1").check(t, 200, "MISS", content)
+			b.get(t, "/cond").check(t, 200, "HIT", content)
+			// Once stored, If-None-Match is answered from the entry.
+			if tt.hdr[0] == "If-None-Match" {
+				r := b.get(t, "/cond", tt.hdr...)
+				r.check(t, 304, "HIT", "")
+				if got := r.header.Get("X-Render"); got != "2" {
+					t.Errorf("304 from render %s, want the stored render 2", got)
+				}
+			}
+		})
+	}
+}
