@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -135,12 +134,13 @@ func (c *Cache) isClosed() bool {
 // call.
 func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 
-// serverError records a failed server call. Transport errors (not error
-// replies) start the fail-open cool-down.
+// serverError records a failed server call. Transport errors (refused,
+// reset, timed out; not error replies, cancellations or bad arguments)
+// start the fail-open cool-down.
 func (c *Cache) serverError(key string, err error) {
 	c.n.serverErrors.Add(1)
 	c.emit(EventServerError, key, 0, err)
-	if !redisx.IsReply(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if redisx.IsTransport(err) {
 		until := c.s.now().Add(c.s.off).UnixNano()
 		if old := c.downUntil.Swap(until); old < c.s.now().UnixNano() {
 			c.log(slog.LevelWarn, "server unreachable; loading without it", "cooldown", c.s.off, "err", err)

@@ -2,7 +2,10 @@ package redisx
 
 import (
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -38,4 +41,18 @@ func IsRefused(err error) bool {
 		strings.HasPrefix(msg, "ERR unknown subcommand") ||
 		strings.HasPrefix(msg, "ERR Unsupported") ||
 		strings.HasPrefix(msg, "ERR unsupported")
+}
+
+// IsTransport reports whether err says the server could not be reached or
+// the connection broke (refused, reset, closed, timed out, no connection
+// free in the pool), as opposed to an error reply, a cancelled context or
+// a client-side mistake.
+func IsTransport(err error) bool {
+	if err == nil || IsNil(err) || IsReply(err) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout)
 }

@@ -152,3 +152,30 @@ func TestIsRefused(t *testing.T) {
 		t.Errorf("GET of a missing key: %v misclassified", nilErr)
 	}
 }
+
+func TestIsTransport(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis7)
+	rc := s.Client(t)
+	ctx := context.Background()
+	reply := rc.Do(ctx, "NOSUCHCOMMAND").Err()
+	s.Kill()
+	down := rc.Ping(ctx).Err()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server down", down, true},
+		{"error reply", reply, false},
+		{"nil reply", redisx.IsNilErrForTest(), false},
+		{"cancelled", rc.Ping(cctx).Err(), false},
+		{"client mistake", fmt.Errorf("ttl below 1ms"), false},
+	}
+	for _, tt := range tests {
+		if got := redisx.IsTransport(tt.err); got != tt.want {
+			t.Errorf("%s: IsTransport(%v) = %t, want %t", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
