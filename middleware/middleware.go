@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -201,13 +202,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		resp := &res.resp
-		if !slicesEqual(resp.Vary, vary) {
+		if !slices.Equal(resp.Vary, vary) {
 			m.vary.put(base, resp.Vary)
 		}
 		if !resp.matches(r) {
 			// A variant for other header values: now that we know what
 			// the response varies on, look again under the variant's key.
-			if slicesEqual(resp.Vary, vary) {
+			if slices.Equal(resp.Vary, vary) {
 				break
 			}
 			continue
@@ -223,18 +224,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	m.setStatus(w.Header(), statusBypass)
 	next.ServeHTTP(w, r)
-}
-
-func slicesEqual(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // renderAndStore renders r itself (a client's no-cache) and stores the
