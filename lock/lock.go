@@ -110,7 +110,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	fenceKey := ""
 	if opts.Fencing {
 		var ok bool
-		if fenceKey, ok = redisx.Sibling(key, "fence"); !ok {
+		if fenceKey, ok = FenceKey(key); !ok {
 			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
 		}
 	}
@@ -285,3 +285,10 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 // and if so what it holds (Info.TTL is zero). Other code sharing keys with
 // locks uses it to tell a lock from its own data.
 func ParseValue(v string) (Info, bool) { return decodeValue(v) }
+
+// FenceKey returns the key holding the fencing counter of the lock on key
+// (see ObtainOptions.Fencing), in the same cluster slot as key; ok is false
+// for keys that cannot have one (a '}' but no hash tag). The counter has
+// no TTL so that numbers only grow: delete it only when the lock's key is
+// retired for good.
+func FenceKey(key string) (fenceKey string, ok bool) { return redisx.Sibling(key, "fence") }

@@ -214,7 +214,7 @@ func TestLock_fencing_processes(t *testing.T) {
 func TestLock_fencing_keys(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		c, _ := newClient(t, s, nil)
+		c, rc := newClient(t, s, nil)
 		base := redistest.Key(t, "k")
 		for _, key := range []string{base, "orders:{" + base + "}", "{" + base + "}", base + "{", "a{" + base} {
 			l1, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
@@ -230,6 +230,11 @@ func TestLock_fencing_keys(t *testing.T) {
 			}
 			if l1.Fence() < 1 || l2.Fence() != l1.Fence()+1 {
 				t.Errorf("%q: fences %d then %d, want n then n+1", key, l1.Fence(), l2.Fence())
+			}
+			if fk, ok := lock.FenceKey(key); !ok {
+				t.Errorf("FenceKey(%q) not ok", key)
+			} else if n, err := rc.Get(ctx, fk).Int64(); err != nil || n != l2.Fence() {
+				t.Errorf("FenceKey(%q) = %q holds %d, %v; want %d", key, fk, n, err, l2.Fence())
 			}
 			_ = l2.Release(ctx)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hotkv/stampede/lock"
 	"strconv"
 	"time"
 
@@ -137,5 +138,9 @@ func (s *Store) Ledger(ctx context.Context, order string) ([]Entry, int64, error
 // Delete removes the order, its ledger and its lock keys.
 func (s *Store) Delete(ctx context.Context, order string) error {
 	k := s.keys(order)
-	return s.rdb.Del(ctx, k.state, k.ledger, k.highest, k.lock, k.lock+":fence").Err()
+	keys := []string{k.state, k.ledger, k.highest, k.lock}
+	if fence, ok := lock.FenceKey(k.lock); ok {
+		keys = append(keys, fence)
+	}
+	return s.rdb.Del(ctx, keys...).Err()
 }
