@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/bench/report"
+	"github.com/hotkv/stampede/bench/scenarios"
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// TestMain also serves as the pods' entry point: the bench starts its own
+// binary again as worker processes, and under go test that binary is this
+// test binary.
+func TestMain(m *testing.M) {
+	if scenarios.IsPod() {
+		os.Exit(scenarios.PodMain())
+	}
+	redistest.Main(m, nil)
+}
+
+// TestRun_quick runs the whole bench in quick mode, with real worker
+// processes, on the embedded server and on Redis 8, and checks that the
+// report is complete and that the numbers say what the bench is for.
+func TestRun_quick(t *testing.T) {
+	tests := []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"embedded", func(*testing.T) string { return "" }},
+		{"redis8", func(t *testing.T) string { return "redis://" + redistest.Shared(t, redistest.Redis8).Addrs()[0] }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := tt.url(t)
+			out := t.TempDir()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			start := time.Now()
+			if err := run(ctx, []string{"-quick", "-redis", url, "-out", out}, &stdout, &stderr); err != nil {
+				t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+			}
+			t.Logf("quick run took %v", time.Since(start).Round(time.Millisecond))
+
+			for _, f := range []string{"report.md", "results.json", "hot-latency.png", "loader-calls.png", "scaling.png"} {
+				b, err := os.ReadFile(filepath.Join(out, f))
+				switch {
+				case err != nil:
+					t.Errorf("%s: %v", f, err)
+				case len(b) < 100:
+					t.Errorf("%s has only %d bytes", f, len(b))
+				case strings.HasSuffix(f, ".png") && !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")):
+					t.Errorf("%s is not a PNG", f)
+				}
+			}
+			md, _ := os.ReadFile(filepath.Join(out, "report.md"))
+			for _, want := range []string{"## Cold stampede", "## Hot-key expiry", "## Hit path", "## Lock", "## Large values",
+				"## Scaling with processes", "## Scaling with distinct keys", "![Hot-key expiry](hot-latency.png)"} {
+				if !bytes.Contains(md, []byte(want)) {
+					t.Errorf("report.md lacks %q", want)
+				}
+			}
+			if !strings.Contains(stdout.String(), "stampede GetOrLoad") {
+				t.Errorf("no table on stdout:\n%s", stdout.String())
+			}
+			r, err := report.ReadJSON(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResults(t, r)
+			if t.Failed() {
+				t.Logf("tables:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// checkResults checks what the bench claims: one load where stampede
+// coordinates, more where nothing does, and no errors anywhere.
+func checkResults(t *testing.T, r *report.Results) {
+	t.Helper()
+	cold := map[string]report.Cold{}
+	for _, c := range r.Cold {
+		cold[c.Approach] = c
+		if c.Errors > 0 || c.Requests != c.Procs*c.Goroutines {
+			t.Errorf("cold %s: %d of %d requests failed (%s); want %d requests, no errors",
+				c.Approach, c.Errors, c.Requests, c.FirstError, c.Procs*c.Goroutines)
+		}
+	}
+	if len(cold) != len(scenarios.Approaches()) {
+		t.Fatalf("cold stampede has %d approaches, want %d", len(cold), len(scenarios.Approaches()))
+	}
+	if n := cold["stampede"].LoaderCalls; n != 1 {
+		t.Errorf("cold stampede: stampede called the loader %d times, want 1", n)
+	}
+	if n := cold["lock-poll"].LoaderCalls; n != 1 {
+		t.Errorf("cold stampede: lock-poll called the loader %d times, want 1", n)
+	}
+	if n := cold["naive"].LoaderCalls; n <= 1 {
+		t.Errorf("cold stampede: naive called the loader %d times, want more than 1", n)
+	}
+	if n, procs := cold["singleflight"].LoaderCalls, int64(cold["singleflight"].Procs); n < 1 || n > procs {
+		t.Errorf("cold stampede: singleflight called the loader %d times, want 1 to %d (one per process at most)", n, procs)
+	}
+
+	for _, h := range r.Hot {
+		if h.Errors > 0 || h.Requests == 0 {
+			t.Errorf("hot %s: %d of %d requests failed (%s)", h.Approach, h.Errors, h.Requests, h.FirstError)
+		}
+		if h.Expiries < 2 {
+			t.Errorf("hot %s: %d expiries, want at least 2", h.Approach, h.Expiries)
+		}
+		if h.Approach == "stampede" && (h.LoadsPerExpiry != 1 || h.MaxLoadsPerExpiry != 1) {
+			t.Errorf("hot stampede: %.2f loads per expiry (max %d), want exactly 1", h.LoadsPerExpiry, h.MaxLoadsPerExpiry)
+		}
+	}
+	if len(r.Hot) != len(scenarios.Approaches()) {
+		t.Errorf("hot-key expiry has %d approaches, want %d", len(r.Hot), len(scenarios.Approaches()))
+	}
+
+	for _, h := range r.Hit {
+		if h.Errors > 0 || h.Ops == 0 {
+			t.Errorf("hit %s: %d errors (%s) in %d ops", h.Mode, h.Errors, h.FirstError, h.Ops)
+		}
+	}
+	ran := 0
+	for _, l := range r.Lock {
+		if l.Skipped != "" {
+			continue
+		}
+		ran++
+		if l.Errors > 0 || l.Cycles == 0 {
+			t.Errorf("lock %s: %d errors (%s) in %d cycles", l.Strategy, l.Errors, l.FirstError, l.Cycles)
+		}
+	}
+	if ran == 0 {
+		t.Error("lock: no strategy ran")
+	}
+	for _, l := range r.Large {
+		if l.Skipped == "" && (l.Errors > 0 || l.BytesSent <= 0) {
+			t.Errorf("large %d %s: %d errors (%s), %.0f bytes sent", l.Size, l.Method, l.Errors, l.FirstError, l.BytesSent)
+		}
+		if l.Skipped == "" && strings.Contains(l.Method, "digest") && l.BytesSent > 1024 {
+			t.Errorf("large %d %s: %.0f bytes sent for a digest", l.Size, l.Method, l.BytesSent)
+		}
+	}
+	for _, s := range append(append([]report.Scale(nil), r.ScaleProcs...), r.ScaleKeys...) {
+		if s.Errors > 0 {
+			t.Errorf("scaling %s=%d %s: %d errors (%s)", s.Axis, s.X, s.Approach, s.Errors, s.FirstError)
+		}
+		if (s.Approach == "stampede" || s.Approach == "lock-poll") && s.LoaderCalls != int64(s.Keys) {
+			t.Errorf("scaling %s=%d %s: %d loader calls for %d keys, want one per key", s.Axis, s.X, s.Approach, s.LoaderCalls, s.Keys)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"defaults", nil, ""},
+		{"quick", []string{"-quick"}, ""},
+		{"quick keeps explicit flags", []string{"-quick", "-procs", "2", "-scenarios", "cold,hot"}, ""},
+		{"unknown scenario", []string{"-scenarios", "cold,warm"}, `unknown scenario "warm"`},
+		{"no scenario", []string{"-scenarios", ","}, "no scenario"},
+		{"ttl too short for the load", []string{"-ttl", "150ms", "-load", "100ms"}, "must exceed twice"},
+		{"duration too short", []string{"-duration", "1s", "-ttl", "1s"}, "at least twice"},
+		{"too many procs", []string{"-procs", "100"}, "-procs 100"},
+		{"rate below procs", []string{"-rate", "2"}, "-rate 2"},
+		{"stray argument", []string{"cold"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			o, err := parseFlags(tt.args, &stderr)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one containing %q (options %+v)", err, tt.wantErr, o)
+			}
+		})
+	}
+	o, err := parseFlags([]string{"-quick", "-procs", "2"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := defaults(true); o.cfg.Procs != 2 || o.cfg.Load != q.Load || o.cfg.TTL != q.TTL {
+		t.Errorf("-quick -procs 2 gave %+v; want quick defaults with 2 processes", o.cfg)
+	}
+}

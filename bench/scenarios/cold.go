@@ -1,0 +1,70 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hotkv/stampede/bench/report"
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// Cold is the cold stampede: Procs processes × Goroutines goroutines ask
+// for one absent key at the same instant. The loader takes Load and counts
+// its calls with INCR on the server, so that every process counts.
+func Cold(ctx context.Context, e *Env, r *report.Results) error {
+	c := e.Cfg
+	for _, a := range Approaches() {
+		e.Progress.Step(fmt.Sprintf("cold stampede · %s", report.Label(a)), c.Load+100*time.Millisecond)
+		o, err := coldRun(ctx, e, coldSpec{approach: a, ns: e.key("cold", a), procs: c.Procs, keys: 1,
+			perKey: c.Goroutines, goroutines: c.Goroutines, load: c.Load})
+		if err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		r.Cold = append(r.Cold, report.Cold{Approach: a, Procs: c.Procs, Goroutines: c.Goroutines,
+			Requests: o.requests, Errors: o.errors, FirstError: o.firstErr, LoaderCalls: o.loads, Latency: summarize(o.lat)})
+	}
+	return nil
+}
+
+// coldSpec is one cold run: procs pods, each with goroutines working
+// through keys keys, each asked for perKey times in a row (all pods in the
+// same order, so that they collide).
+type coldSpec struct {
+	approach, ns                    string
+	procs, keys, perKey, goroutines int
+	load                            time.Duration
+}
+
+type coldOutcome struct {
+	merged
+	loads int64
+}
+
+func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
+	counter := s.ns + ":loads"
+	jobs := make([]job, s.procs)
+	for i := range jobs {
+		jobs[i] = job{Kind: "cold", Approach: s.approach, NS: s.ns, Keys: s.keys, PerKey: s.perKey,
+			Goroutines: s.goroutines, Counter: counter, Load: s.load, TTL: 5 * time.Minute}
+	}
+	// Bounded generously: the slowest approach (a poll per key) stays far
+	// below this.
+	limit := 2*time.Minute + time.Duration(s.keys*s.perKey/s.goroutines+1)*(s.load+100*time.Millisecond)
+	res, _, err := e.Pods.Run(ctx, jobs, limit)
+	if err != nil {
+		return coldOutcome{}, err
+	}
+	o := coldOutcome{merged: merge(res)}
+	n, err := e.RDB.Get(ctx, counter).Int64()
+	switch {
+	case redisx.IsNil(err):
+	case err != nil:
+		return o, fmt.Errorf("read the loader counter: %w", err)
+	}
+	o.loads = n
+	if err := e.RDB.Del(ctx, counter).Err(); err != nil {
+		return o, err
+	}
+	return o, nil
+}

@@ -1,0 +1,325 @@
+package scenarios
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// job is one pod's part of a scenario run.
+type job struct {
+	Kind     string // "cold", "hot" or "hit"
+	Approach string // an approach, or for "hit" a hit mode
+	NS       string // key prefix (stampede's Namespace)
+	Pod      int
+
+	// cold: Goroutines work through Keys keys, each asked for PerKey
+	// times in a row, in the same order in every pod.
+	Keys, PerKey, Goroutines int
+	Counter                  string // INCR'd by the loader
+
+	// hot: Rate requests per second from PhaseShift after the start for
+	// Duration; the loader appends its start to List. Warm: load the key
+	// before saying ready.
+	Rate       float64
+	PhaseShift time.Duration
+	Duration   time.Duration
+	List       string
+	Warm       bool
+
+	// hit: Goroutines read Key in a closed loop for Duration.
+	Key string
+
+	Load, TTL, Stale time.Duration
+}
+
+// podResult is what a pod reports for a job. Times are in microseconds.
+type podResult struct {
+	Requests int
+	Errors   int
+	FirstErr string  `json:",omitempty"`
+	Lat      []int64 // per request
+	At       []int64 `json:",omitempty"` // hot: start of each request since the run's start
+}
+
+// record adds one request to r.
+func (r *podResult) record(at time.Duration, lat time.Duration, err error, withAt bool) {
+	r.Requests++
+	if err != nil {
+		r.Errors++
+		if r.FirstErr == "" {
+			r.FirstErr = err.Error()
+		}
+	}
+	r.Lat = append(r.Lat, lat.Microseconds())
+	if withAt {
+		r.At = append(r.At, at.Microseconds())
+	}
+}
+
+// PodMain runs this process as a pod: it takes jobs from stdin until stdin
+// closes and returns the exit code.
+func PodMain() int {
+	opts, err := redis.ParseURL(os.Getenv(envURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pod:", err)
+		return 2
+	}
+	if n, err := strconv.Atoi(os.Getenv(envPool)); err == nil && n > 0 {
+		opts.PoolSize = n
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	out := bufio.NewWriter(os.Stdout)
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, format+"\n", args...)
+		_ = out.Flush()
+	}
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 64<<10), 16<<20)
+	for in.Scan() {
+		var j job
+		if err := json.Unmarshal(in.Bytes(), &j); err != nil {
+			say("error bad job: %v", err)
+			continue
+		}
+		res, err := runJob(rdb, j, in, say)
+		if err != nil {
+			say("error %s", strings.ReplaceAll(err.Error(), "\n", " "))
+			continue
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			say("error %v", err)
+			continue
+		}
+		say("result %s", b)
+	}
+	return 0
+}
+
+// runJob prepares j, says ready, waits for go and runs it.
+func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any)) (*podResult, error) {
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	var g getter
+	var err error
+	switch j.Kind {
+	case "cold", "hot":
+		g, err = newGetter(j.Approach, rdb, approachOptions{ns: j.NS, ttl: j.TTL, stale: j.Stale})
+		if err != nil {
+			return nil, err
+		}
+		defer g.close()
+	case "hit":
+		g, err = newHitGetter(j.Approach, rdb, j.NS)
+		if err != nil {
+			return nil, err
+		}
+		defer g.close()
+	default:
+		return nil, fmt.Errorf("unknown job kind %q", j.Kind)
+	}
+	if j.Warm {
+		if _, err := g.get(ctx, j.Key, hotLoader(rdb, j)); err != nil {
+			return nil, fmt.Errorf("warm up: %w", err)
+		}
+	}
+	say("ready")
+	if !in.Scan() {
+		return nil, errors.New("no go")
+	}
+	ns, ok := strings.CutPrefix(in.Text(), "go ")
+	startNs, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, fmt.Errorf("want go <ns>, got %q", in.Text())
+	}
+	start := time.Unix(0, startNs)
+	switch j.Kind {
+	case "cold":
+		return runCold(rdb, j, g, start), nil
+	case "hot":
+		return runHot(rdb, j, g, start), nil
+	default:
+		return runHit(j, g, start), nil
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// runCold: Goroutines work through the request list as fast as they can.
+func runCold(rdb *redis.Client, j job, g getter, start time.Time) *podResult {
+	keys := make([]string, 0, j.Keys*j.PerKey)
+	for k := range j.Keys {
+		for range j.PerKey {
+			keys = append(keys, "k"+strconv.Itoa(k))
+		}
+	}
+	load := func(ctx context.Context) (Item, error) {
+		if err := rdb.Incr(ctx, j.Counter).Err(); err != nil {
+			return Item{}, err
+		}
+		if err := sleep(ctx, j.Load); err != nil { // the expensive work
+			return Item{}, err
+		}
+		return newItem(j.Counter), nil
+	}
+	lat := make([]time.Duration, len(keys))
+	errs := make([]error, len(keys))
+	var next atomic.Int64
+	time.Sleep(time.Until(start))
+	var wg sync.WaitGroup
+	for range j.Goroutines {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				t0 := time.Now()
+				_, errs[i] = g.get(ctx, keys[i], load)
+				lat[i] = time.Since(t0)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	res := &podResult{}
+	for i := range keys {
+		res.record(0, lat[i], errs[i], false)
+	}
+	return res
+}
+
+// hotLoader logs its start in j.List and takes j.Load.
+func hotLoader(rdb *redis.Client, j job) func(context.Context) (Item, error) {
+	return func(ctx context.Context) (Item, error) {
+		if err := rdb.RPush(ctx, j.List, time.Now().UnixNano()).Err(); err != nil {
+			return Item{}, err
+		}
+		if err := sleep(ctx, j.Load); err != nil {
+			return Item{}, err
+		}
+		return newItem(j.Key), nil
+	}
+}
+
+// runHot sends requests at a steady rate (open loop: a slow request does
+// not delay the next) and times each from its scheduled tick.
+func runHot(rdb *redis.Client, j job, g getter, start time.Time) *podResult {
+	load := hotLoader(rdb, j)
+	interval := time.Duration(float64(time.Second) / j.Rate)
+	end := start.Add(j.Duration)
+	time.Sleep(time.Until(start.Add(j.PhaseShift)))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var (
+		mu  sync.Mutex // guards res
+		res = &podResult{}
+		wg  sync.WaitGroup
+	)
+	for now := time.Now(); now.Before(end); now = <-tick.C {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := g.get(ctx, j.Key, load)
+			lat := time.Since(now)
+			mu.Lock()
+			res.record(now.Sub(start), lat, err, true)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// newHitGetter returns a getter for one hit mode: "stampede" reads through
+// GetOrLoad; "raw" is the floor, one GET and a msgpack decode.
+func newHitGetter(mode string, rdb *redis.Client, ns string) (getter, error) {
+	switch mode {
+	case "raw":
+		return rawGetter{rdb: rdb, key: ns + ":raw"}, nil
+	case "stampede":
+		return newGetter("stampede", rdb, approachOptions{ns: ns, ttl: time.Hour})
+	}
+	return nil, fmt.Errorf("unknown hit mode %q", mode)
+}
+
+type rawGetter struct {
+	rdb *redis.Client
+	key string
+}
+
+func (r rawGetter) get(ctx context.Context, _ string, _ func(context.Context) (Item, error)) (Item, error) {
+	var it Item
+	b, err := r.rdb.Get(ctx, r.key).Bytes()
+	if err != nil {
+		return it, err
+	}
+	err = msgpack.Unmarshal(b, &it)
+	return it, err
+}
+
+func (rawGetter) close() {}
+
+// errHitLoaded is what a hit that loads returns: it must not happen.
+var errHitLoaded = errors.New("a hit called the loader")
+
+// runHit reads one fresh key in a closed loop from every goroutine.
+func runHit(j job, g getter, start time.Time) *podResult {
+	load := func(context.Context) (Item, error) { return Item{}, errHitLoaded }
+	end := start.Add(j.Duration)
+	time.Sleep(time.Until(start))
+	var (
+		mu  sync.Mutex // guards res
+		res = &podResult{}
+		wg  sync.WaitGroup
+	)
+	for range j.Goroutines {
+		wg.Go(func() {
+			var mine podResult
+			ctx := context.Background()
+			for t0 := time.Now(); t0.Before(end); t0 = time.Now() {
+				it, err := g.get(ctx, j.Key, load)
+				if err == nil && it.ID != 42 {
+					err = fmt.Errorf("read a wrong item %+v", it)
+				}
+				mine.record(0, time.Since(t0), err, false)
+			}
+			mu.Lock()
+			res.Requests += mine.Requests
+			res.Errors += mine.Errors
+			if res.FirstErr == "" {
+				res.FirstErr = mine.FirstErr
+			}
+			res.Lat = append(res.Lat, mine.Lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return res
+}
