@@ -216,6 +216,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err := s.Run(ctx, env, res); err != nil {
 				return fmt.Errorf("%s: %w", s.Title, err)
 			}
+			if err := env.Cleanup(ctx); err != nil {
+				return fmt.Errorf("clean up after %s: %w", s.Title, err)
+			}
 		}
 		return nil
 	}()

@@ -252,18 +252,18 @@ func scaling(path string, r *Results, colors map[string]color.Color) error {
 			calls.Y.Label.Text = "loader calls per key"
 		}
 		p99.Y.Label.Text = "p99 (ms)"
-		hiC, hiL, loL := 1.0, 1.0, math.Inf(1)
+		hiC, hiL := 1.0, 1.0
 		var xs []float64
 		for _, s := range pts {
 			hiC = max(hiC, yCalls(s, perKey))
-			hiL, loL = max(hiL, s.Latency.P99), min(loL, s.Latency.P99)
+			hiL = max(hiL, s.Latency.P99)
 			if !slices.Contains(xs, float64(s.X)) {
 				xs = append(xs, float64(s.X))
 			}
 		}
 		// A decade of headroom keeps the legend (top left) off the curves.
 		logY(calls, 0.5, math.Pow(10, math.Ceil(math.Log10(hiC*1.5))+1))
-		logY(p99, max(0.01, math.Pow(10, math.Floor(math.Log10(max(loL, 0.01))))), math.Pow(10, math.Ceil(math.Log10(hiL*1.2))+1))
+		p99.Y.Min, p99.Y.Max = 0, hiL*1.5 // linear: the values span less than a decade or two
 		for _, p := range []*plot.Plot{calls, p99} {
 			p.X.Label.Text = axis
 			p.X.Tick.Marker = plot.ConstantTicks(ticks(xs))
@@ -284,7 +284,7 @@ func scaling(path string, r *Results, colors map[string]color.Color) error {
 			for _, s := range pts {
 				if s.Approach == a {
 					c = append(c, plotter.XY{X: float64(s.X), Y: max(yCalls(s, perKey), 0.5)})
-					l = append(l, plotter.XY{X: float64(s.X), Y: max(s.Latency.P99, 0.01)})
+					l = append(l, plotter.XY{X: float64(s.X), Y: s.Latency.P99})
 				}
 			}
 			for _, pair := range []struct {

@@ -67,13 +67,22 @@ func (p *Progress) Step(label string, expect time.Duration) {
 	if p.closed {
 		return
 	}
+	p.endLine()
 	p.n++
 	p.label, p.stepStart, p.expect = label, time.Now(), expect
 	if !p.tty {
-		fmt.Fprintf(p.w, "[%*d/%d] %s\n", width(p.total), p.n, p.total, label)
+		fmt.Fprintf(p.w, "[%*d/%d] %s", width(p.total), p.n, p.total, label)
 		return
 	}
 	p.draw()
+}
+
+// endLine completes a step's line without a terminal: its time; p.mu is
+// held.
+func (p *Progress) endLine() {
+	if !p.tty && p.n > 0 {
+		fmt.Fprintf(p.w, " (%.1fs)\n", time.Since(p.stepStart).Seconds())
+	}
 }
 
 // draw rewrites the line; p.mu is held.
@@ -101,6 +110,7 @@ func (p *Progress) Close() {
 		return
 	}
 	p.closed = true
+	p.endLine()
 	if p.tty {
 		close(p.stop)
 	}
