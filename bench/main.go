@@ -195,7 +195,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("find the bench binary to start pods: %w", err)
 	}
 	pods := scenarios.NewPods(exe, url)
-	defer pods.Close()
+	defer pods.Close(0)
 
 	var selected []scenarios.Scenario
 	steps := 0
@@ -227,9 +227,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := env.Cleanup(cctx); err != nil && runErr == nil {
 		runErr = fmt.Errorf("clean up: %w", err)
 	}
-	pods.Close()
+	grace := 5 * time.Second
+	if runErr != nil {
+		grace = 0 // a pod may be stuck in a job: do not wait for it
+	}
+	pods.Close(grace)
 	progress.Close()
 	if runErr != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		}
 		return runErr
 	}
 	res.ElapsedS = time.Since(res.Started).Seconds()

@@ -177,19 +177,21 @@ func (ps *Pods) Run(ctx context.Context, jobs []job, limit time.Duration) ([]pod
 	return out, start, nil
 }
 
-// Close ends every pod: it closes their input, so that they exit, and
-// kills those that have not exited after a few seconds. It waits for all.
-func (ps *Pods) Close() {
+// Close ends every pod: it closes their input, so that they exit once
+// their job is done, and kills those still running after grace. It waits
+// for all of them. Close is idempotent.
+func (ps *Pods) Close(grace time.Duration) {
 	for _, p := range ps.list {
 		close(p.quit)
 		_ = p.stdin.Close()
 	}
-	deadline := time.After(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
 	for _, p := range ps.list {
 		select {
 		case <-p.done:
 			continue
-		case <-deadline:
+		case <-ctx.Done(): // stays done: every pod left is killed
 		}
 		_ = p.cmd.Process.Kill()
 		<-p.done
