@@ -256,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := report.WriteText(stdout, res); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nwrote %s (results.json, report.md, %s)\n", o.out, strings.Join(res.Plots, ", "))
+	fmt.Fprintf(stdout, "\nwrote %s in %s\n", strings.Join(append([]string{"results.json", "report.md"}, res.Plots...), ", "), o.out)
 	return nil
 }
 

@@ -85,11 +85,11 @@ func tables(r *Results) []table {
 		t := table{
 			title:  "Lock",
 			about:  "Obtain + Release cycles on distinct keys, one release strategy forced at a time (lock.Options.Capabilities).",
-			header: []string{"release strategy", "goroutines", "cycles/s", "p50", "p99", "errors"},
+			header: []string{"release strategy", "goroutines", "cycles/s", "p50", "p99", "errors / note"},
 		}
 		for _, x := range r.Lock {
 			if x.Skipped != "" {
-				t.rows = append(t.rows, []string{x.Strategy, "-", "skipped: " + x.Skipped, "", "", ""})
+				t.rows = append(t.rows, []string{x.Strategy, "-", "-", "-", "-", "skipped: " + x.Skipped})
 				continue
 			}
 			t.rows = append(t.rows, []string{x.Strategy, fmt.Sprint(x.Goroutines), fmt.Sprintf("%.0f", x.PerSec),
@@ -102,11 +102,11 @@ func tables(r *Results) []table {
 			title: "Large values",
 			about: "Compare-and-delete of a stored value: bytes the client sent per operation and its time, " +
 				"including hashing on the client.",
-			header: []string{"size", "method", "bytes sent", "p50", "p99", "errors"},
+			header: []string{"size", "method", "bytes sent", "p50", "p99", "errors / note"},
 		}
 		for _, x := range r.Large {
 			if x.Skipped != "" {
-				t.rows = append(t.rows, []string{size(x.Size), x.Method, "skipped: " + x.Skipped, "", "", ""})
+				t.rows = append(t.rows, []string{size(x.Size), x.Method, "-", "-", "-", "skipped: " + x.Skipped})
 				continue
 			}
 			t.rows = append(t.rows, []string{size(x.Size), x.Method, fmt.Sprintf("%.0f", x.BytesSent),

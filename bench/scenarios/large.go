@@ -42,13 +42,16 @@ func sha1Hex(v string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func cads() []cad {
-	script := redis.NewScript(compareDeleteSrc)
+func cads(script *redis.Script) []cad {
 	return []cad{
 		{"DELEX IFEQ (full value)", func(c lock.Capabilities) bool { return c.Release == lock.ReleaseDelex },
 			"the server has no DELEX IFEQ",
 			func(ctx context.Context, rc *redis.Client, key, v string) (int64, error) {
 				return rc.Do(ctx, "DELEX", key, "IFEQ", v).Int64()
+			}},
+		{"DELIFEQ (full value)", func(c lock.Capabilities) bool { return c.DelIfEq }, "the server has no DELIFEQ",
+			func(ctx context.Context, rc *redis.Client, key, v string) (int64, error) {
+				return rc.Do(ctx, "DELIFEQ", key, v).Int64()
 			}},
 		{"Lua compare (full value)", func(lock.Capabilities) bool { return true }, "",
 			func(ctx context.Context, rc *redis.Client, key, v string) (int64, error) {
@@ -79,7 +82,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 }
 
 // Large measures compare-and-delete of 1 KiB, 64 KiB and 1 MiB values: by
-// the full value (DELEX IFEQ, a Lua compare) and by a digest (DELEX IFDEQ
+// the full value (DELEX IFEQ, DELIFEQ, a Lua compare) and by a digest (DELEX IFDEQ
 // with XXH3, a Lua compare of SHA-1s), where the server has them. Bytes
 // sent are counted on the connection (one connection, so nothing else is
 // counted); the time includes hashing on the client.
@@ -100,7 +103,11 @@ func Large(ctx context.Context, e *Env, r *report.Results) error {
 	if err := rc.Ping(ctx).Err(); err != nil {
 		return err
 	}
-	methods := cads()
+	script := redis.NewScript(compareDeleteSrc)
+	if err := script.Load(ctx, rc).Err(); err != nil {
+		return fmt.Errorf("load the compare-and-delete script: %w", err)
+	}
+	methods := cads(script)
 	for _, m := range methods {
 		if !m.offers(e.Caps) {
 			r.Notes = append(r.Notes, fmt.Sprintf("large values: %s skipped: %s.", m.name, m.lacks))
