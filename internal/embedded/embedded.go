@@ -34,7 +34,7 @@ func Start() (*Server, error) {
 // its own only expires them when told to (FastForward).
 func (s *Server) clock() {
 	defer close(s.done)
-	t := time.NewTicker(2 * time.Millisecond)
+	t := time.NewTicker(10 * time.Millisecond) // FastForward scans every key: not too often
 	defer t.Stop()
 	last := time.Now()
 	for {
