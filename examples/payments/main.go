@@ -18,17 +18,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
+	"github.com/hotkv/stampede/internal/fleet"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -136,12 +133,16 @@ func run() error {
 func runRound(ctx context.Context, store *Store, env []string) (outcome, error) {
 	var o outcome
 	var pause Pause // what the frozen worker reported
-	f, err := startFleet(ctx, len(names), env)
+	ids := make([]string, len(names))
+	for i := range ids {
+		ids[i] = name(i)
+	}
+	f, err := fleet.Start(ctx, ids, func(id string) []string { return append([]string{envWorker + "=" + id}, env...) })
 	if err != nil {
 		return o, err
 	}
-	defer f.close()
-	if err := f.collect(ctx, len(names), func(_ int, line string) error {
+	defer f.Close()
+	if err := f.Collect(ctx, len(names), func(_ int, line string) error {
 		if line != "ready" {
 			return fmt.Errorf("unexpected output %q", line)
 		}
@@ -150,7 +151,7 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 		return o, err
 	}
 	attempts := func(n int) error {
-		return f.collect(ctx, n, func(_ int, line string) error {
+		return f.Collect(ctx, n, func(_ int, line string) error {
 			js, ok := strings.CutPrefix(line, "attempt ")
 			if !ok {
 				return fmt.Errorf("unexpected output %q", line)
@@ -169,7 +170,7 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 
 	fmt.Printf("  1. a, b and c race to charge %s for %s (three checkouts of one cart)\n", order, money(price))
 	for i := range 3 {
-		if err := f.send(i, fmt.Sprintf("charge %d", price)); err != nil {
+		if err := f.Send(i, fmt.Sprintf("charge %d", price)); err != nil {
 			return o, err
 		}
 	}
@@ -178,10 +179,10 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 	}
 
 	const lateRefund = 60_00
-	if err := f.send(frozen, fmt.Sprintf("refund-pause %d", lateRefund)); err != nil {
+	if err := f.Send(frozen, fmt.Sprintf("refund-pause %d", lateRefund)); err != nil {
 		return o, err
 	}
-	if err := f.collect(ctx, 1, func(_ int, line string) error {
+	if err := f.Collect(ctx, 1, func(_ int, line string) error {
 		js, ok := strings.CutPrefix(line, "paused ")
 		if !ok {
 			return fmt.Errorf("unexpected output %q", line)
@@ -202,7 +203,7 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 	fmt.Printf("  3. meanwhile a, b and c refund %s, %s and %s; they get the lock once d's has expired\n",
 		money(refunds[0]), money(refunds[1]), money(refunds[2]))
 	for i, r := range refunds {
-		if err := f.send(i, fmt.Sprintf("refund %d", r)); err != nil {
+		if err := f.Send(i, fmt.Sprintf("refund %d", r)); err != nil {
 			return o, err
 		}
 	}
@@ -211,13 +212,13 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 	}
 
 	fmt.Printf("  4. d thaws and carries on where it froze: it records its refund with its old fence\n")
-	if err := f.send(frozen, "wake"); err != nil {
+	if err := f.Send(frozen, "wake"); err != nil {
 		return o, err
 	}
 	if err := attempts(1); err != nil {
 		return o, err
 	}
-	if err := f.finish(ctx); err != nil {
+	if err := f.Finish(ctx); err != nil {
 		return o, err
 	}
 
@@ -282,118 +283,4 @@ func printAttempt(a Attempt, ttlLeft time.Duration) {
 	if a.Release != "" {
 		fmt.Printf("        then releasing its lock: %s\n", a.Release)
 	}
-}
-
-// fleet is a set of running worker processes.
-type fleet struct {
-	stdins []io.WriteCloser
-	events chan event
-	cancel context.CancelFunc // kills the workers
-	wg     sync.WaitGroup     // the goroutines that read and reap the workers
-	exited int
-}
-
-// event is a line from a worker, or its exit.
-type event struct {
-	worker int
-	line   string
-	exited bool
-	err    error // with exited: nil if the worker exited cleanly
-}
-
-func startFleet(ctx context.Context, n int, env []string) (*fleet, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	f := &fleet{events: make(chan event), cancel: cancel}
-	for i := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(append(os.Environ(), envWorker+"="+name(i)), env...)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			f.close()
-			return nil, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			f.close()
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			f.close()
-			return nil, err
-		}
-		f.stdins = append(f.stdins, in)
-		f.wg.Go(func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				select {
-				case f.events <- event{worker: i, line: sc.Text()}:
-				case <-ctx.Done():
-				}
-			}
-			err := cmd.Wait()
-			select {
-			case f.events <- event{worker: i, exited: true, err: err}:
-			case <-ctx.Done():
-			}
-		})
-	}
-	return f, nil
-}
-
-// collect hands the next n lines from the workers to handle; a worker that
-// exits meanwhile is an error.
-func (f *fleet) collect(ctx context.Context, n int, handle func(worker int, line string) error) error {
-	for n > 0 {
-		var e event
-		select {
-		case e = <-f.events:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if e.exited {
-			f.exited++
-			return fmt.Errorf("worker %s exited early: %v", name(e.worker), e.err)
-		}
-		if err := handle(e.worker, e.line); err != nil {
-			return fmt.Errorf("worker %s: %w", name(e.worker), err)
-		}
-		n--
-	}
-	return nil
-}
-
-// send sends line to worker i.
-func (f *fleet) send(i int, line string) error {
-	_, err := io.WriteString(f.stdins[i], line+"\n")
-	return err
-}
-
-// finish closes the workers' input, which stops them, and waits for them
-// to exit.
-func (f *fleet) finish(ctx context.Context) error {
-	for _, in := range f.stdins {
-		in.Close()
-	}
-	for f.exited < len(f.stdins) {
-		select {
-		case e := <-f.events:
-			if !e.exited {
-				return fmt.Errorf("worker %s: unexpected output %q", name(e.worker), e.line)
-			}
-			f.exited++
-			if e.err != nil {
-				return fmt.Errorf("worker %s: %w", name(e.worker), e.err)
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// close kills workers that are still running and waits for their readers.
-func (f *fleet) close() {
-	f.cancel()
-	f.wg.Wait()
 }

@@ -16,27 +16,24 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -154,12 +151,16 @@ const pause = 100 * time.Millisecond
 
 // runApproach runs both bursts of one approach on a fleet of workers.
 func runApproach(ctx context.Context, rdb *redis.Client, prefix, approach string, procs int, env []string, ttl time.Duration) ([]*burst, []string, error) {
-	f, err := startFleet(ctx, procs, env)
+	ids := make([]string, procs)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	f, err := fleet.Start(ctx, ids, func(id string) []string { return append([]string{envWorker + "=" + id}, env...) })
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.close()
-	if err := f.collect(ctx, procs, func(_ int, line string) error {
+	defer f.Close()
+	if err := f.Collect(ctx, procs, func(_ int, line string) error {
 		if line != "ready" {
 			return fmt.Errorf("unexpected output %q", line)
 		}
@@ -186,10 +187,10 @@ func runApproach(ctx context.Context, rdb *redis.Client, prefix, approach string
 		// All workers start the burst at the same instant, a little ahead,
 		// so that how fast each one reads its input does not matter.
 		at := time.Now().Add(50 * time.Millisecond)
-		if err := f.broadcast(fmt.Sprintf("go %d %s", at.UnixNano(), phase)); err != nil {
+		if err := f.Broadcast(fmt.Sprintf("go %d %s", at.UnixNano(), phase)); err != nil {
 			return nil, nil, err
 		}
-		if err := f.collect(ctx, procs, func(w int, line string) error {
+		if err := f.Collect(ctx, procs, func(w int, line string) error {
 			js, ok := strings.CutPrefix(line, "report ")
 			if !ok {
 				return fmt.Errorf("unexpected output %q", line)
@@ -228,7 +229,7 @@ func runApproach(ctx context.Context, rdb *redis.Client, prefix, approach string
 			sleep(ctx, 10*time.Millisecond)
 		}
 	}
-	if err := f.finish(ctx); err != nil {
+	if err := f.Finish(ctx); err != nil {
 		return nil, nil, err
 	}
 	loads, err := rdb.HGetAll(ctx, keys.loads).Result()
@@ -371,123 +372,4 @@ func cleanup(rdb *redis.Client, prefix string) {
 			c.Close()
 		}
 	}
-}
-
-// fleet is a set of running worker processes.
-type fleet struct {
-	stdins []io.WriteCloser
-	events chan event
-	cancel context.CancelFunc // kills the workers
-	wg     sync.WaitGroup     // the goroutines that read and reap the workers
-	exited int
-}
-
-// event is a line from a worker, or its exit.
-type event struct {
-	worker int
-	line   string
-	exited bool
-	err    error // with exited: nil if the worker exited cleanly
-}
-
-func startFleet(ctx context.Context, procs int, env []string) (*fleet, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	f := &fleet{events: make(chan event), cancel: cancel}
-	for i := range procs {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(append(os.Environ(), envWorker+"="+strconv.Itoa(i)), env...)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			f.close()
-			return nil, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			f.close()
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			f.close()
-			return nil, err
-		}
-		f.stdins = append(f.stdins, in)
-		f.wg.Go(func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(nil, 4<<20)
-			for sc.Scan() {
-				select {
-				case f.events <- event{worker: i, line: sc.Text()}:
-				case <-ctx.Done():
-				}
-			}
-			err := cmd.Wait()
-			select {
-			case f.events <- event{worker: i, exited: true, err: err}:
-			case <-ctx.Done():
-			}
-		})
-	}
-	return f, nil
-}
-
-// collect hands the next n lines from the workers to handle; a worker that
-// exits meanwhile is an error.
-func (f *fleet) collect(ctx context.Context, n int, handle func(worker int, line string) error) error {
-	for n > 0 {
-		var e event
-		select {
-		case e = <-f.events:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if e.exited {
-			f.exited++
-			return fmt.Errorf("worker %d exited early: %v", e.worker, e.err)
-		}
-		if err := handle(e.worker, e.line); err != nil {
-			return fmt.Errorf("worker %d: %w", e.worker, err)
-		}
-		n--
-	}
-	return nil
-}
-
-// broadcast sends line to every worker.
-func (f *fleet) broadcast(line string) error {
-	for _, in := range f.stdins {
-		if _, err := io.WriteString(in, line+"\n"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// finish closes the workers' input, which stops them, and waits for them
-// to exit.
-func (f *fleet) finish(ctx context.Context) error {
-	for _, in := range f.stdins {
-		in.Close()
-	}
-	for f.exited < len(f.stdins) {
-		select {
-		case e := <-f.events:
-			if !e.exited {
-				return fmt.Errorf("worker %d: unexpected output %q", e.worker, e.line)
-			}
-			f.exited++
-			if e.err != nil {
-				return fmt.Errorf("worker %d: %w", e.worker, e.err)
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// close kills workers that are still running and waits for their readers.
-func (f *fleet) close() {
-	f.cancel()
-	f.wg.Wait()
 }
