@@ -22,7 +22,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"github.com/hotkv/stampede/internal/fleet"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/fleet"
 )
 
 func main() {
