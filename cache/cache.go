@@ -259,7 +259,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	if err != nil {
 		return zero, fmt.Errorf("cache: get %q: %w", key, err)
 	}
-	e, st, err := c.classify(raw)
+	e, st, _ := c.classify(raw) // st says all that matters here
 	switch {
 	case st == stateBuilding || st == stateCorrupt:
 		return zero, ErrMiss
