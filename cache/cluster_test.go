@@ -79,3 +79,56 @@ func TestCluster_keysShareASlot(t *testing.T) {
 		}
 	}
 }
+
+// TestGetOrLoad_lostAnnouncement: the rebuilder's value arrives without an
+// announcement (lost message, subscriber reconnecting): the poll still
+// wakes the waiter, which returns the value without loading.
+func TestGetOrLoad_lostAnnouncement(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: 50 * time.Millisecond})
+		other := newCacheOn(t, rc, &cache.Options{Namespace: ns + "x"}) // announces on another channel
+		locks, err := lock.New(rc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := ns + ":{k}"
+		if _, err := locks.Obtain(ctx, stored, time.Minute, nil); err != nil { // another process's claim
+			t.Fatal(err)
+		}
+		got := make(chan string, 1)
+		errs := make(chan error, 1)
+		go func() {
+			v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) {
+				return "", errors.New("the waiter must not load")
+			})
+			got <- v
+			errs <- err
+		}()
+		for c.Stats().Waits == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatal("never waited")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		// The value appears under the key with no announcement on c's channel.
+		if err := cache.Set(ctx, other, "k", "silent"); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := rc.Get(ctx, ns+"x:{k}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Set(ctx, stored, raw, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := <-got, <-errs; err != nil || v != "silent" {
+			t.Fatalf("GetOrLoad = %q, %v; want the value found by polling", v, err)
+		}
+		if st := c.Stats(); st.WaitTimeouts != 0 || st.Loads != 0 {
+			t.Errorf("stats %+v: want no wait timeout and no load", st)
+		}
+	}, redistest.Redis8, redistest.Cluster, redistest.Redis7)
+}
