@@ -205,35 +205,6 @@ func goGetOrLoad[V any](ctx context.Context, c *cache.Cache, key string, load lo
 	return ch
 }
 
-// recv waits for one value from ch, failing tb if ctx ends first.
-func recv[T any](tb testing.TB, ctx context.Context, ch <-chan T, what string) T {
-	tb.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-ctx.Done():
-		tb.Fatalf("timed out waiting for %s", what)
-	}
-	var zero T
-	return zero
-}
-
-// waitFor waits until cond holds, or fails tb when ctx ends. It is only
-// for states that nothing but a counter shows (a caller has begun waiting
-// for another process); everything else is sequenced with channels.
-func waitFor(tb testing.TB, ctx context.Context, what string, cond func() bool) {
-	tb.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // valueKey is where a Cache in namespace ns stores a short printable key.
 func valueKey(ns, key string) string { return ns + ":{" + key + "}" }
 
@@ -283,21 +254,21 @@ func TestGetOrLoad_callerCancels(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		first := goGetOrLoad(cctx, a, "k", load)
-		recv(t, ctx, started, "the load to start")
+		redistest.Recv(t, ctx, started, "the load to start")
 		joiner := goGetOrLoad(ctx, a, "k", load)
 		other := goGetOrLoad(ctx, b, "k", load)
 
 		cancel()
 		// The load is still blocked, so this returns only if the cancelled
 		// caller does not wait for it.
-		r := recv(t, ctx, first, "the cancelled caller to return")
+		r := redistest.Recv(t, ctx, first, "the cancelled caller to return")
 		if !errors.Is(r.err, context.Canceled) || r.v != "" {
 			t.Fatalf("cancelled caller got %q, %v; want context.Canceled", r.v, r.err)
 		}
 
 		open()
 		for name, ch := range map[string]<-chan result[string]{"joiner": joiner, "caller in another Cache": other} {
-			r := recv(t, ctx, ch, name)
+			r := redistest.Recv(t, ctx, ch, name)
 			if r.err != nil || r.v != "v" {
 				t.Errorf("%s got %q, %v; want v", name, r.v, r.err)
 			}
@@ -406,13 +377,13 @@ func TestGetOrLoad_staleWhileOneRefreshes(t *testing.T) {
 						t.Fatalf("cache %d while stale: %.20q, %v; want the old value at once", i, v, err)
 					}
 					if i == 0 {
-						recv(t, ctx, started, "the refresh to start")
+						redistest.Recv(t, ctx, started, "the refresh to start")
 					} else {
-						recv(t, ctx, tried[i-1], fmt.Sprintf("cache %d to try the refresh lock", i))
+						redistest.Recv(t, ctx, tried[i-1], fmt.Sprintf("cache %d to try the refresh lock", i))
 					}
 				}
 				open()
-				recv(t, ctx, announced, "the refresh to write and announce")
+				redistest.Recv(t, ctx, announced, "the refresh to write and announce")
 
 				for i, c := range cs {
 					v, err := cache.GetOrLoad(ctx, c, "k", refresh)
@@ -484,13 +455,13 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 		if v, err := cache.GetOrLoad(ctx, c1, "k", load); err != nil || v != 1 {
 			t.Fatalf("cache 1 while stale: %d, %v", v, err)
 		}
-		recv(t, ctx, atLock, "cache 1's refresh to reach the lock")
+		redistest.Recv(t, ctx, atLock, "cache 1's refresh to reach the lock")
 		// Cache 0 serves stale too and refreshes the value completely.
 		announced := rec0.signalOn("publish", opts.Namespace+":announce")
 		if v, err := cache.GetOrLoad(ctx, c0, "k", load); err != nil || v != 1 {
 			t.Fatalf("cache 0 while stale: %d, %v", v, err)
 		}
-		recv(t, ctx, announced, "cache 0's refresh to finish")
+		redistest.Recv(t, ctx, announced, "cache 0's refresh to finish")
 		// Now cache 1 gets the free lock, for a value that is fresh again.
 		// Its refresh ends by freeing the lock (DELEX, DELIFEQ or a script,
 		// all naming the key).
@@ -504,7 +475,7 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 			}
 		})
 		open()
-		recv(t, ctx, freed, "cache 1's refresh to free the lock")
+		redistest.Recv(t, ctx, freed, "cache 1's refresh to free the lock")
 		_ = c1.Close() // waits for the rest of its refresh
 		if n := loads.Load(); n != 1 {
 			t.Errorf("%d refresh loads, want 1: cache 1 reloaded a value refreshed meanwhile", n)
@@ -564,8 +535,8 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 		if v, err := cache.GetOrLoad(ctx, a, "k", failing); err != nil || v != "v1" {
 			t.Fatalf("stale call: %q, %v; want v1", v, err)
 		}
-		recv(t, ctx, loadFailed, "the failed refresh's EventLoad")
-		recv(t, ctx, announced, "the failed refresh to announce")
+		redistest.Recv(t, ctx, loadFailed, "the failed refresh's EventLoad")
+		redistest.Recv(t, ctx, announced, "the failed refresh to announce")
 
 		// Both caches serve stale again; each one's refresh finds the lock
 		// held for RefreshBackoff.
@@ -580,7 +551,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 			if v, err := cache.GetOrLoad(ctx, x.c, "k", neverLoad[string](&calls)); err != nil || v != "v1" {
 				t.Errorf("%s after the failed refresh: %q, %v; want stale v1", x.name, v, err)
 			}
-			recv(t, ctx, tried, x.name+" to try the refresh lock")
+			redistest.Recv(t, ctx, tried, x.name+" to try the refresh lock")
 		}
 		if v, err := cache.Get[string](ctx, a, "k"); !errors.Is(err, cache.ErrStale) || v != "v1" {
 			t.Errorf("Get = %q, %v; want v1 with ErrStale", v, err)
@@ -681,24 +652,24 @@ func TestGetOrLoad_panickingLoader(t *testing.T) {
 		}
 		const callers = 8
 		results := []<-chan result[int]{goGetOrLoad(ctx, a, "k", panicky)}
-		recv(t, ctx, started, "the load to start")
+		redistest.Recv(t, ctx, started, "the load to start")
 		for range callers - 1 {
 			results = append(results, goGetOrLoad(ctx, a, "k", panicky))
 		}
 		var bLoads atomic.Int32
 		remote := goGetOrLoad(ctx, b, "k", neverLoad[int](&bLoads))
-		waitFor(t, ctx, "the other cache to wait", func() bool { return b.Stats().Waits == 1 })
-		waitFor(t, ctx, "the callers to join", func() bool { return a.Stats().Misses == callers })
+		redistest.WaitFor(t, ctx, "the other cache to wait", func() bool { return b.Stats().Waits == 1 })
+		redistest.WaitFor(t, ctx, "the callers to join", func() bool { return a.Stats().Misses == callers })
 		open()
 
 		for i, ch := range results {
-			r := recv(t, ctx, ch, fmt.Sprintf("caller %d", i))
+			r := redistest.Recv(t, ctx, ch, fmt.Sprintf("caller %d", i))
 			var pe *loader.PanicError
 			if !errors.As(r.err, &pe) || pe.Value != boom || !errors.Is(r.err, boom) || len(pe.Stack) == 0 {
 				t.Errorf("caller %d: %d, %v; want a *loader.PanicError carrying boom and a stack", i, r.v, r.err)
 			}
 		}
-		r := recv(t, ctx, remote, "the other cache")
+		r := redistest.Recv(t, ctx, remote, "the other cache")
 		if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "boom") || bLoads.Load() != 0 {
 			t.Errorf("other cache: %v (%d own loads); want ErrRemoteLoad naming boom", r.err, bLoads.Load())
 		}
@@ -791,17 +762,17 @@ func TestGetOrLoad_noStaleSet(t *testing.T) {
 				want := "loaded"
 				if tt.stale {
 					want = "old"
-					if r := recv(t, ctx, res, "the stale value"); r.err != nil || r.v != "old" {
+					if r := redistest.Recv(t, ctx, res, "the stale value"); r.err != nil || r.v != "old" {
 						t.Fatalf("stale call: %q, %v", r.v, r.err)
 					}
 				}
-				recv(t, ctx, started, "the load to start")
+				redistest.Recv(t, ctx, started, "the load to start")
 				if err := tt.meddle(ctx, c); err != nil {
 					t.Fatal(err)
 				}
 				open()
 				if !tt.stale {
-					if r := recv(t, ctx, res, "the loading caller"); r.err != nil || r.v != want {
+					if r := redistest.Recv(t, ctx, res, "the loading caller"); r.err != nil || r.v != want {
 						t.Errorf("loading caller got %q, %v; want %q", r.v, r.err, want)
 					}
 				}
@@ -996,7 +967,7 @@ func TestGetOrLoad_earlyRefresh(t *testing.T) {
 					}
 					return
 				}
-				recv(t, ctx, announced, "the early refresh to write")
+				redistest.Recv(t, ctx, announced, "the early refresh to write")
 				if v, err := cache.Get[int](ctx, c, "k"); err != nil || v != 2 {
 					t.Errorf("Get after the early refresh = %d, %v; want 2", v, err)
 				}
@@ -1138,7 +1109,7 @@ func TestGetOrLoad_waitTimeout(t *testing.T) {
 				return "", ctx.Err()
 			}
 		})
-		recv(t, ctx, started, "cache a to claim the key and load")
+		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
 
 		var calls atomic.Int32
 		if v, err := cache.GetOrLoad(ctx, b, "k", neverLoad[string](&calls)); !errors.Is(err, cache.ErrWaitTimeout) {
@@ -1155,7 +1126,7 @@ func TestGetOrLoad_waitTimeout(t *testing.T) {
 		}
 
 		open()
-		if r := recv(t, ctx, holder, "cache a's load"); r.err != nil || r.v != "a" {
+		if r := redistest.Recv(t, ctx, holder, "cache a's load"); r.err != nil || r.v != "a" {
 			t.Fatalf("cache a: %q, %v", r.v, r.err)
 		}
 		if v, err := cache.Get[string](ctx, b, "k"); err != nil || v != "a" {
@@ -1189,16 +1160,16 @@ func TestGetOrLoad_remoteFailure(t *testing.T) {
 			<-fail
 			return "", errors.New("upstream answered 503")
 		})
-		recv(t, ctx, started, "cache a to claim the key and load")
+		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
 		var calls atomic.Int32
 		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
-		waitFor(t, ctx, "cache b to wait", func() bool { return b.Stats().Waits == 1 })
+		redistest.WaitFor(t, ctx, "cache b to wait", func() bool { return b.Stats().Waits == 1 })
 		open()
 
-		if r := recv(t, ctx, holder, "cache a"); r.err == nil || !strings.Contains(r.err.Error(), "upstream answered 503") {
+		if r := redistest.Recv(t, ctx, holder, "cache a"); r.err == nil || !strings.Contains(r.err.Error(), "upstream answered 503") {
 			t.Errorf("cache a: %q, %v; want its loader's error", r.v, r.err)
 		}
-		r := recv(t, ctx, waiter, "cache b")
+		r := redistest.Recv(t, ctx, waiter, "cache b")
 		if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "upstream answered 503") {
 			t.Errorf("cache b: %q, %v; want ErrRemoteLoad with a's error text", r.v, r.err)
 		}

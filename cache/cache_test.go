@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
@@ -85,13 +84,7 @@ func TestGetOrLoad_coalescesAcrossCaches(t *testing.T) {
 			}
 		}
 		// Wait until one load runs, then let it finish.
-		for loads.Load() == 0 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("no load started")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		redistest.WaitFor(t, ctx, "a load to start", func() bool { return loads.Load() > 0 })
 		close(release)
 		wg.Wait()
 		close(errs)

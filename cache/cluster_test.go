@@ -39,13 +39,7 @@ func TestCluster_announcementsCrossNodes(t *testing.T) {
 			})
 			got <- err
 		}()
-		for c.Stats().Waits != uint64(i+1) {
-			select {
-			case <-ctx.Done():
-				t.Fatal("never waited")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		redistest.WaitFor(t, ctx, "the waiter to wait", func() bool { return c.Stats().Waits == uint64(i+1) })
 		node := redis.NewClient(&redis.Options{Addr: addr})
 		err := node.Publish(ctx, ns+":announce", "e"+stored+"\x00failed on node "+addr).Err()
 		node.Close()
@@ -106,13 +100,7 @@ func TestGetOrLoad_lostAnnouncement(t *testing.T) {
 			got <- v
 			errs <- err
 		}()
-		for c.Stats().Waits == 0 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("never waited")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		redistest.WaitFor(t, ctx, "the waiter to wait", func() bool { return c.Stats().Waits > 0 })
 		// The value appears under the key with no announcement on c's channel.
 		if err := cache.Set(ctx, other, "k", "silent"); err != nil {
 			t.Fatal(err)

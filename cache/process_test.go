@@ -446,13 +446,7 @@ func TestGetOrLoad_remoteFailure_processes(t *testing.T) {
 			got <- err
 		}()
 		// Release the worker's loader once this process waits for it.
-		for c.Stats().Waits == 0 {
-			select {
-			case <-ctx.Done():
-				t.Fatal("never waited")
-			case <-time.After(time.Millisecond):
-			}
-		}
+		redistest.WaitFor(t, ctx, "this process to wait", func() bool { return c.Stats().Waits > 0 })
 		if err := rc.RPush(ctx, release, "fail").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -518,13 +512,10 @@ func TestGetOrLoad_deleteDuringRebuild_processes(t *testing.T) {
 						t.Fatalf("stale GetOrLoad = %q, %v", v, err)
 					}
 					<-loaded
-					for c.Stats().WritesSkipped == 0 && c.Stats().ServerErrors == 0 {
-						select {
-						case <-ctx.Done():
-							t.Fatal("the refresh never finished")
-						case <-time.After(time.Millisecond):
-						}
-					}
+					redistest.WaitFor(t, ctx, "the refresh to finish", func() bool {
+						st := c.Stats()
+						return st.WritesSkipped > 0 || st.ServerErrors > 0
+					})
 				} else if err != nil || v != "new" {
 					t.Fatalf("GetOrLoad = %q, %v; want the loaded value", v, err)
 				}

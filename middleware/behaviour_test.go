@@ -291,35 +291,6 @@ func block(ctx context.Context, gate <-chan struct{}) {
 	}
 }
 
-// recv waits for one value from ch, failing tb if ctx ends first.
-func recv[T any](tb testing.TB, ctx context.Context, ch <-chan T, what string) T {
-	tb.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-ctx.Done():
-		tb.Fatalf("timed out waiting for %s", what)
-	}
-	var zero T
-	return zero
-}
-
-// waitFor polls cond until it holds, failing tb when ctx ends. It is only
-// for states nothing but a counter or the server shows (a request has
-// begun waiting for a render; a background render has been stored).
-func waitFor(tb testing.TB, ctx context.Context, what string, cond func() bool) {
-	tb.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // waitGone waits until the server holds nothing for path: a render that
 // was not stored frees its claim on the key only after its client has
 // been answered.
@@ -327,7 +298,7 @@ func (b *testBed) waitGone(tb testing.TB, path string, vary ...string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	waitFor(tb, ctx, "no entry for "+path, func() bool { return !b.stored(tb, path, vary...) })
+	redistest.WaitFor(tb, ctx, "no entry for "+path, func() bool { return !b.stored(tb, path, vary...) })
 }
 
 // waitStored waits until path's entry on the server contains marker. A
@@ -336,7 +307,7 @@ func (b *testBed) waitStored(tb testing.TB, path, marker string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	waitFor(tb, ctx, "an entry with "+marker, func() bool {
+	redistest.WaitFor(tb, ctx, "an entry with "+marker, func() bool {
 		raw, err := b.rc.Get(ctx, b.valueKey(path)).Bytes()
 		return err == nil && bytes.Contains(raw, []byte(marker))
 	})
@@ -496,7 +467,7 @@ func TestMiddleware_staleWhileRevalidate(t *testing.T) {
 		if got := stale.header.Get("Cache-Status"); got != "stampede; hit; fwd=stale" {
 			t.Errorf("Cache-Status = %q", got)
 		}
-		recv(t, ctx, started, "the background render")
+		redistest.Recv(t, ctx, started, "the background render")
 
 		// While it runs, more requests get the stale response at once,
 		// from this process and from another one.
@@ -505,7 +476,7 @@ func TestMiddleware_staleWhileRevalidate(t *testing.T) {
 			replies = append(replies, b.goSend(ctx, "GET", "/swr", procHeader, strconv.Itoa(i%2)))
 		}
 		for _, ch := range replies {
-			r := recv(t, ctx, ch, "a stale reply")
+			r := redistest.Recv(t, ctx, ch, "a stale reply")
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -556,7 +527,7 @@ func TestMiddleware_staleRefreshJobFirst(t *testing.T) {
 	b.clock.Advance(11 * time.Second)
 	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r := recv(t, waitCtx, b.goSend(ctx, "GET", "/jf"), "the stale reply while the refresh renders")
+	r := redistest.Recv(t, waitCtx, b.goSend(ctx, "GET", "/jf"), "the stale reply while the refresh renders")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -597,7 +568,7 @@ func TestMiddleware_staleIfError(t *testing.T) {
 	failing.Store(true)
 	b.clock.Advance(11 * time.Second)
 	b.get(t, "/sie").check(t, 200, "STALE", "good-1")
-	if n := recv(t, ctx, failed, "the failed background render"); n != 2 {
+	if n := redistest.Recv(t, ctx, failed, "the failed background render"); n != 2 {
 		t.Errorf("failed render %d, want 2", n)
 	}
 	b.get(t, "/sie").check(t, 200, "STALE", "good-1")
@@ -937,13 +908,13 @@ func TestMiddleware_flush(t *testing.T) {
 		t.Fatalf("read %q, %v before the handler returned", head, err)
 	}
 	waiter := b.goSend(ctx, "GET", "/f")
-	waitFor(t, ctx, "the second request to wait for the render", func() bool { return b.stats().Misses == 2 })
+	redistest.WaitFor(t, ctx, "the second request to wait for the render", func() bool { return b.stats().Misses == 2 })
 	close(release)
 	rest, err := io.ReadAll(res.Body)
 	if err != nil || string(rest) != "second" {
 		t.Errorf("rest = %q, %v", rest, err)
 	}
-	w := recv(t, ctx, waiter, "the waiter")
+	w := redistest.Recv(t, ctx, waiter, "the waiter")
 	if w.err != nil {
 		t.Fatal(w.err)
 	}
@@ -1017,7 +988,7 @@ func TestMiddleware_panickingHandler(t *testing.T) {
 	if !errors.Is(err, io.EOF) {
 		t.Errorf("GET of a panicking handler: err = %v, want the connection closed (EOF)", err)
 	}
-	if v := recv(t, ctx, panics, "the panic"); v != errBoom {
+	if v := redistest.Recv(t, ctx, panics, "the panic"); v != errBoom {
 		t.Errorf("net/http saw panic %v, want %v", v, errBoom)
 	}
 	b.waitGone(t, "/p")
@@ -1048,27 +1019,27 @@ func TestMiddleware_panicWithWaiters(t *testing.T) {
 		b.client.Transport.(*http.Transport).DisableKeepAlives = true
 
 		first := b.goSend(ctx, "GET", "/pw", procHeader, "0")
-		recv(t, ctx, started, "the first render")
+		redistest.Recv(t, ctx, started, "the first render")
 		var waiters []<-chan sent
 		for i := range 4 {
 			waiters = append(waiters, b.goSend(ctx, "GET", "/pw", procHeader, strconv.Itoa(i%2)))
 		}
 		// Four waiters: two joined the render in its process, two wait
 		// for it from the other.
-		waitFor(t, ctx, "the waiters", func() bool {
+		redistest.WaitFor(t, ctx, "the waiters", func() bool {
 			st := b.stats()
 			return st.Misses == 5 && st.Waits == 1
 		})
 		close(release)
-		if r := recv(t, ctx, first, "the panicking request"); !errors.Is(r.err, io.EOF) {
+		if r := redistest.Recv(t, ctx, first, "the panicking request"); !errors.Is(r.err, io.EOF) {
 			t.Errorf("panicking request: %v, err %v; want the connection closed (EOF)", r.reply, r.err)
 		}
-		if v := recv(t, ctx, panics, "the panic"); v != errBoom {
+		if v := redistest.Recv(t, ctx, panics, "the panic"); v != errBoom {
 			t.Errorf("net/http saw panic %v", v)
 		}
 		bodies := map[string]bool{}
 		for _, ch := range waiters {
-			r := recv(t, ctx, ch, "a waiter")
+			r := redistest.Recv(t, ctx, ch, "a waiter")
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -1190,14 +1161,14 @@ func TestMiddleware_coalescing(t *testing.T) {
 				}
 				// Every request has missed, and each other process waits
 				// for the one rendering.
-				waitFor(t, ctx, "all requests to wait", func() bool {
+				redistest.WaitFor(t, ctx, "all requests to wait", func() bool {
 					st := b.stats()
 					return st.Misses == requests && st.Waits == uint64(tt.procs-1)
 				})
 				close(release)
 				misses := 0
 				for _, ch := range replies {
-					r := recv(t, ctx, ch, "a reply")
+					r := redistest.Recv(t, ctx, ch, "a reply")
 					if r.err != nil {
 						t.Fatal(r.err)
 					}
@@ -1247,18 +1218,18 @@ func TestMiddleware_waitTimeout(t *testing.T) {
 			}), &bedOptions{procs: 2, mw: &middleware.Options{WaitTimeout: 50 * time.Millisecond}})
 
 			first := b.goSend(ctx, "GET", "/wt", procHeader, "0")
-			recv(t, ctx, started, "the first render")
+			redistest.Recv(t, ctx, started, "the first render")
 			// The render still hangs: the waiter can only be answered by
 			// giving up on it.
 			waiterCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			w := recv(t, waiterCtx, b.goSend(ctx, "GET", "/wt", procHeader, tt.proc), "the waiter to give up")
+			w := redistest.Recv(t, waiterCtx, b.goSend(ctx, "GET", "/wt", procHeader, tt.proc), "the waiter to give up")
 			if w.err != nil {
 				t.Fatal(w.err)
 			}
 			w.check(t, 200, "BYPASS", "render-2")
 			close(release)
-			r := recv(t, ctx, first, "the first request")
+			r := redistest.Recv(t, ctx, first, "the first request")
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
@@ -1400,8 +1371,8 @@ func TestChi_backgroundRender(t *testing.T) {
 	b.waitStored(t, "/items/1", "n=1")
 	b.clock.Advance(11 * time.Second)
 	stale := b.goSend(ctx, "GET", "/items/1")
-	recv(t, ctx, reused, "the stale request to end")
-	if r := recv(t, ctx, stale, "the stale reply"); r.err != nil {
+	redistest.Recv(t, ctx, reused, "the stale request to end")
+	if r := redistest.Recv(t, ctx, stale, "the stale reply"); r.err != nil {
 		t.Fatal(r.err)
 	} else {
 		r.check(t, 200, "STALE", "/items/{id} id=1 n=1")

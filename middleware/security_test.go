@@ -119,24 +119,24 @@ func TestSecurity_setCookie(t *testing.T) {
 		// Concurrently: clients waiting for a render that sets a cookie,
 		// in its process and in another, render for themselves.
 		first := b.goSend(ctx, "GET", "/sc")
-		recv(t, ctx, started, "the render")
+		redistest.Recv(t, ctx, started, "the render")
 		var waiters []<-chan sent
 		for i := range 4 {
 			waiters = append(waiters, b.goSend(ctx, "GET", "/sc", procHeader, strconv.Itoa(i%2)))
 		}
-		waitFor(t, ctx, "the waiters", func() bool {
+		redistest.WaitFor(t, ctx, "the waiters", func() bool {
 			st := b.stats()
 			return st.Misses == 7 && st.Waits == 1
 		})
 		close(release)
-		r := recv(t, ctx, first, "the rendering client")
+		r := redistest.Recv(t, ctx, first, "the rendering client")
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
 		r.check(t, 200, "BYPASS", "n=3")
 		seen := map[string]bool{cookie(r.reply): true}
 		for _, ch := range waiters {
-			w := recv(t, ctx, ch, "a waiter")
+			w := redistest.Recv(t, ctx, ch, "a waiter")
 			if w.err != nil {
 				t.Fatal(w.err)
 			}
@@ -257,15 +257,15 @@ func TestSecurity_varyWaiter(t *testing.T) {
 		fmt.Fprintf(w, "n=%d user=%s", n, r.Header.Get("X-User"))
 	}), nil)
 	alice := b.goSend(ctx, "GET", "/vw", "X-User", "alice")
-	recv(t, ctx, started, "alice's render")
+	redistest.Recv(t, ctx, started, "alice's render")
 	bob := b.goSend(ctx, "GET", "/vw", "X-User", "bob")
-	waitFor(t, ctx, "bob to wait", func() bool { return b.stats().Misses == 2 })
+	redistest.WaitFor(t, ctx, "bob to wait", func() bool { return b.stats().Misses == 2 })
 	close(release)
 	for _, tt := range []struct {
 		ch   <-chan sent
 		body string
 	}{{alice, "n=1 user=alice"}, {bob, "n=2 user=bob"}} {
-		r := recv(t, ctx, tt.ch, "a reply")
+		r := redistest.Recv(t, ctx, tt.ch, "a reply")
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
