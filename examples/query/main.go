@@ -17,27 +17,24 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -163,102 +160,47 @@ func run(procs, goroutines, rows int) error {
 // runRound starts procs workers with env, lets them all go at once and
 // collects their reports into r.
 func runRound(ctx context.Context, procs int, env []string, r *round) error {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup // the goroutines that read and reap the workers
-	defer func() {
-		cancel() // kills workers left behind by an error
-		wg.Wait()
-	}()
-
-	type event struct {
-		worker int
-		line   string
-		err    error // the worker exited (err == nil: cleanly)
-		exited bool
+	ids := make([]string, procs)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
 	}
-	events := make(chan event)
-	stdins := make([]io.WriteCloser, procs)
-	for i := range procs {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(append(os.Environ(), envWorker+"="+strconv.Itoa(i)), env...)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		stdins[i] = in
-		wg.Go(func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				select {
-				case events <- event{worker: i, line: sc.Text()}:
-				case <-ctx.Done():
-				}
-			}
-			err := cmd.Wait()
-			if err != nil {
-				err = fmt.Errorf("worker %d: %w", i, err)
-			}
-			select {
-			case events <- event{worker: i, err: err, exited: true}:
-			case <-ctx.Done():
-			}
-		})
+	f, err := fleet.Start(ctx, ids, func(id string) []string { return append([]string{envWorker + "=" + id}, env...) })
+	if err != nil {
+		return err
 	}
+	defer f.Close() // kills workers left behind by an error
 
+	if err := f.Collect(ctx, procs, func(_ int, line string) error {
+		if line != "ready" {
+			return fmt.Errorf("unexpected output %q", line)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Everyone is connected and has the database open: start all requests
+	// together, as when a hot entry expires.
+	start := time.Now()
+	if err := f.Broadcast("go"); err != nil {
+		return err
+	}
 	r.answers = map[string]int{}
-	var ready, reported, exited int
-	var start time.Time
-	for exited < procs {
-		var e event
-		select {
-		case e = <-events:
-		case <-ctx.Done():
-			return ctx.Err()
+	if err := f.Collect(ctx, procs, func(_ int, line string) error {
+		payload, ok := strings.CutPrefix(line, "report ")
+		if !ok {
+			return fmt.Errorf("unexpected output %q", line)
 		}
-		switch {
-		case e.exited:
-			if e.err != nil {
-				return e.err
-			}
-			exited++
-		case e.line == "ready":
-			if ready++; ready == procs {
-				// Everyone is connected and has the database open: start
-				// all requests together, as when a hot entry expires.
-				start = time.Now()
-				for _, in := range stdins {
-					if _, err := io.WriteString(in, "go\n"); err != nil {
-						return err
-					}
-					in.Close()
-				}
-			}
-		case strings.HasPrefix(e.line, "report "):
-			var w workerReport
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(e.line, "report ")), &w); err != nil {
-				return fmt.Errorf("worker %d: bad report: %w", e.worker, err)
-			}
-			if reported++; reported == procs {
-				r.wall = time.Since(start)
-			}
-			r.add(w)
-		default:
-			return fmt.Errorf("worker %d: unexpected output %q", e.worker, e.line)
+		var w workerReport
+		if err := json.Unmarshal([]byte(payload), &w); err != nil {
+			return fmt.Errorf("bad report: %w", err)
 		}
+		r.add(w)
+		return nil
+	}); err != nil {
+		return err
 	}
-	if reported != procs {
-		return fmt.Errorf("%d of %d workers reported", reported, procs)
-	}
-	return nil
+	r.wall = time.Since(start)
+	return f.Finish(ctx)
 }
 
 func (r *round) add(w workerReport) {

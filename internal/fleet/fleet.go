@@ -78,8 +78,9 @@ func Start(ctx context.Context, names []string, env func(name string) []string) 
 }
 
 // Collect hands the next n lines from the workers (in the order they
-// come) to handle, with the index of the worker that wrote each; a worker
-// that exits meanwhile is an error.
+// come) to handle, with the index of the worker that wrote each. A worker
+// that fails meanwhile is an error, and so is every worker having exited
+// before n lines came.
 func (f *Fleet) Collect(ctx context.Context, n int, handle func(worker int, line string) error) error {
 	for n > 0 {
 		var e event
@@ -90,7 +91,13 @@ func (f *Fleet) Collect(ctx context.Context, n int, handle func(worker int, line
 		}
 		if e.exited {
 			f.exited++
-			return fmt.Errorf("worker %s exited early: %v", f.names[e.worker], e.err)
+			if e.err != nil {
+				return fmt.Errorf("worker %s: %w", f.names[e.worker], e.err)
+			}
+			if f.exited == len(f.names) {
+				return fmt.Errorf("every worker exited with %d lines still expected", n)
+			}
+			continue // it said all it had to say; others still talk
 		}
 		if err := handle(e.worker, e.line); err != nil {
 			return fmt.Errorf("worker %s: %w", f.names[e.worker], err)
