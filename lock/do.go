@@ -59,12 +59,13 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if ttl >= time.Millisecond && (every < time.Millisecond || every >= ttl) {
 		return invalid("RefreshEvery %v must be at least 1ms and below the ttl %v", every, ttl)
 	}
-	obtained := time.Now()
 	l, err := c.Obtain(ctx, key, ttl, &opts.ObtainOptions)
 	if err != nil {
 		return err
 	}
-	return l.hold(ctx, ttl, every, obtained, fn)
+	// Measured from the attempt that obtained the lock, not from the first
+	// one: a Do that waited for the lock holds it for a full ttl.
+	return l.hold(ctx, ttl, every, l.sent, fn)
 }
 
 // hold runs fn under l with a keep-alive, then releases l.
@@ -135,36 +136,56 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, obta
 // keepAlive refreshes l every interval until stop closes. validUntil is
 // when the lock expires if no refresh succeeds; it is measured from before
 // each refresh was sent, so it never overestimates. Work is cancelled a
-// margin before that moment, while the lock is still held.
+// margin before that moment, while the lock is still held, even if a
+// refresh is still waiting for its answer then: a client need not honour
+// the refresh's deadline (go-redis ignores context deadlines unless
+// ContextTimeoutEnabled is set and waits out its own ReadTimeout).
 func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duration, validUntil time.Time, stop <-chan struct{}) {
 	margin := min(ttl/10, 100*time.Millisecond)
+	expiring := time.NewTimer(time.Until(validUntil.Add(-margin))) // fires at the cutoff
+	defer expiring.Stop()
 	timer := time.NewTimer(every)
 	defer timer.Stop()
+	var (
+		sent   time.Time
+		result chan error // the refresh in flight; nil when none is
+	)
+	defer func() {
+		if result != nil {
+			<-result // no refresh outlives the keep-alive
+		}
+	}()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-timer.C:
-		}
-		sent := time.Now()
-		cutoff := validUntil.Add(-margin)
-		if !sent.Before(cutoff) {
+		case <-expiring.C:
 			cancel(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key))
 			return
-		}
-		ctx, done := context.WithDeadline(context.Background(), cutoff)
-		err := l.Refresh(ctx, ttl)
-		done()
-		switch {
-		case err == nil:
-			validUntil = sent.Add(ttl)
-			timer.Reset(every)
-		case errors.Is(err, ErrNotHeld):
-			cancel(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key))
-			return
-		default:
-			// A transient failure: try again soon, but give up at the cutoff.
-			timer.Reset(max(time.Millisecond, min(every/4, time.Until(cutoff))))
+		case <-timer.C:
+			sent = time.Now()
+			cutoff := validUntil.Add(-margin)
+			result = make(chan error, 1)
+			go func(result chan<- error) {
+				ctx, done := context.WithDeadline(context.Background(), cutoff)
+				defer done()
+				result <- l.Refresh(ctx, ttl)
+			}(result)
+		case err := <-result:
+			result = nil
+			switch {
+			case err == nil:
+				validUntil = sent.Add(ttl)
+				expiring.Reset(time.Until(validUntil.Add(-margin)))
+				timer.Reset(every)
+			case errors.Is(err, ErrNotHeld):
+				cancel(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key))
+				return
+			default:
+				// A transient failure: try again soon; expiring ends the
+				// attempts at the cutoff.
+				timer.Reset(max(time.Millisecond, min(every/4, time.Until(validUntil.Add(-margin)))))
+			}
 		}
 	}
 }

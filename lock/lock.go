@@ -77,6 +77,7 @@ type Lock struct {
 	token string
 	meta  string
 	fence int64
+	sent  time.Time // when the attempt that obtained it was sent: it is held until at least sent+ttl
 }
 
 // Key returns the locked key.
@@ -127,6 +128,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	value := encodeValue(token, start, opts.Metadata)
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
+		sent := time.Now()
 		fence, ok, err := c.try(ctx, key, fenceKey, value, ttl)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -135,7 +137,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 		}
 		if ok {
-			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence}, nil
+			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}, nil
 		}
 		if opts.Retry == nil {
 			return nil, ErrNotObtained
