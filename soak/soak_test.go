@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// TestMain also serves as the workers' entry point: the soak starts its
+// own binary again as worker processes (internal/fleet), and under go test
+// that binary is this test binary.
+func TestMain(m *testing.M) {
+	if isWorker() {
+		os.Exit(workerMain())
+	}
+	redistest.Main(m, nil)
+}
+
+// TestSoak_short is the soak's CI form: 20 s of mixed traffic from three
+// worker processes with random faults, on a real Redis 8, ending with the
+// invariants of the long form (no lost updates, no stale sets, no value
+// for the wrong key, no growth of goroutines or heap) and with proof that
+// the run did what it claims (loads, faults, refused late holders).
+func TestSoak_short(t *testing.T) {
+	srv := redistest.Start(t, redistest.Redis8)
+	out := filepath.Join(t.TempDir(), "soak.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	err := run(ctx, []string{"-duration", "18s", "-warmup", "2s", "-workers", "3", "-progress", "6s",
+		"-redis", "redis://" + srv.Addrs()[0], "-json", out}, &stdout, &stderr)
+	t.Logf("soak took %v\n%s%s", time.Since(start).Round(time.Millisecond), stderr.String(), stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	s := readSummary(t, out)
+	for _, c := range []struct {
+		name string
+		got  int64
+	}{
+		{"lost updates", s.LostUpdates},
+		{"phantom updates", s.PhantomUpdates},
+		{"stale sets", s.StaleSets},
+		{"stale sets read by workers", s.StaleSetsRead},
+		{"stale sets found by audits", s.StaleSetsAudit},
+		{"stale sets at the end", s.StaleSetsAtEnd},
+		{"values for the wrong key", s.WrongValues},
+	} {
+		if c.got != 0 {
+			t.Errorf("%s = %d, want 0", c.name, c.got)
+		}
+	}
+	faults := int64(0)
+	for _, n := range s.Faults {
+		faults += n
+	}
+	for _, c := range []struct {
+		name string
+		got  int64
+	}{
+		{"requests", s.Requests},
+		{"loads", s.Loads},
+		{"database updates", s.Writes},
+		{"accepted fenced updates", s.AcceptedUpdates},
+		{"faults injected", faults},
+		{"connections reset or dropped by the proxies", int64(s.Proxy.Reset + s.Proxy.Dropped)},
+		{"audit rounds", s.Audits},
+	} {
+		if c.got <= 0 {
+			t.Errorf("%s = %d, want > 0", c.name, c.got)
+		}
+	}
+	if s.CounterTotal != s.AcceptedUpdates {
+		t.Errorf("counters add up to %d, accepted updates %d", s.CounterTotal, s.AcceptedUpdates)
+	}
+	if len(s.Memory) != 3 {
+		t.Fatalf("memory of %d workers, want 3", len(s.Memory))
+	}
+	for _, m := range s.Memory {
+		if m.Start.Goroutines == 0 || m.End.Goroutines == 0 || m.Start.Heap == 0 || m.End.Heap == 0 {
+			t.Errorf("%s: empty snapshot: %+v", m.Worker, m)
+		}
+		if d := m.End.Goroutines - m.Start.Goroutines; d > goroutineSlack {
+			t.Errorf("%s: goroutines grew by %d", m.Worker, d)
+		}
+		if m.EndStacks != "" {
+			t.Logf("%s: goroutines %d -> %d; at the end:\n%s", m.Worker, m.Start.Goroutines, m.End.Goroutines, m.EndStacks)
+		}
+		if m.End.Heap > max(2*m.Start.Heap, m.Start.Heap+heapSlack) {
+			t.Errorf("%s: heap grew from %d to %d", m.Worker, m.Start.Heap, m.End.Heap)
+		}
+	}
+	if !s.OK || len(s.Failures) != 0 {
+		t.Errorf("summary says ok=%v, failures %q", s.OK, s.Failures)
+	}
+	if !strings.Contains(stdout.String(), "result: OK") || !strings.Contains(stderr.String(), "requests ") {
+		t.Errorf("no summary table or progress line")
+	}
+}
+
+// TestSoak_sabotaged breaks the invariants on purpose (workers store the
+// version before an update right after its Delete, and count increments
+// they never write) and checks that the soak notices and fails.
+func TestSoak_sabotaged(t *testing.T) {
+	srv := redistest.Start(t, redistest.Redis8)
+	out := filepath.Join(t.TempDir(), "soak.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	o, err := parseFlags([]string{"-duration", "4s", "-warmup", "1s", "-workers", "2",
+		"-redis", "redis://" + srv.Addrs()[0], "-json", out}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.sabotage = true
+	s, err := soak(ctx, o, &stderr)
+	if err != nil {
+		t.Fatalf("soak: %v\n%s", err, stderr.String())
+	}
+	if s.OK {
+		t.Errorf("a sabotaged run passed")
+	}
+	if s.LostUpdates == 0 {
+		t.Errorf("no lost update found; the sabotage skips one write in 20")
+	}
+	if s.StaleSetsRead+s.StaleSetsAudit == 0 {
+		t.Errorf("no stale set found during the run (read by workers %d, audits %d); the sabotage writes one in 20",
+			s.StaleSetsRead, s.StaleSetsAudit)
+	}
+	if len(s.Failures) < 2 {
+		t.Errorf("failures %q, want lost updates and stale sets", s.Failures)
+	}
+}
+
+func readSummary(tb testing.TB, path string) summary {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var s summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	return s
+}

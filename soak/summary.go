@@ -1,0 +1,271 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/faultproxy"
+)
+
+// Growth limits between the start and end snapshots (traffic stopped,
+// caches open, after a GC). A leak grows with traffic, so a few minutes
+// of thousands of requests a second turn any per-request leak into
+// thousands of goroutines or megabytes; the slack only absorbs what
+// legitimately differs between two quiet moments: a pool goroutine
+// retrying a dial, a subscription reconnecting, runtime and GC workers
+// (goroutines: +10), and allocator fragmentation, pooled buffers and maps
+// that keep their largest size (heap: the larger of 2x and +8 MiB, which
+// also covers the proxies' 16 KiB buffers for the connections the pools
+// happen to keep).
+const (
+	goroutineSlack = 10
+	heapSlack      = 8 << 20
+)
+
+// summary is what a soak run found; it is also the JSON written by -json.
+type summary struct {
+	Command  string    `json:"command"`
+	Server   string    `json:"server"`
+	Addr     string    `json:"addr"`
+	Seed     uint64    `json:"seed"`
+	Workers  int       `json:"workers"`
+	Keys     int       `json:"keys"`
+	Counters int       `json:"counters"`
+	Readers  int       `json:"readers_per_worker"`
+	Writers  int       `json:"writers_per_worker"`
+	Lockers  int       `json:"lockers_per_worker"`
+	Warmup   string    `json:"warmup"`
+	Duration string    `json:"duration"`
+	Started  time.Time `json:"started"`
+	Elapsed  string    `json:"elapsed"`
+
+	Requests int64 `json:"requests"` // GetOrLoad calls
+	Loads    int64 `json:"loads"`    // loader calls
+	Writes   int64 `json:"writes"`   // database updates followed by a completed Delete
+	LockRuns int64 `json:"lock_runs"`
+
+	// Invariants.
+	LostUpdates     int64 `json:"lost_updates"`      // accepted increments missing from the counters
+	PhantomUpdates  int64 `json:"phantom_updates"`   // counter increments nobody had accepted
+	StaleSets       int64 `json:"stale_sets"`        // StaleSetsRead + StaleSetsAudit + StaleSetsAtEnd
+	StaleSetsRead   int64 `json:"stale_sets_read"`   // distinct stale values the workers' GETs read
+	StaleSetsAudit  int64 `json:"stale_sets_audit"`  // distinct stale values the audits found
+	StaleSetsAtEnd  int64 `json:"stale_sets_at_end"` // keys whose cached value differs from the database at the end
+	WrongValues     int64 `json:"wrong_values"`      // values returned or stored for another key
+	Audits          int64 `json:"audits"`            // audit rounds over every key
+	AuditErrors     int64 `json:"audit_errors"`
+	ExcludedKeys    int   `json:"excluded_keys"`        // keys whose Delete never succeeded
+	AcceptedUpdates int64 `json:"accepted_updates"`     // fenced increments accepted
+	CounterTotal    int64 `json:"counter_total"`        // sum of the counters
+	LateWrites      int64 `json:"rejected_late_writes"` // fenced writes refused: a newer holder had read
+	LateReads       int64 `json:"rejected_late_reads"`  // fenced reads refused: a newer holder had read
+
+	// Informational: a GetOrLoad that began after this process's Delete
+	// completed and still returned an older version, without the cache
+	// holding it (the audits would count that as a stale set): the call
+	// joined a load that was already running in the process, or took the
+	// value from an announcement sent before the Delete.
+	StaleReads      int64 `json:"stale_reads"`       // the value was loaded by another process
+	StaleReadsLocal int64 `json:"stale_reads_local"` // loaded by this process: a join of its running load
+
+	Errors map[string]int64 `json:"errors"`
+	Faults map[string]int64 `json:"faults"`
+	Cache  cache.Stats      `json:"cache"`
+	Proxy  faultproxy.Stats `json:"proxy"`
+	Memory []memory         `json:"memory"`
+
+	Samples  []string `json:"samples,omitempty"`
+	Failures []string `json:"failures"`
+	OK       bool     `json:"ok"`
+}
+
+// memory is one worker's goroutines and heap.
+type memory struct {
+	Worker      string   `json:"worker"`
+	Before      snapshot `json:"before"`
+	Start       snapshot `json:"start"`
+	End         snapshot `json:"end"`
+	Closed      snapshot `json:"closed"`
+	StartStacks string   `json:"start_stacks,omitempty"` // if End has more goroutines than Start
+	EndStacks   string   `json:"end_stacks,omitempty"`
+}
+
+// fill adds up the workers' reports and checks the invariants.
+func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[string]int64, a *auditor,
+	atEnd int64, endSamples []string, excluded int) {
+	accepted := map[string]int64{}
+	for i, r := range reports {
+		s.Requests += r.Requests
+		s.Loads += r.Loads
+		s.Writes += r.Writes
+		s.LockRuns += r.LockRuns
+		s.LateWrites += r.LateWrites
+		s.LateReads += r.LateReads
+		s.StaleReads += r.StaleReads
+		s.StaleReadsLocal += r.StaleLocal
+		s.StaleSetsRead += r.StaleSets
+		s.WrongValues += r.WrongValues
+		for k, v := range r.Accepted {
+			accepted[k] += v
+		}
+		for k, v := range r.Errors {
+			s.Errors[k] += v
+		}
+		for k, v := range r.Faults {
+			s.Faults[k] += v
+		}
+		addStats(&s.Cache, r.Cache)
+		s.Proxy.Accepted += r.Proxy.Accepted
+		s.Proxy.Refused += r.Proxy.Refused
+		s.Proxy.Dropped += r.Proxy.Dropped
+		s.Proxy.Reset += r.Proxy.Reset
+		s.Proxy.Spikes += r.Proxy.Spikes
+		s.Proxy.Chunks += r.Proxy.Chunks
+		s.Samples = append(s.Samples, r.StaleSamples...)
+		s.Memory = append(s.Memory, memory{Worker: fmt.Sprintf("w%d", i), Before: r.Before, Start: starts[i], End: r.End, Closed: r.Closed,
+			StartStacks: r.StartStacks, EndStacks: r.EndStacks})
+	}
+	for k, want := range accepted {
+		got := counters[k]
+		s.AcceptedUpdates += want
+		s.CounterTotal += got
+		if want > got {
+			s.LostUpdates += want - got
+		} else {
+			s.PhantomUpdates += got - want
+		}
+	}
+	a.mu.Lock()
+	s.StaleSetsAudit = int64(len(a.stale))
+	s.WrongValues += a.wrong
+	s.Audits, s.AuditErrors = a.rounds, a.errs
+	s.Samples = append(s.Samples, a.samples...)
+	a.mu.Unlock()
+	s.StaleSetsAtEnd = atEnd
+	s.StaleSets = s.StaleSetsRead + s.StaleSetsAudit + s.StaleSetsAtEnd
+	s.Samples = append(s.Samples, endSamples...)
+	s.ExcludedKeys = excluded
+
+	fail := func(format string, args ...any) { s.Failures = append(s.Failures, fmt.Sprintf(format, args...)) }
+	if s.LostUpdates != 0 {
+		fail("lost updates: %d", s.LostUpdates)
+	}
+	if s.PhantomUpdates != 0 {
+		fail("counter increments nobody accepted: %d", s.PhantomUpdates)
+	}
+	if s.StaleSets != 0 {
+		fail("stale sets: %d (%d read by workers, %d by the audits, %d at the end)", s.StaleSets, s.StaleSetsRead, s.StaleSetsAudit, s.StaleSetsAtEnd)
+	}
+	if s.WrongValues != 0 {
+		fail("values for the wrong key: %d", s.WrongValues)
+	}
+	if s.Requests == 0 || s.Loads == 0 {
+		fail("no traffic: %d requests, %d loads", s.Requests, s.Loads)
+	}
+	if s.Audits == 0 {
+		fail("no audit completed")
+	}
+	for _, m := range s.Memory {
+		if d := m.End.Goroutines - m.Start.Goroutines; d > goroutineSlack {
+			fail("%s: goroutines grew by %d during the run (%d -> %d)", m.Worker, d, m.Start.Goroutines, m.End.Goroutines)
+		}
+		if limit := max(2*m.Start.Heap, m.Start.Heap+heapSlack); m.End.Heap > limit {
+			fail("%s: heap grew from %s to %s during the run", m.Worker, mib(m.Start.Heap), mib(m.End.Heap))
+		}
+		if d := m.Closed.Goroutines - m.Before.Goroutines; d > goroutineSlack {
+			fail("%s: %d more goroutines after closing everything than before opening it (%d -> %d)", m.Worker, d, m.Before.Goroutines, m.Closed.Goroutines)
+		}
+	}
+	s.OK = len(s.Failures) == 0
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// progressLine prints one line of running totals.
+func progressLine(w io.Writer, elapsed time.Duration, reports []workerReport, staleSets int64) {
+	var req, loads, writes, locks, errs, faults, staleReads, late int64
+	for _, r := range reports {
+		req += r.Requests
+		loads += r.Loads
+		writes += r.Writes
+		locks += r.LockRuns
+		staleReads += r.StaleReads + r.StaleLocal
+		staleSets += r.StaleSets
+		late += r.LateWrites
+		for _, v := range r.Errors {
+			errs += v
+		}
+		for _, v := range r.Faults {
+			faults += v
+		}
+	}
+	fmt.Fprintf(w, "soak %5s  requests %d (%.0f/s)  loads %d  writes %d  lock runs %d  late writes refused %d  errors %d  faults %d  stale sets %d  stale reads %d\n",
+		elapsed.Round(time.Second), req, float64(req)/elapsed.Seconds(), loads, writes, locks, late, errs, faults, staleSets, staleReads)
+}
+
+// writeTable prints the summary.
+func writeTable(w io.Writer, s *summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	check := func(k string, v int64) {
+		mark := "ok"
+		if v != 0 {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", k, v, mark)
+	}
+	fmt.Fprintf(tw, "soak summary: %s, %d workers, %d keys, seed %d, run %s after %s warm-up (elapsed %s)\n",
+		s.Server, s.Workers, s.Keys, s.Seed, s.Duration, s.Warmup, s.Elapsed)
+	fmt.Fprintln(tw, "traffic")
+	row("GetOrLoad requests", s.Requests)
+	row("loads (loader calls)", s.Loads)
+	row("cache hits / stale hits / misses", fmt.Sprintf("%d / %d / %d", s.Cache.Hits, s.Cache.StaleHits, s.Cache.Misses))
+	row("coalesced / waits / wait timeouts", fmt.Sprintf("%d / %d / %d", s.Cache.Coalesced, s.Cache.Waits, s.Cache.WaitTimeouts))
+	row("fail-open loads / refreshes / writes skipped", fmt.Sprintf("%d / %d / %d", s.Cache.FailOpenLoads, s.Cache.Refreshes, s.Cache.WritesSkipped))
+	row("database updates (Delete completed)", s.Writes)
+	row("fenced lock runs / accepted", fmt.Sprintf("%d / %d", s.LockRuns, s.AcceptedUpdates))
+	row("late holders refused (read / write)", fmt.Sprintf("%d / %d", s.LateReads, s.LateWrites))
+	fmt.Fprintln(tw, "invariants")
+	check("lost updates", s.LostUpdates)
+	check("phantom updates", s.PhantomUpdates)
+	check("stale sets (workers' GETs)", s.StaleSetsRead)
+	check("stale sets (audits)", s.StaleSetsAudit)
+	check("stale sets (end, cache vs database)", s.StaleSetsAtEnd)
+	check("values for the wrong key", s.WrongValues)
+	row("audit rounds (errors)", fmt.Sprintf("%d (%d)", s.Audits, s.AuditErrors))
+	row("keys excluded (Delete never succeeded)", s.ExcludedKeys)
+	row("stale reads after own Delete (informational): loaded here / elsewhere", fmt.Sprintf("%d / %d", s.StaleReadsLocal, s.StaleReads))
+	fmt.Fprintln(tw, "faults injected")
+	for _, k := range slices.Sorted(maps.Keys(s.Faults)) {
+		row(k, s.Faults[k])
+	}
+	row("proxy: conns / reset / dropped / spiked chunks", fmt.Sprintf("%d / %d / %d / %d", s.Proxy.Accepted, s.Proxy.Reset, s.Proxy.Dropped, s.Proxy.Spikes))
+	fmt.Fprintln(tw, "errors by kind (expected under faults)")
+	for _, k := range slices.Sorted(maps.Keys(s.Errors)) {
+		row(k, s.Errors[k])
+	}
+	fmt.Fprintln(tw, "goroutines and heap (start: after warm-up; end: after the run; both quiet, caches open)")
+	for _, m := range s.Memory {
+		row(m.Worker, fmt.Sprintf("goroutines %d -> %d (+%d proxy -> +%d), heap %s -> %s; before opening %d, after closing %d",
+			m.Start.Goroutines, m.End.Goroutines, m.Start.Proxy, m.End.Proxy, mib(m.Start.Heap), mib(m.End.Heap),
+			m.Before.Goroutines, m.Closed.Goroutines))
+	}
+	if len(s.Samples) > 0 {
+		fmt.Fprintln(tw, "samples")
+		for _, x := range s.Samples {
+			fmt.Fprintf(tw, "  %s\n", x)
+		}
+	}
+	if s.OK {
+		fmt.Fprintln(tw, "result: OK")
+	} else {
+		fmt.Fprintf(tw, "result: FAILED: %s\n", strings.Join(s.Failures, "; "))
+	}
+	_ = tw.Flush()
+}

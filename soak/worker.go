@@ -1,0 +1,727 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// envWorker names the worker in a worker process; envConfig carries its
+// configuration as JSON.
+const (
+	envWorker = "STAMPEDE_SOAK_WORKER"
+	envConfig = "STAMPEDE_SOAK_CONFIG"
+)
+
+// isWorker reports whether this process is a worker started by the soak.
+func isWorker() bool { return os.Getenv(envWorker) != "" }
+
+// workerConfig is what the coordinator tells each worker.
+type workerConfig struct {
+	Index    int           `json:"index"`
+	URL      string        `json:"url"`
+	Prefix   string        `json:"prefix"` // every key of the run starts with it
+	Keys     int           `json:"keys"`
+	Counters int           `json:"counters"`
+	Seed     uint64        `json:"seed"`
+	Readers  int           `json:"readers"`
+	Writers  int           `json:"writers"`
+	Lockers  int           `json:"lockers"`
+	Warmup   time.Duration `json:"warmup"`
+	Sabotage bool          `json:"sabotage"` // break the invariants on purpose, to test the checks
+}
+
+// Key names shared by the coordinator and the workers.
+func dbKey(prefix string, k int) string   { return prefix + ":db:" + strconv.Itoa(k) }
+func delKey(prefix string, k int) string  { return prefix + ":del:" + strconv.Itoa(k) }
+func ctrKey(prefix string, n int) string  { return prefix + ":ctr:" + strconv.Itoa(n) }
+func lockKey(prefix string, n int) string { return prefix + ":lock:" + strconv.Itoa(n) }
+func cacheKey(k int) string               { return "k" + strconv.Itoa(k) }
+func namespace(prefix string) string      { return prefix + ":cache" }
+
+// value is what the loader returns: the key, the version it read and the
+// worker that loaded it.
+func value(key string, version int64, by string) string {
+	return key + "@" + strconv.FormatInt(version, 10) + "@" + by
+}
+
+// parseValue splits a value "key@version@worker".
+func parseValue(v string) (key string, version int64, by string, ok bool) {
+	key, rest, ok1 := strings.Cut(v, "@")
+	ver, by, ok2 := strings.Cut(rest, "@")
+	n, err := strconv.ParseInt(ver, 10, 64)
+	return key, n, by, ok1 && ok2 && err == nil
+}
+
+// The "database" is reached over the direct, fault-free client. Fenced
+// counters follow the rule a store needs for fencing to work: a read
+// registers the holder's fence (and is refused to an older one), and a
+// write is accepted only from the newest fence that read. Registering on
+// read matters: otherwise a holder paused between its read and its write
+// could overwrite the increment of a newer holder that read after it.
+var (
+	// KEYS[1]=counter KEYS[2]=largest fence seen; ARGV[1]=fence.
+	// Returns the counter, or -1 if a newer fence has read.
+	fencedRead = redis.NewScript(`
+local max = tonumber(redis.call('GET', KEYS[2]) or '0')
+local f = tonumber(ARGV[1])
+if f < max then return -1 end
+redis.call('SET', KEYS[2], ARGV[1])
+return tonumber(redis.call('GET', KEYS[1]) or '0')`)
+	// KEYS[1]=counter KEYS[2]=largest fence seen; ARGV[1]=fence ARGV[2]=new value.
+	// Returns 1 if written, 0 if a newer fence has read since.
+	fencedWrite = redis.NewScript(`
+if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1`)
+	// KEYS[1]=the version of a key's latest completed Delete; ARGV[1]=version.
+	raiseTo = redis.NewScript(`
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
+return 0`)
+)
+
+// snapshot is a process's goroutines and heap at one moment.
+type snapshot struct {
+	Goroutines int    `json:"goroutines"` // without the fault proxies' own
+	Proxy      int    `json:"proxy_goroutines"`
+	Heap       uint64 `json:"heap_bytes"` // HeapAlloc after a GC
+}
+
+// workerReport is a worker's counters; the coordinator adds them up.
+type workerReport struct {
+	Requests     int64            `json:"requests"`               // GetOrLoad calls
+	Loads        int64            `json:"loads"`                  // loader calls
+	Writes       int64            `json:"writes"`                 // database updates whose Delete completed
+	LockRuns     int64            `json:"lock_runs"`              // fenced read-modify-writes attempted
+	Accepted     map[string]int64 `json:"accepted"`               // accepted increments per counter key
+	LateWrites   int64            `json:"late_writes"`            // writes refused: a newer fence had read
+	LateReads    int64            `json:"late_reads"`             // reads refused: a newer fence had read
+	StaleReads   int64            `json:"stale_reads"`            // GetOrLoad older than a Delete that completed before it began, loaded elsewhere
+	StaleSets    int64            `json:"stale_sets"`             // distinct stale values the probe read
+	StaleLocal   int64            `json:"stale_reads_local"`      // the same, loaded by this process
+	WrongValues  int64            `json:"wrong_values"`           // a value for another key, or unreadable
+	Excluded     []string         `json:"excluded"`               // keys whose Delete never succeeded
+	Errors       map[string]int64 `json:"errors"`                 // by kind
+	Faults       map[string]int64 `json:"faults"`                 // injected, by kind
+	Cache        cache.Stats      `json:"cache"`                  // of every Cache the worker had
+	Proxy        faultproxy.Stats `json:"proxy"`                  // of both proxies
+	Before       snapshot         `json:"before"`                 // before any client, proxy or cache
+	Start        snapshot         `json:"start"`                  // after warm-up, traffic stopped, caches open
+	End          snapshot         `json:"end"`                    // after the run, traffic stopped, caches open
+	Closed       snapshot         `json:"closed"`                 // after closing caches, clients and proxies
+	StaleSamples []string         `json:"stale_samples"`          // a few stale reads, for the report
+	StartStacks  string           `json:"start_stacks,omitempty"` // goroutines at Start and End, if End has more
+	EndStacks    string           `json:"end_stacks,omitempty"`
+}
+
+// worker is one worker process's state.
+type worker struct {
+	cfg    workerConfig
+	direct *redis.Client // the database; never faulted
+	cacheP *faultproxy.Proxy
+	lockP  *faultproxy.Proxy
+	cacheC *redis.Client // through cacheP
+	lockC  *redis.Client // through lockP
+	c      *cache.Cache  // through cacheP; open from open to close
+	locks  *lock.Client
+
+	requests, loads, writes, lockRuns atomic.Int64
+	lateWrites, lateReads             atomic.Int64
+	staleReads, staleReadsLocal       atomic.Int64
+	wrongValues                       atomic.Int64
+	accepted                          []atomic.Int64 // per counter
+	minVer                            []atomic.Int64 // per key: version at this process's latest completed Delete
+
+	mu        sync.Mutex // guards the maps and slices below
+	errs      map[string]int64
+	faults    map[string]int64
+	excluded  map[string]bool
+	staleSets map[string]bool // stale values the probe saw
+	samples   []string
+}
+
+// workerMain is a worker process: it reads commands on stdin and answers
+// each on stdout with one line.
+func workerMain() int {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envConfig)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "soak worker: config:", err)
+		return 2
+	}
+	if err := runWorker(cfg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "soak worker %d: %v\n", cfg.Index, err)
+		return 1
+	}
+	return 0
+}
+
+func runWorker(cfg workerConfig, stdin *os.File, stdout *os.File) error {
+	w := &worker{cfg: cfg, errs: map[string]int64{}, faults: map[string]int64{}, excluded: map[string]bool{}, staleSets: map[string]bool{},
+		accepted: make([]atomic.Int64, cfg.Counters), minVer: make([]atomic.Int64, cfg.Keys)}
+	reply := func(kind string, v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s %s\n", kind, b)
+		return err
+	}
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			cmds <- sc.Text()
+		}
+	}()
+	before := takeSnapshot()
+	if err := w.open(); err != nil {
+		return err
+	}
+	if err := reply("ready", struct{}{}); err != nil {
+		return err
+	}
+
+	var (
+		stopTraffic context.CancelFunc
+		trafficDone chan struct{}
+		start       snapshot
+		startStacks string
+	)
+	stop := func() {
+		if stopTraffic != nil {
+			stopTraffic()
+			<-trafficDone
+			stopTraffic = nil
+		}
+	}
+	defer stop()
+	for cmd := range cmds {
+		switch cmd {
+		case "warm":
+			// Warm-up: the same traffic and faults, for a while, so that
+			// pools, script caches and lazily built state exist before the
+			// start snapshot.
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Warmup)
+			w.traffic(ctx, 0)
+			cancel()
+			start, startStacks = w.quiesce()
+			if err := reply("warmed", start); err != nil {
+				return err
+			}
+		case "run":
+			ctx, cancel := context.WithCancel(context.Background())
+			stopTraffic, trafficDone = cancel, make(chan struct{})
+			go func() { defer close(trafficDone); w.traffic(ctx, 1) }()
+		case "stats":
+			if err := reply("stats", w.report()); err != nil {
+				return err
+			}
+		case "stop":
+			stop()
+			end, endStacks := w.quiesce()
+			w.close()
+			r := w.report()
+			r.Before, r.Start, r.End, r.Closed = before, start, end, takeSnapshot()
+			if end.Goroutines > start.Goroutines {
+				r.StartStacks, r.EndStacks = startStacks, endStacks
+			}
+			if err := reply("done", r); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unknown command %q", cmd)
+		}
+	}
+	return nil
+}
+
+func (w *worker) name() string { return "w" + strconv.Itoa(w.cfg.Index) }
+
+// open starts the proxies and clients. Clients behind proxies time out
+// fast, so faults turn into errors (and fail-open loads) quickly.
+func (w *worker) open() error {
+	opts, err := redis.ParseURL(w.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("url: %w", err)
+	}
+	direct := *opts
+	direct.PoolSize = 64
+	w.direct = redis.NewClient(&direct)
+	if w.cacheP, err = faultproxy.Start(opts.Addr); err != nil {
+		return err
+	}
+	if w.lockP, err = faultproxy.Start(opts.Addr); err != nil {
+		return err
+	}
+	faulty := func(addr string) *redis.Client {
+		o := *opts
+		o.Addr = addr
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 250*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+		o.PoolSize, o.PoolTimeout, o.MaxRetries = 32, 300*time.Millisecond, 1
+		o.ContextTimeoutEnabled = true
+		return redis.NewClient(&o)
+	}
+	w.cacheC, w.lockC = faulty(w.cacheP.Addr()), faulty(w.lockP.Addr())
+	w.cacheC.AddHook(probe{w})
+	if w.locks, err = lock.New(w.lockC, nil); err != nil {
+		return err
+	}
+	if w.c, err = w.newCache(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return w.direct.Ping(ctx).Err()
+}
+
+// newCache returns the Cache the traffic uses: short TTLs and waits, so a
+// few minutes see many expiries, stale refreshes, waits and takeovers.
+func (w *worker) newCache() (*cache.Cache, error) {
+	return cache.New(w.cacheC, &cache.Options{
+		Namespace:        namespace(w.cfg.Prefix),
+		TTL:              time.Second,
+		StaleTTL:         500 * time.Millisecond,
+		LockTTL:          time.Second,
+		LoadTimeout:      2 * time.Second,
+		WaitTimeout:      time.Second,
+		PollInterval:     100 * time.Millisecond,
+		RefreshBackoff:   200 * time.Millisecond,
+		FailOpenCooldown: 250 * time.Millisecond,
+		TTLJitter:        0.2,
+	})
+}
+
+// traffic runs readers, writers, lockers and the fault schedule until ctx
+// ends, then lifts every fault.
+// phase separates the random streams of the warm-up and the run.
+func (w *worker) traffic(ctx context.Context, phase uint64) {
+	var wg sync.WaitGroup
+	seed := func(role, i uint64) *rand.Rand {
+		return rand.New(rand.NewPCG(w.cfg.Seed, uint64(w.cfg.Index)<<32|phase<<24|role<<16|i))
+	}
+	for i := range w.cfg.Readers {
+		wg.Go(func() { w.reader(ctx, seed(1, uint64(i))) })
+	}
+	for i := range w.cfg.Writers {
+		wg.Go(func() { w.writer(ctx, seed(2, uint64(i))) })
+	}
+	for i := range w.cfg.Lockers {
+		wg.Go(func() { w.locker(ctx, seed(3, uint64(i))) })
+	}
+	wg.Go(func() { w.faultSchedule(ctx, seed(4, 0)) })
+	wg.Wait()
+	w.cacheP.Resume()
+	w.lockP.Resume()
+}
+
+// zipf picks keys with a few hot ones and a long tail.
+func (w *worker) zipf(r *rand.Rand) *rand.Zipf {
+	return rand.NewZipf(r, 1.1, 2, uint64(w.cfg.Keys-1))
+}
+
+// pause waits d or until ctx ends; it reports whether ctx is still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// loader reads the key's version from the database.
+func (w *worker) loader(k int) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		w.loads.Add(1)
+		n, err := w.direct.Get(ctx, dbKey(w.cfg.Prefix, k)).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", err
+		}
+		return value(cacheKey(k), n, w.name()), nil
+	}
+}
+
+// get is one GetOrLoad with the stale-read check: a call that begins after
+// this process's Delete of k completed (the Delete followed the update to
+// version v) should not return a version below v.
+func (w *worker) get(ctx context.Context, k int) {
+	floor := w.minVer[k].Load()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	w.requests.Add(1)
+	v, err := cache.GetOrLoad(ctx, w.c, cacheKey(k), w.loader(k))
+	if err != nil {
+		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
+			w.countErr("GetOrLoad", err)
+		}
+		return
+	}
+	key, ver, by, ok := parseValue(v)
+	switch {
+	case !ok || key != cacheKey(k):
+		w.wrongValues.Add(1)
+		w.sample(fmt.Sprintf("GetOrLoad(%s) returned %q", cacheKey(k), v))
+	case ver < floor && by == w.name():
+		w.staleReadsLocal.Add(1)
+		w.sample(fmt.Sprintf("%s: GetOrLoad(%s) began after a Delete that followed version %d and returned %s, loaded by this process", w.name(), cacheKey(k), floor, v))
+	case ver < floor:
+		w.staleReads.Add(1)
+		w.sample(fmt.Sprintf("%s: GetOrLoad(%s) began after a Delete that followed version %d and returned %s, loaded by another process", w.name(), cacheKey(k), floor, v))
+	}
+}
+
+func (w *worker) reader(ctx context.Context, r *rand.Rand) {
+	z := w.zipf(r)
+	for pause(ctx, time.Duration(r.IntN(8))*time.Millisecond) {
+		w.get(ctx, int(z.Uint64()))
+	}
+}
+
+// writer updates the database, then deletes the cached value through the
+// faulty client, retrying until the Delete succeeds: until then a stale
+// cached value is legitimate. A Delete that never succeeds takes its key
+// out of the final comparison.
+func (w *worker) writer(ctx context.Context, r *rand.Rand) {
+	z := w.zipf(r)
+	for pause(ctx, time.Duration(10+r.IntN(40))*time.Millisecond) {
+		k := int(z.Uint64())
+		// The update and its Delete run to the end even when the run
+		// stops: a half-done write would leave a legitimately stale key.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		v, err := w.direct.Incr(wctx, dbKey(w.cfg.Prefix, k)).Result()
+		if err != nil {
+			cancel()
+			w.countErr("database INCR", err)
+			continue
+		}
+		deleted := false
+		for attempt := 0; wctx.Err() == nil; attempt++ {
+			dctx, dcancel := context.WithTimeout(wctx, time.Second)
+			err := w.c.Delete(dctx, cacheKey(k))
+			dcancel()
+			if err == nil {
+				deleted = true
+				break
+			}
+			w.countErr("Delete (retried)", err)
+			pause(wctx, time.Duration(min(attempt+1, 10))*20*time.Millisecond)
+		}
+		if !deleted {
+			w.countErr("Delete abandoned", wctx.Err())
+			w.mu.Lock()
+			w.excluded[cacheKey(k)] = true
+			w.mu.Unlock()
+			cancel()
+			continue
+		}
+		raise(&w.minVer[k], v)
+		if err := raiseTo.Run(wctx, w.direct, []string{delKey(w.cfg.Prefix, k)}, v).Err(); err != nil {
+			w.countErr("database raise", err)
+		}
+		if n := w.writes.Add(1); w.cfg.Sabotage && n%20 == 0 {
+			// A stale set, on purpose: the version before the update, after the Delete.
+			_ = cache.Set(wctx, w.c, cacheKey(k), value(cacheKey(k), v-1, "sabotage"))
+		}
+		cancel()
+		// Read your own write: this call began after the Delete.
+		w.get(ctx, k)
+	}
+}
+
+// raise sets a to v if v is larger.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// locker increments fenced counters under the lock. Most rounds use Do,
+// whose work checks its context before writing; a few are a holder that
+// takes the lock without keeping it alive and stalls past its TTL (a long
+// GC pause, a stopped VM), which only fencing can stop.
+func (w *worker) locker(ctx context.Context, r *rand.Rand) {
+	const ttl = 400 * time.Millisecond
+	for pause(ctx, time.Duration(r.IntN(20))*time.Millisecond) {
+		n := r.IntN(w.cfg.Counters)
+		if runs := w.lockRuns.Add(1); w.cfg.Sabotage && runs%20 == 0 {
+			w.accepted[n].Add(1) // a lost update, on purpose: counted, never written
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if r.IntN(20) == 0 {
+			stall := ttl + time.Duration(r.IntN(400))*time.Millisecond
+			l, err := w.locks.Obtain(lctx, lockKey(w.cfg.Prefix, n), ttl, &lock.ObtainOptions{
+				Fencing: true, Retry: lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond), MaxWait: time.Second})
+			if err != nil {
+				w.countErr("lock Obtain", err)
+			} else {
+				_ = w.increment(context.WithoutCancel(lctx), n, l.Fence(), stall)
+				// The lock expired during the stall: releasing it is ErrNotHeld.
+				if err := l.Release(context.WithoutCancel(lctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+					w.countErr("lock Release", err)
+				}
+			}
+			cancel()
+			continue
+		}
+		err := w.locks.Do(lctx, lockKey(w.cfg.Prefix, n), ttl, func(ctx context.Context) error {
+			return w.increment(ctx, n, lock.FromContext(ctx).Fence(), time.Duration(r.IntN(5))*time.Millisecond)
+		}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
+			Fencing: true, Retry: lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond), MaxWait: time.Second}})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.countErr("lock Do", err)
+		}
+	}
+}
+
+// increment is a fenced read-modify-write of counter n on the database:
+// read (registering the fence), work for d, check ctx, write back +1.
+func (w *worker) increment(ctx context.Context, n int, fence int64, d time.Duration) error {
+	if fence <= 0 {
+		return fmt.Errorf("no fencing number (%d)", fence)
+	}
+	keys := []string{ctrKey(w.cfg.Prefix, n), ctrKey(w.cfg.Prefix, n) + ":fence"}
+	// The database is not faulted, and an answer must not be lost to a
+	// cancelled context: the count of accepted writes must be exact.
+	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	cur, err := fencedRead.Run(dbctx, w.direct, keys, fence).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("fenced read: %w", err)
+	case cur < 0:
+		w.lateReads.Add(1)
+		return errLateRead
+	}
+	time.Sleep(d) // the work, or a stall that ignores every signal
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	ok, err := fencedWrite.Run(dbctx, w.direct, keys, fence, cur+1).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("fenced write: %w", err)
+	case ok == 0:
+		w.lateWrites.Add(1)
+		return errLateWrite
+	}
+	w.accepted[n].Add(1)
+	return nil
+}
+
+var (
+	errLateRead  = errors.New("fenced read refused: a newer holder has read")
+	errLateWrite = errors.New("fenced write refused: a newer holder has read")
+)
+
+// faultSchedule injects a random fault every 0.3 to 2 s on one or both
+// proxies, until ctx ends.
+func (w *worker) faultSchedule(ctx context.Context, r *rand.Rand) {
+	for pause(ctx, time.Duration(300+r.IntN(1700))*time.Millisecond) {
+		var ps []*faultproxy.Proxy
+		switch r.IntN(3) {
+		case 0:
+			ps = []*faultproxy.Proxy{w.cacheP}
+		case 1:
+			ps = []*faultproxy.Proxy{w.lockP}
+		default:
+			ps = []*faultproxy.Proxy{w.cacheP, w.lockP}
+		}
+		var kind string
+		switch r.IntN(5) {
+		case 0:
+			kind = "latency spikes"
+			d := time.Duration(50+r.IntN(250)) * time.Millisecond
+			for _, p := range ps {
+				p.SetSpikes(0.05, d)
+			}
+			pause(ctx, time.Duration(500+r.IntN(2000))*time.Millisecond)
+		case 1:
+			kind = "latency"
+			d := time.Duration(5+r.IntN(100)) * time.Millisecond
+			for _, p := range ps {
+				p.SetLatency(d)
+			}
+			pause(ctx, time.Duration(500+r.IntN(1500))*time.Millisecond)
+		case 2:
+			kind = "reset"
+			for _, p := range ps {
+				p.Reset()
+			}
+		case 3:
+			kind = "drop"
+			for _, p := range ps {
+				p.Drop()
+			}
+		case 4:
+			kind = "black hole"
+			for _, p := range ps {
+				p.BlackHole()
+			}
+			pause(ctx, time.Duration(100+r.IntN(900))*time.Millisecond)
+		}
+		for _, p := range ps {
+			p.Resume()
+		}
+		w.mu.Lock()
+		w.faults[kind]++
+		w.mu.Unlock()
+	}
+}
+
+// quiesce waits for the goroutines the traffic left (background writes,
+// announcements) to end, and returns a snapshot.
+func (w *worker) quiesce() (snapshot, string) {
+	last, stacks := snapshotStacks()
+	for range 50 { // the goroutine count is the only signal there is
+		time.Sleep(100 * time.Millisecond)
+		s, st := snapshotStacks()
+		if s.Goroutines == last.Goroutines {
+			return s, st
+		}
+		last, stacks = s, st
+	}
+	return last, stacks
+}
+
+func (w *worker) close() {
+	_ = w.c.Close()
+	_ = w.cacheC.Close()
+	_ = w.lockC.Close()
+	_ = w.cacheP.Close()
+	_ = w.lockP.Close()
+	_ = w.direct.Close()
+}
+
+func (w *worker) countErr(op string, err error) {
+	kind := op + ": " + errKind(err)
+	w.mu.Lock()
+	w.errs[kind]++
+	w.mu.Unlock()
+}
+
+func (w *worker) sample(s string) {
+	w.mu.Lock()
+	if len(w.samples) < 8 {
+		w.samples = append(w.samples, s)
+	}
+	w.mu.Unlock()
+}
+
+// report returns the counters so far.
+func (w *worker) report() workerReport {
+	r := workerReport{
+		Requests: w.requests.Load(), Loads: w.loads.Load(), Writes: w.writes.Load(), LockRuns: w.lockRuns.Load(),
+		LateWrites: w.lateWrites.Load(), LateReads: w.lateReads.Load(), StaleReads: w.staleReads.Load(), StaleLocal: w.staleReadsLocal.Load(),
+		WrongValues: w.wrongValues.Load(), Accepted: map[string]int64{}, Errors: map[string]int64{}, Faults: map[string]int64{},
+	}
+	for i := range w.accepted {
+		r.Accepted[ctrKey(w.cfg.Prefix, i)] = w.accepted[i].Load()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, v := range w.errs {
+		r.Errors[k] = v
+	}
+	for k, v := range w.faults {
+		r.Faults[k] = v
+	}
+	for k := range w.excluded {
+		r.Excluded = append(r.Excluded, k)
+	}
+	r.StaleSamples = append(r.StaleSamples, w.samples...)
+	r.StaleSets = int64(len(w.staleSets))
+	r.Cache = w.c.Stats()
+	a, b := w.cacheP.Stats(), w.lockP.Stats()
+	r.Proxy = faultproxy.Stats{Accepted: a.Accepted + b.Accepted, Refused: a.Refused + b.Refused, Dropped: a.Dropped + b.Dropped,
+		Reset: a.Reset + b.Reset, Spikes: a.Spikes + b.Spikes, Chunks: a.Chunks + b.Chunks}
+	return r
+}
+
+// probe is a go-redis hook on the cache's client that turns every GET of a
+// cached value into a stale-set check: the version of this process's
+// latest completed Delete of the key is read before the GET is sent, so a
+// reply holding an older version was written after that Delete by a
+// rebuild that read the database before the update the Delete followed.
+// It is exact (the server held that value then) and sees every read, not
+// only the audits' samples.
+type probe struct{ w *worker }
+
+func (probe) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (p probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	valuePrefix := namespace(p.w.cfg.Prefix) + ":{k"
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) != 2 || cmd.Name() != "get" {
+			return next(ctx, cmd)
+		}
+		key, _ := args[1].(string)
+		n, ok := strings.CutPrefix(key, valuePrefix)
+		if !ok || !strings.HasSuffix(n, "}") {
+			return next(ctx, cmd)
+		}
+		k, err := strconv.Atoi(strings.TrimSuffix(n, "}"))
+		if err != nil || k < 0 || k >= len(p.w.minVer) {
+			return next(ctx, cmd)
+		}
+		floor := p.w.minVer[k].Load()
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		sc, ok := cmd.(*redis.StringCmd)
+		if !ok {
+			return nil
+		}
+		e, err := codec.Decode([]byte(sc.Val()))
+		if err != nil {
+			return nil // a rebuild claim, not a value
+		}
+		var v string
+		if err := cache.Msgpack.Unmarshal(e.Payload, &v); err != nil {
+			p.w.wrongValues.Add(1)
+			return nil
+		}
+		key, ver, _, ok := parseValue(v)
+		switch {
+		case !ok || key != cacheKey(k):
+			p.w.wrongValues.Add(1)
+			p.w.sample(fmt.Sprintf("%s: GET of %s read %q", p.w.name(), cacheKey(k), v))
+		case ver < floor:
+			p.w.mu.Lock()
+			seen := p.w.staleSets[v]
+			p.w.staleSets[v] = true
+			p.w.mu.Unlock()
+			if !seen {
+				p.w.sample(fmt.Sprintf("%s: the cache held %s after a Delete that followed version %d completed (stale set)", p.w.name(), v, floor))
+			}
+		}
+		return nil
+	}
+}
