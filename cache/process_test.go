@@ -27,6 +27,7 @@ var workers = map[string]func() int{
 	"block":    workerBlock,
 	"delete":   workerDelete,
 	"wake":     workerWake,
+	"waiter":   workerWaiter,
 }
 
 func env(name string) string { return os.Getenv("CACHETEST_" + name) }
