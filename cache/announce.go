@@ -12,13 +12,18 @@ import (
 // per namespace, one subscription per Cache (not per key); in a cluster,
 // PUBLISH reaches subscribers on every node. Messages are
 //
-//	'v' key [\0 entry]  a value was written (or the write lost a race):
-//	                    use entry if present, else read the key again
-//	'n' key             the loader found nothing and nothing was stored
-//	'e' key \0 text     the loader failed with text
+//	'v' key [\0 token [\0 entry]]  a value was written (or the write lost a
+//	                               race): use entry if present, else read
+//	                               the key again
+//	'n' key \0 token               the loader found nothing; nothing stored
+//	'e' key \0 token \0 text       the loader failed with text
 //
-// where key is the stored value key (it never contains a NUL byte). Small
-// entries travel in the message, which saves each waiter a round trip. A
+// where key is the stored value key (it never contains a NUL byte) and
+// token is that of the lock the rebuild held. Small entries travel in the
+// message, which saves each waiter a round trip. A waiter takes an entry,
+// a not-found or an error from a message only if it carries the token of
+// the claim the waiter saw on the key: a message from an older rebuild,
+// published after a Delete or Set, only makes it read the key again. A
 // lost message costs a waiter one poll interval, never correctness.
 const (
 	noticeValue    = 'v'
@@ -27,8 +32,9 @@ const (
 )
 
 type notice struct {
-	kind byte
-	text string // the error text ('e') or the entry ('v'), if any
+	kind  byte
+	token string // the rebuild's lock token; empty from Set
+	text  string // the error text ('e') or the entry ('v'), if any
 }
 
 // inlineMax is the largest entry sent along with its announcement.
@@ -69,13 +75,25 @@ func (a *announcer) loop() {
 		n := notice{kind: p[0]}
 		key := p[1:]
 		if i := strings.IndexByte(key, 0); i >= 0 {
-			key, n.text = key[:i], key[i+1:]
+			key, n.token = key[:i], key[i+1:]
+			if j := strings.IndexByte(n.token, 0); j >= 0 {
+				n.token, n.text = n.token[:j], n.token[j+1:]
+			}
 		}
 		a.mu.Lock()
 		for w := range a.waiters[key] {
+			// The newest notice wins: a waiter with an older one pending
+			// (perhaps from a rebuild it did not see claim the key) gets
+			// this one instead. Only this loop sends, so the second send
+			// cannot block.
 			select {
 			case w.ch <- n:
-			default: // it has one pending already; it will re-read anyway
+			default:
+				select {
+				case <-w.ch:
+				default:
+				}
+				w.ch <- n
 			}
 		}
 		a.mu.Unlock()
@@ -111,9 +129,12 @@ func (a *announcer) close() {
 	<-a.done
 }
 
-func message(kind byte, key, text string) string {
-	if text != "" {
-		return string(kind) + key + "\x00" + text
+func message(kind byte, key, token, text string) string {
+	switch {
+	case text != "":
+		return string(kind) + key + "\x00" + token + "\x00" + text
+	case token != "":
+		return string(kind) + key + "\x00" + token
 	}
 	return string(kind) + key
 }

@@ -169,10 +169,19 @@ func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime t
 		fresh = max(fresh, time.Millisecond)
 	}
 	b := codec.Append(make([]byte, 0, 23+len(payload)), codec.Entry{
-		Written: now, FreshUntil: now.Add(fresh), LoadTime: loadTime, NotFound: notFound, Payload: payload,
+		Written: now, FreshUntil: now.Add(fresh), LoadTime: loadTime, NotFound: notFound, NoStale: stale <= 0,
+		Payload: payload,
 	})
 	return string(b), fresh + stale
 }
+
+// noStaleGrace is how long past its FreshUntil an entry without a stale
+// window still counts as fresh while the server keeps it. The server's
+// expiry counts from the write's arrival, a little after FreshUntil was
+// computed, and the writer's and reader's clocks differ a little; in that
+// moment such an entry must be neither served as stale nor refreshed
+// (a refresh would be a second load next to the reload that follows).
+const noStaleGrace = time.Second
 
 // state of a stored value, as read.
 type state uint8
@@ -192,7 +201,8 @@ func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
 		}
 		return e, stateCorrupt, err
 	}
-	if c.s.now().Before(e.FreshUntil) {
+	now := c.s.now()
+	if now.Before(e.FreshUntil) || e.NoStale && now.Before(e.FreshUntil.Add(noStaleGrace)) {
 		return e, stateFresh, nil
 	}
 	return e, stateStale, nil
@@ -200,8 +210,8 @@ func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
 
 // early reports whether an XFetch early refresh is due for a fresh entry.
 func (c *Cache) early(e codec.Entry) bool {
-	if c.s.beta == 0 || e.LoadTime <= 0 {
-		return false
+	if c.s.beta == 0 || e.LoadTime <= 0 || !c.s.now().Before(e.FreshUntil) {
+		return false // past FreshUntil only a NoStale entry is fresh, and it is about to go
 	}
 	// Compare in float64: with a large beta the gap does not fit a
 	// time.Duration, and such a conversion is implementation-defined (on
@@ -228,6 +238,9 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	if err := c.rc.Del(ctx, k.value, k.lock()).Err(); err != nil {
 		return fmt.Errorf("cache: delete %q: %w", key, err)
 	}
+	// Callers from now on must not join a flight that began before the
+	// Delete: its result may predate it.
+	c.flights.Forget(k.value)
 	return nil
 }
 
@@ -297,11 +310,12 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	val, ttl := c.entry(it, payload, false, 0)
 	pipe := c.rc.Pipeline()
 	set := pipe.Set(ctx, k.value, val, ttl)
-	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, ""))
+	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
 	_, _ = pipe.Exec(ctx)
 	if err := set.Err(); err != nil {
 		return fmt.Errorf("cache: set %q: %w", key, err)
 	}
+	c.flights.Forget(k.value) // as in Delete
 	return nil
 }
 

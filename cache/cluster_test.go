@@ -29,7 +29,8 @@ func TestCluster_announcementsCrossNodes(t *testing.T) {
 		key := "k" + string(rune('a'+i))
 		stored := ns + ":{" + key + "}"
 		// Another process's claim on the key: GetOrLoad must wait for it.
-		if _, err := locks.Obtain(ctx, stored, time.Minute, nil); err != nil {
+		claim, err := locks.Obtain(ctx, stored, time.Minute, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan error, 1)
@@ -41,7 +42,7 @@ func TestCluster_announcementsCrossNodes(t *testing.T) {
 		}()
 		redistest.WaitFor(t, ctx, "the waiter to wait", func() bool { return c.Stats().Waits == uint64(i+1) })
 		node := redis.NewClient(&redis.Options{Addr: addr})
-		err := node.Publish(ctx, ns+":announce", "e"+stored+"\x00failed on node "+addr).Err()
+		err = node.Publish(ctx, ns+":announce", "e"+stored+"\x00"+claim.Token()+"\x00failed on node "+addr).Err()
 		node.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -153,7 +153,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		// Register before reading, so that an announcement sent between the
 		// read and the wait is not missed.
 		w := c.ann.register(k.value)
-		res, done, wait, err := c.step(ctx, k, it, load, bad)
+		res, done, wait, claim, err := c.step(ctx, k, it, load, bad)
 		if done || err != nil {
 			c.ann.unregister(k.value, w)
 			return res, err
@@ -181,6 +181,11 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		if err != nil {
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
+		if claim == "" || n.token != claim {
+			// A poll, a Set, or news of a rebuild this caller did not see
+			// claim the key (it may predate a Delete): read the key again.
+			continue
+		}
 		switch n.kind {
 		case noticeValue:
 			if n.text == "" {
@@ -206,7 +211,10 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 
 // step reads the key once and acts on what it finds. done: res/err is the
 // answer; wait: another process is rebuilding; neither: read again.
-func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (res outcome, done, wait bool, err error) {
+//
+// claim is the token of the rebuild claim found on the key when waiting for
+// it, "" otherwise.
+func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (res outcome, done, wait bool, claim string, err error) {
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
 	switch {
 	case redisx.IsNil(err):
@@ -218,26 +226,27 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):
 			c.n.contention.Add(1)
-			return outcome{}, false, false, nil
+			return outcome{}, false, false, "", nil
 		case err != nil:
 			return c.stepError(ctx, k, load, err)
 		}
 		res, err := c.rebuild(ctx, k, it, load, l, nil, false)
-		return res, true, false, err
+		return res, true, false, "", err
 	case err != nil:
 		return c.stepError(ctx, k, load, err)
 	}
 	e, st, _ := c.classify(raw)
 	switch {
 	case st == stateBuilding:
-		return outcome{}, false, true, nil
+		info, _ := lock.ParseValue(string(raw))
+		return outcome{}, false, true, info.Token, nil
 	case st == stateFresh && e.NotFound:
-		return outcome{notFound: true}, true, false, nil
+		return outcome{notFound: true}, true, false, "", nil
 	case (st == stateFresh || st == stateStale) && !e.NotFound && (bad == nil || !bytes.Equal(raw, bad)):
 		if st == stateStale {
 			c.refresh(ctx, k, it, raw, load)
 		}
-		return outcome{payload: e.Payload}, true, false, nil
+		return outcome{payload: e.Payload}, true, false, "", nil
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
 	// not decode: replace it under the separate rebuild lock.
@@ -245,31 +254,31 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)
-		return outcome{}, false, true, nil
+		return outcome{}, false, true, "", nil
 	case err != nil:
 		return c.stepError(ctx, k, load, err)
 	}
 	res, err = c.rebuild(ctx, k, it, load, l, raw, false)
 	if err == errRetry {
-		return outcome{}, false, false, nil
+		return outcome{}, false, false, "", nil
 	}
-	return res, true, false, err
+	return res, true, false, "", err
 }
 
 // errRetry is rebuild's signal that the key changed before the load began:
 // read it again.
 var errRetry = errors.New("cache: key changed; read again")
 
-func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, error) {
+func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, string, error) {
 	if ctx.Err() != nil {
-		return outcome{}, true, false, fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
+		return outcome{}, true, false, "", fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
 	}
 	c.serverError(k.user, err)
 	if redisx.IsReply(err) {
-		return outcome{}, true, false, fmt.Errorf("cache: %q: %w", k.user, err)
+		return outcome{}, true, false, "", fmt.Errorf("cache: %q: %w", k.user, err)
 	}
 	res, err := c.loadAlone(ctx, k, load)
-	return res, true, false, err
+	return res, true, false, "", err
 }
 
 // await waits for a notice for w, at most d.
@@ -366,9 +375,9 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 			c.serverError(k.user, ferr)
 		}
 		if err != nil {
-			c.announce(wctx, k, noticeError, err.Error())
+			c.announce(wctx, k, l, noticeError, err.Error())
 		} else {
-			c.announce(wctx, k, noticeNotFound, "")
+			c.announce(wctx, k, l, noticeNotFound, "")
 		}
 		return res, err
 	}
@@ -399,12 +408,12 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 	if wrote && len(val) <= inlineMax {
 		inline = val
 	}
-	c.announce(wctx, k, noticeValue, inline)
+	c.announce(wctx, k, l, noticeValue, inline)
 	return res, nil
 }
 
-func (c *Cache) announce(ctx context.Context, k keys, kind byte, text string) {
-	if err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, text)).Err(); err != nil {
+func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {
+	if err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, l.Token(), text)).Err(); err != nil {
 		c.serverError(k.user, err)
 	}
 }

@@ -3,11 +3,16 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // A fresh value of another type under the key is replaced, not returned
@@ -88,5 +93,133 @@ func TestExpire(t *testing.T) {
 	}
 	if cache.Expire(ctx, time.Minute, 0) {
 		t.Error("Expire outside a loader reported true")
+	}
+}
+
+// A caller that starts after Delete or Set returned must not join a load
+// that began before it: it gets what the server holds now (a new load
+// after Delete, the set value after Set), while the earlier caller still
+// gets its own load's result, which is not stored.
+func TestGetOrLoad_afterDeleteOrSetStartsAfresh(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(ctx context.Context, c *cache.Cache) error
+		want   string
+	}{
+		{"Delete", func(ctx context.Context, c *cache.Cache) error { return c.Delete(ctx, "k") }, "loaded after"},
+		{"Set", func(ctx context.Context, c *cache.Cache) error { return cache.Set(ctx, c, "k", "set") }, "set"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+				ctx := testCtx(t)
+				c, _ := newCache(t, s, nil)
+				wait, open := gate(t)
+				loading := make(chan struct{})
+				before := goGetOrLoad(ctx, c, "k", func(context.Context) (string, error) {
+					close(loading)
+					<-wait
+					return "loaded before", nil
+				})
+				redistest.Recv(t, ctx, loading, "the first load to start")
+				if err := tt.change(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+				// The first load is still blocked: joining it would hang here.
+				after := goGetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "loaded after", nil })
+				if r := redistest.Recv(t, ctx, after, "the caller after "+tt.name); r.err != nil || r.v != tt.want {
+					t.Fatalf("GetOrLoad after %s = %q, %v; want %q", tt.name, r.v, r.err, tt.want)
+				}
+				open()
+				if r := redistest.Recv(t, ctx, before, "the caller before"); r.err != nil || r.v != "loaded before" {
+					t.Fatalf("GetOrLoad before %s = %q, %v; want its own load", tt.name, r.v, r.err)
+				}
+				redistest.WaitFor(t, ctx, "the first load's write to be skipped", func() bool { return c.Stats().WritesSkipped == 1 })
+				if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != tt.want {
+					t.Errorf("stored afterwards: %q, %v; want %q", v, err, tt.want)
+				}
+			}, redistest.Redis8, redistest.Redis7)
+		})
+	}
+}
+
+// A waiter takes a value from an announcement only if it comes from the
+// rebuild whose claim the waiter saw: an announcement of an older rebuild
+// (say, one published after a Delete) only makes it read the key again.
+func TestGetOrLoad_announcementOfAnotherClaimIsNotTaken(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond})
+	locks, err := lock.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := valueKey(ns, "k")
+	claim, err := locks.Obtain(ctx, stored, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	got := goGetOrLoad(ctx, c, "k", neverLoad[string](&calls))
+	redistest.WaitFor(t, ctx, "the waiter to wait", func() bool { return c.Stats().Waits == 1 })
+
+	payload, err := msgpack.Marshal("from an older rebuild")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	old := codec.Append(nil, codec.Entry{Written: now, FreshUntil: now.Add(time.Hour), Payload: payload})
+	foreign := strings.Repeat("0", 32)
+	if err := rc.Publish(ctx, ns+":announce", "v"+stored+"\x00"+foreign+"\x00"+string(old)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Then the claim's own rebuild reports a failure, repeatedly, since a
+	// message sent while the waiter re-reads the key would be missed.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-got:
+			if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "the claim's own") {
+				t.Fatalf("waiter got %q, %v; want the claim's ErrRemoteLoad, not the older rebuild's value", r.v, r.err)
+			}
+			if calls.Load() != 0 {
+				t.Fatalf("the waiter loaded %d times", calls.Load())
+			}
+			return
+		case <-tick.C:
+			msg := "e" + stored + "\x00" + claim.Token() + "\x00the claim's own failure"
+			if err := rc.Publish(ctx, ns+":announce", msg).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the waiter never returned")
+		}
+	}
+}
+
+// An entry written without a stale window is not served as stale or
+// refreshed in the moment between its FreshUntil (computed before the
+// write) and the server's expiry (counted from the write's arrival).
+func TestGetOrLoad_noStaleWindowStaysFreshUntilGone(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	clk := newClock()
+	c, _ := newCache(t, s, &cache.Options{TTL: time.Minute, Now: clk.Now})
+	if _, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "v", nil }); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute + 100*time.Millisecond) // past FreshUntil; the server keeps it a minute
+	var calls atomic.Int32
+	v, err := cache.GetOrLoad(ctx, c, "k", neverLoad[string](&calls))
+	if err != nil || v != "v" {
+		t.Fatalf("GetOrLoad = %q, %v; want the stored value", v, err)
+	}
+	if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v" {
+		t.Fatalf("Get = %q, %v; want the value without ErrStale", v, err)
+	}
+	st := c.Stats()
+	if st.Hits != 1 || st.StaleHits != 0 || st.Refreshes != 0 || st.Loads != 1 || calls.Load() != 0 {
+		t.Fatalf("stats %+v, loader calls %d; want one fresh hit and no refresh", st, calls.Load())
 	}
 }

@@ -4,7 +4,8 @@
 //	offset size
 //	0      1    magic 0xF5 (not printable, not a hex digit: never a lock value)
 //	1      1    format version, 1
-//	2      1    flags: bit 0 = "not found" (a cached negative result)
+//	2      1    flags: bit 0 = "not found" (a cached negative result),
+//	            bit 1 = "no stale window" (fresh until the server drops it)
 //	3      8    written at, Unix ms, big endian
 //	11     8    fresh until, Unix ms
 //	19     4    duration of the load that produced it, µs (for early refresh)
@@ -28,6 +29,8 @@ const (
 	headerSize = 23
 
 	flagNotFound = 1 << 0
+	flagNoStale  = 1 << 1
+	knownFlags   = flagNotFound | flagNoStale
 )
 
 // ErrFormat is returned for bytes that are not an entry of a known version.
@@ -39,7 +42,11 @@ type Entry struct {
 	FreshUntil time.Time
 	LoadTime   time.Duration
 	NotFound   bool
-	Payload    []byte
+	// NoStale marks an entry written without a stale window: readers
+	// never serve it as stale, even in the moment between FreshUntil and
+	// the server's expiry, which starts when the write arrives.
+	NoStale bool
+	Payload []byte
 }
 
 // Append appends the encoding of e to dst.
@@ -48,6 +55,9 @@ func Append(dst []byte, e Entry) []byte {
 	h[0], h[1] = magic, version1
 	if e.NotFound {
 		h[2] |= flagNotFound
+	}
+	if e.NoStale {
+		h[2] |= flagNoStale
 	}
 	binary.BigEndian.PutUint64(h[3:], uint64(e.Written.UnixMilli()))
 	binary.BigEndian.PutUint64(h[11:], uint64(e.FreshUntil.UnixMilli()))
@@ -60,11 +70,12 @@ func Append(dst []byte, e Entry) []byte {
 // Decode parses b. It never panics; bytes of another format or version
 // return ErrFormat.
 func Decode(b []byte) (Entry, error) {
-	if len(b) < headerSize || b[0] != magic || b[1] != version1 || b[2]&^flagNotFound != 0 {
+	if len(b) < headerSize || b[0] != magic || b[1] != version1 || b[2]&^knownFlags != 0 {
 		return Entry{}, ErrFormat
 	}
 	return Entry{
 		NotFound:   b[2]&flagNotFound != 0,
+		NoStale:    b[2]&flagNoStale != 0,
 		Written:    time.UnixMilli(int64(binary.BigEndian.Uint64(b[3:]))),
 		FreshUntil: time.UnixMilli(int64(binary.BigEndian.Uint64(b[11:]))),
 		LoadTime:   time.Duration(binary.BigEndian.Uint32(b[19:])) * time.Microsecond,

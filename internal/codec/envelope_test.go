@@ -18,6 +18,8 @@ func TestAppendDecode_roundTrip(t *testing.T) {
 		{"value", codec.Entry{Written: now, FreshUntil: now.Add(time.Minute), LoadTime: 1500 * time.Microsecond, Payload: []byte("payload")}},
 		{"not found", codec.Entry{Written: now, FreshUntil: now.Add(time.Second), NotFound: true, Payload: []byte{}}},
 		{"empty payload", codec.Entry{Written: now, FreshUntil: now, Payload: []byte{}}},
+		{"no stale window", codec.Entry{Written: now, FreshUntil: now.Add(time.Second), NoStale: true, Payload: []byte("v")}},
+		{"not found, no stale window", codec.Entry{Written: now, FreshUntil: now, NotFound: true, NoStale: true, Payload: []byte{}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -27,7 +29,7 @@ func TestAppendDecode_roundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !got.Written.Equal(tt.e.Written) || !got.FreshUntil.Equal(tt.e.FreshUntil) || got.LoadTime != tt.e.LoadTime ||
-				got.NotFound != tt.e.NotFound || !bytes.Equal(got.Payload, tt.e.Payload) {
+				got.NotFound != tt.e.NotFound || got.NoStale != tt.e.NoStale || !bytes.Equal(got.Payload, tt.e.Payload) {
 				t.Errorf("round trip: got %+v, want %+v", got, tt.e)
 			}
 		})

@@ -128,9 +128,20 @@ func (g *Group[V]) launch(key string, c *call[V], start Starter, fn func(context
 func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
 	c.val, c.err = v, err
 	g.mu.Lock()
-	delete(g.calls, key)
+	if g.calls[key] == c { // not forgotten and replaced meanwhile
+		delete(g.calls, key)
+	}
 	g.mu.Unlock()
 	close(c.done)
+}
+
+// Forget makes later calls for key start a new call instead of joining the
+// one in progress, which still runs and still answers the callers that
+// joined it. Use it when what that call computes has become outdated.
+func (g *Group[V]) Forget(key string) {
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
 }
 
 // Joined returns how many callers have joined the call for key that is in

@@ -148,3 +148,47 @@ func TestGroup_Do_startRefuses(t *testing.T) {
 		t.Errorf("err = %v, ran = %t; want the starter's error and no call", err, ran)
 	}
 }
+
+// TestGroup_Forget: after Forget, a new caller starts a new call while the
+// forgotten one still answers the callers that had joined it; when the
+// forgotten call ends it does not remove the new one.
+func TestGroup_Forget(t *testing.T) {
+	var g flight.Group[int]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	releaseOld, releaseNew := make(chan struct{}), make(chan struct{})
+	started := make(chan struct{})
+	old := make(chan int, 1)
+	go func() {
+		v, _, _ := g.Do(ctx, "k", detached, func(context.Context) (int, error) {
+			close(started)
+			<-releaseOld
+			return 1, nil
+		})
+		old <- v
+	}()
+	<-started
+	g.Forget("k")
+	if n := g.Joined("k"); n != 0 {
+		t.Fatalf("Joined after Forget = %d, want 0", n)
+	}
+	fresh := make(chan int, 2)
+	var calls atomic.Int32
+	newFn := func(context.Context) (int, error) {
+		calls.Add(1)
+		<-releaseNew
+		return 2, nil
+	}
+	go func() { v, _, _ := g.Do(ctx, "k", detached, newFn); fresh <- v }()
+	waitJoined(t, &g, "k", 1)
+	close(releaseOld) // the forgotten call ends while the new one runs
+	if v := <-old; v != 1 {
+		t.Fatalf("forgotten call's caller got %d, want 1", v)
+	}
+	go func() { v, _, _ := g.Do(ctx, "k", detached, newFn); fresh <- v }()
+	waitJoined(t, &g, "k", 2) // joined the new call: the old finish left it alone
+	close(releaseNew)
+	if a, b := <-fresh, <-fresh; a != 2 || b != 2 || calls.Load() != 1 {
+		t.Fatalf("new callers got %d, %d from %d calls; want 2, 2 from 1", a, b, calls.Load())
+	}
+}
