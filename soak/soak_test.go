@@ -53,6 +53,7 @@ func TestSoak_short(t *testing.T) {
 		{"stale sets found by audits", s.StaleSetsAudit},
 		{"stale sets at the end", s.StaleSetsAtEnd},
 		{"values for the wrong key", s.WrongValues},
+		{"stale reads after own Delete", s.StaleReads + s.StaleReadsLocal},
 	} {
 		if c.got != 0 {
 			t.Errorf("%s = %d, want 0", c.name, c.got)

@@ -66,11 +66,11 @@ type summary struct {
 	LateWrites      int64 `json:"rejected_late_writes"` // fenced writes refused: a newer holder had read
 	LateReads       int64 `json:"rejected_late_reads"`  // fenced reads refused: a newer holder had read
 
-	// Informational: a GetOrLoad that began after this process's Delete
-	// completed and still returned an older version, without the cache
-	// holding it (the audits would count that as a stale set): the call
-	// joined a load that was already running in the process, or took the
-	// value from an announcement sent before the Delete.
+	// Read-your-writes: a GetOrLoad that began after this process's
+	// Delete completed and still returned an older version, without the
+	// cache holding it (the audits would count that as a stale set), e.g.
+	// by joining a load that was already running in the process, or by
+	// taking the value from an announcement sent before the Delete.
 	StaleReads      int64 `json:"stale_reads"`       // the value was loaded by another process
 	StaleReadsLocal int64 `json:"stale_reads_local"` // loaded by this process: a join of its running load
 
@@ -165,6 +165,9 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 	if s.WrongValues != 0 {
 		fail("values for the wrong key: %d", s.WrongValues)
 	}
+	if n := s.StaleReads + s.StaleReadsLocal; n != 0 {
+		fail("stale reads after the reader's own Delete: %d (%d loaded here, %d elsewhere)", n, s.StaleReadsLocal, s.StaleReads)
+	}
 	if s.Requests == 0 || s.Loads == 0 {
 		fail("no traffic: %d requests, %d loads", s.Requests, s.Loads)
 	}
@@ -240,7 +243,8 @@ func writeTable(w io.Writer, s *summary) {
 	check("values for the wrong key", s.WrongValues)
 	row("audit rounds (errors)", fmt.Sprintf("%d (%d)", s.Audits, s.AuditErrors))
 	row("keys excluded (Delete never succeeded)", s.ExcludedKeys)
-	row("stale reads after own Delete (informational): loaded here / elsewhere", fmt.Sprintf("%d / %d", s.StaleReadsLocal, s.StaleReads))
+	check("stale reads after own Delete, loaded here", s.StaleReadsLocal)
+	check("stale reads after own Delete, loaded elsewhere", s.StaleReads)
 	fmt.Fprintln(tw, "faults injected")
 	for _, k := range slices.Sorted(maps.Keys(s.Faults)) {
 		row(k, s.Faults[k])
