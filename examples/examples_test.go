@@ -1,0 +1,64 @@
+// Package examples_test runs every example the way the README does, so
+// that the commands it gives keep working: each example is built with the
+// race detector and run on the embedded server (REDIS_URL unset), and
+// must exit 0 (each exits non-zero when its claim fails) and print its
+// conclusion.
+package examples_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestExamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs every example; skipped with -short")
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string // a regexp the output must match
+	}{
+		{"stampede", nil, `the loader ran \d+ times for naive cache-aside and 2 times for stampede's GetOrLoad`},
+		{"query", []string{"-rows", "20000"}, `the query ran \d+ times without the cache and once with it`},
+		{"httpserver", []string{"-demo"}, `200 requests on 2 instances were answered by 1 render`},
+		{"cron", nil, `every tick ran exactly once`},
+		{"payments", nil, `with fencing, the store turned d's late refund away`},
+	}
+	env := make([]string, 0, len(os.Environ()))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_URL=") {
+			env = append(env, kv)
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			bin := filepath.Join(t.TempDir(), tt.name)
+			build := exec.CommandContext(ctx, "go", "build", "-race", "-o", bin, "./"+tt.name)
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("go build ./examples/%s: %v\n%s", tt.name, err, out)
+			}
+			run := exec.CommandContext(ctx, bin, tt.args...)
+			run.Env = env
+			out, err := run.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", tt.name, strings.Join(tt.args, " "), err, out)
+			}
+			if !regexp.MustCompile(tt.want).Match(out) {
+				t.Fatalf("%s printed no line matching %q:\n%s", tt.name, tt.want, out)
+			}
+		})
+	}
+}
