@@ -413,6 +413,11 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 }
 
 func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {
+	if c.down() {
+		// The write just failed on the connection, or another call's did:
+		// do not pay a second timeout; the waiters' poll finds the result.
+		return
+	}
 	if err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, l.Token(), text)).Err(); err != nil {
 		c.serverError(k.user, err)
 	}

@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/faultproxy"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -221,5 +224,47 @@ func TestGetOrLoad_noStaleWindowStaysFreshUntilGone(t *testing.T) {
 	st := c.Stats()
 	if st.Hits != 1 || st.StaleHits != 0 || st.Refreshes != 0 || st.Loads != 1 || calls.Load() != 0 {
 		t.Fatalf("stats %+v, loader calls %d; want one fresh hit and no refresh", st, calls.Load())
+	}
+}
+
+// When the write after a load fails because the server stopped answering,
+// the rebuilder does not also wait out a timeout to announce the result:
+// its callers get the value after one timeout, and waiters elsewhere
+// find the result by polling.
+func TestGetOrLoad_noAnnouncementAfterFailedWrite(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	p, err := faultproxy.Start(s.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rc.Close() })
+	rec := record(rc)
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: time.Minute})
+	// A first load settles the capability probe, so the one below writes
+	// straight away.
+	if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (string, error) { return "w", nil }); err != nil {
+		t.Fatal(err)
+	}
+	rec.reset()
+	v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) {
+		p.BlackHole() // everything after the load meets a dead server
+		return "loaded", nil
+	})
+	if err != nil || v != "loaded" {
+		t.Fatalf("GetOrLoad = %q, %v; want the loaded value", v, err)
+	}
+	var names []string
+	for _, cmd := range rec.reset() {
+		names = append(names, cmd[0])
+	}
+	if slices.Contains(names, "publish") {
+		t.Errorf("commands %v: an announcement was attempted after the write failed", names)
+	}
+	if st := c.Stats(); st.ServerErrors == 0 {
+		t.Errorf("stats %+v: the failed write was not counted", st)
 	}
 }
