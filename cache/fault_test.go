@@ -72,6 +72,31 @@ func timedClient(tb testing.TB, addr string, t clientTimeouts) *redis.Client {
 	return rc
 }
 
+// faultyClient returns a client for s whose every connection goes through
+// a fault proxy, with the timeouts t and no retries (see timedClient), and
+// the faults of its proxies. On a cluster there is one proxy per node,
+// reached through ClusterOptions.Dialer: the client dials the addresses
+// that CLUSTER SLOTS names, so a proxy given as its address would be
+// bypassed. MaxRedirects -1 makes one attempt per call there too, so
+// serverBound holds, and a fault hits every node at once. Client and
+// proxies are closed at cleanup, the client first.
+func faultyClient(tb testing.TB, s *redistest.Server, t clientTimeouts) (redis.UniversalClient, faultproxy.Faults) {
+	tb.Helper()
+	set, err := faultproxy.StartSet(s.Addrs()...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = set.Close() })
+	if s.Kind != redistest.Cluster {
+		return timedClient(tb, set.For(s.Addrs()[0]).Addr(), t), set.All()
+	}
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer(),
+		DialTimeout: t.dial, WriteTimeout: t.write, ReadTimeout: t.read, PoolTimeout: t.pool,
+		MaxRetries: -1, MaxRedirects: -1, DialerRetries: 1, PoolSize: 64})
+	tb.Cleanup(func() { _ = rc.Close() })
+	return rc, set.All()
+}
+
 // quantile returns the q-quantile (nearest rank) of ds.
 func quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
@@ -414,7 +439,8 @@ func warm(tb testing.TB, ctx context.Context, c, direct *cache.Cache, key, v str
 // the client timeouts (see clientTimeouts.serverBound for the bound). The
 // cool-down must keep the timeouts to about one per caller per
 // FailOpenCooldown. After Resume and the cool-down, the Cache uses the
-// server again.
+// server again. On a cluster every node's proxy is black-holed, so the
+// Cache's key and its announcement channel are cut off wherever they live.
 func TestGetOrLoad_faults_blackHole(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		const (
@@ -425,9 +451,9 @@ func TestGetOrLoad_faults_blackHole(t *testing.T) {
 		)
 		ctx := testCtx(t)
 		ns := namespace(t)
-		p := startProxy(t, s.Addrs()[0])
+		rc, p := faultyClient(t, s, faultTimeouts)
 		clk := &skipClock{}
-		c := newCacheOn(t, timedClient(t, p.Addr(), faultTimeouts), &cache.Options{Namespace: ns, FailOpenCooldown: cooldown, Now: clk.Now})
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, FailOpenCooldown: cooldown, Now: clk.Now})
 		direct := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
 		warm(t, ctx, c, direct, "k", "warm")
 		before := c.Stats()
@@ -495,6 +521,9 @@ func TestGetOrLoad_faults_blackHole(t *testing.T) {
 			s.Kind, len(lats), callers, period, p50.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond),
 			load+faultTimeouts.serverBound(), load, faultTimeouts.pool, faultTimeouts.dial, faultTimeouts.write, faultTimeouts.read, limit,
 			slow, failOpen, errs, maxErrs)
+		if ps := p.Stats(); ps.Accepted == 0 {
+			t.Errorf("proxies %+v: the client never went through them, so the black hole proved nothing", ps)
+		}
 
 		// Recovery: once the cool-down is over, the Cache reads and writes
 		// through the server again.
@@ -513,7 +542,7 @@ func TestGetOrLoad_faults_blackHole(t *testing.T) {
 		if after := c.Stats(); after.FailOpenLoads != st.FailOpenLoads || after.ServerErrors != st.ServerErrors || after.Hits != st.Hits+1 {
 			t.Errorf("stats after recovery %+v, before %+v; want one more hit, no more fail-open loads or server errors", after, st)
 		}
-	}, redistest.Redis8, redistest.Valkey)
+	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
 
 // TestGetOrLoad_faults_slowServer: with the proxy delaying every reply far
@@ -616,14 +645,29 @@ func (c *splitClient) Publish(ctx context.Context, channel string, message any) 
 	return c.pub.Publish(ctx, channel, message)
 }
 
-// numSub returns how many subscriptions the server has on channel.
+// numSub returns how many subscriptions the server has on channel: on a
+// cluster, the sum over the masters, since PUBSUB NUMSUB counts the
+// subscribers of the node that answers it.
 func numSub(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string) int64 {
 	tb.Helper()
-	n, err := rc.PubSubNumSub(ctx, channel).Result()
+	cc, ok := rc.(*redis.ClusterClient)
+	if !ok {
+		n, err := rc.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return n[channel]
+	}
+	var total atomic.Int64
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := node.PubSubNumSub(ctx, channel).Result()
+		total.Add(n[channel])
+		return err
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return n[channel]
+	return total.Load()
 }
 
 // TestGetOrLoad_faults_lostAnnouncement: a waiter's announcement never
@@ -634,7 +678,10 @@ func numSub(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channe
 // before WaitTimeout, and it returns the value without loading.
 // TestGetOrLoad_lostAnnouncement covers the same net with the message
 // simply not sent; here it is sent and lost on the wire. A witness
-// subscriber on the same path proves the loss.
+// subscriber on the same path proves the loss. On a cluster the faulty
+// path is every node's proxy: a PUBLISH is held before it reaches any
+// node, and an announcement for a faulty subscription crosses the cluster
+// bus to the subscribers' node and is lost between it and them.
 func TestGetOrLoad_faults_lostAnnouncement(t *testing.T) {
 	const (
 		wait = 30 * time.Second
@@ -643,13 +690,13 @@ func TestGetOrLoad_faults_lostAnnouncement(t *testing.T) {
 	tests := []struct {
 		name      string
 		publisher bool // the fault is on the rebuilder's PUBLISH, not the waiter's subscription
-		fault     func(p *faultproxy.Proxy)
+		fault     func(p faultproxy.Faults)
 		closes    bool // the fault ends the subscriptions on the server
 	}{
-		{name: "waiter's subscription black-holed", fault: func(p *faultproxy.Proxy) { p.BlackHole() }},
-		{name: "waiter's subscription reset", fault: func(p *faultproxy.Proxy) { p.Refuse(); p.Reset() }, closes: true},
-		{name: "waiter's subscription dropped", fault: func(p *faultproxy.Proxy) { p.Refuse(); p.Drop() }, closes: true},
-		{name: "rebuilder's publish black-holed", publisher: true, fault: func(p *faultproxy.Proxy) { p.BlackHole() }},
+		{name: "waiter's subscription black-holed", fault: func(p faultproxy.Faults) { p.BlackHole() }},
+		{name: "waiter's subscription reset", fault: func(p faultproxy.Faults) { p.Refuse(); p.Reset() }, closes: true},
+		{name: "waiter's subscription dropped", fault: func(p faultproxy.Faults) { p.Refuse(); p.Drop() }, closes: true},
+		{name: "rebuilder's publish black-holed", publisher: true, fault: func(p faultproxy.Faults) { p.BlackHole() }},
 	}
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		for _, tt := range tests {
@@ -657,8 +704,7 @@ func TestGetOrLoad_faults_lostAnnouncement(t *testing.T) {
 				ctx := testCtx(t)
 				ns := namespace(t)
 				channel := ns + ":announce"
-				p := startProxy(t, s.Addrs()[0])
-				proxied := timedClient(t, p.Addr(), faultTimeouts)
+				proxied, p := faultyClient(t, s, faultTimeouts)
 				direct := s.Client(t)
 				waiterRC, rebuilderRC := redis.UniversalClient(direct), redis.UniversalClient(direct)
 				witnessRC := direct
@@ -725,7 +771,7 @@ func TestGetOrLoad_faults_lostAnnouncement(t *testing.T) {
 				t.Logf("%s: waiter woken %v after the write was released (PollInterval %v, WaitTimeout %v)", tt.name, woke.Round(time.Millisecond), poll, wait)
 			})
 		}
-	}, redistest.Redis8, redistest.Valkey)
+	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
 
 // inFlight counts loads running at once and remembers the most seen.

@@ -1,11 +1,11 @@
 package lock_test
 
 // The lock under network faults. Every holder reaches a real server through
-// its own faultproxy, so latency, spikes, resets and black holes hit holders
-// differently. The protected resource is a fenced store in this process;
-// every critical section is recorded as one operation and the history is
-// checked exactly with porcupine, and the holders' intervals are checked
-// for overlap.
+// its own faultproxy (on a cluster, its own proxy per node), so latency,
+// spikes, resets and black holes hit holders differently. The protected
+// resource is a fenced store in this process; every critical section is
+// recorded as one operation and the history is checked exactly with
+// porcupine, and the holders' intervals are checked for overlap.
 
 import (
 	"cmp"
@@ -47,30 +47,45 @@ func shortTimeouts() *redis.Options {
 	}
 }
 
-// faultClient returns a lock client whose connections go through a new
-// fault proxy in front of s. Both are closed in tb.Cleanup.
-func faultClient(tb testing.TB, s *redistest.Server, opts *redis.Options) (*lock.Client, *faultproxy.Proxy) {
+// faultClient returns a lock client whose connections all go through
+// fault proxies in front of s, and the faults of those proxies. On a
+// cluster there is one proxy per node, reached through
+// ClusterOptions.Dialer (the client dials the addresses CLUSTER SLOTS
+// names, so a proxy given as its address would be bypassed), and a fault
+// hits every node: the holder's whole path to the server. Client and
+// proxies are closed in tb.Cleanup.
+func faultClient(tb testing.TB, s *redistest.Server, opts *redis.Options) (*lock.Client, faultproxy.Faults) {
 	tb.Helper()
-	p, err := faultproxy.Start(s.Addrs()[0])
+	set, err := faultproxy.StartSet(s.Addrs()...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = p.Close() })
-	opts.Addr = p.Addr()
-	rc := redis.NewClient(opts)
-	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxy closes
+	tb.Cleanup(func() { _ = set.Close() })
+	var rc redis.UniversalClient
+	if s.Kind == redistest.Cluster {
+		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer(),
+			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
+			PoolTimeout: opts.PoolTimeout, PoolSize: opts.PoolSize, MaxRetries: opts.MaxRetries})
+	} else {
+		opts.Addr = set.For(s.Addrs()[0]).Addr()
+		rc = redis.NewClient(opts)
+	}
+	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxies close
 	lc, err := lock.New(rc, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	// Probe the server before any fault, as a long-running process would
-	// have done long ago.
+	// have done long ago; on a cluster this also loads the slot map.
 	ctx, cancel := context.WithTimeout(tb.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := lc.Capabilities(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	return lc, p
+	if st := set.All().Stats(); st.Accepted == 0 {
+		tb.Fatalf("the client reached the server without its proxies: %+v", st)
+	}
+	return lc, set.All()
 }
 
 // fenceMode says how much fencing the store does.
@@ -478,62 +493,64 @@ func checkLosses(tb testing.TB, losses []loss) (minLeft time.Duration) {
 }
 
 // TestDo_faults_keepAliveLossBeforeExpiry black-holes a holder's only
-// path to the server while it works: its work context must be cancelled
-// with ErrLost while the key still holds its token, whatever the client's
-// own timeouts.
+// path to the server (on a cluster, every node's) while it works: its work
+// context must be cancelled with ErrLost while the key still holds its
+// token, whatever the client's own timeouts.
 func TestDo_faults_keepAliveLossBeforeExpiry(t *testing.T) {
 	tests := []struct {
 		name string
-		opts *redis.Options
+		opts func() *redis.Options
 	}{
-		{"short client timeouts", shortTimeouts()},
+		{"short client timeouts", shortTimeouts},
 		// go-redis ignores context deadlines by default and waits for its
 		// own ReadTimeout (3s), longer than the lock's TTL.
-		{"go-redis default timeouts", &redis.Options{}},
+		{"go-redis default timeouts", func() *redis.Options { return &redis.Options{} }},
 	}
-	s := redistest.Shared(t, redistest.Redis8)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-			defer cancel()
-			lc, p := faultClient(t, s, tt.opts)
-			direct, _ := newClient(t, s, nil)
-			r := &rig{key: redistest.Key(t, "lock"), ttl: faultTTL, store: &fencedStore{},
-				hist: newHistory(), direct: direct, ctx: ctx}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				lc, p := faultClient(t, s, tt.opts())
+				direct, _ := newClient(t, s, nil)
+				r := &rig{key: redistest.Key(t, "lock"), ttl: faultTTL, store: &fencedStore{},
+					hist: newHistory(), direct: direct, ctx: ctx}
 
-			working := make(chan struct{})
-			var holed atomic.Int64
-			done := make(chan error, 1)
-			section := r.section(0, plan{work: time.Minute, afterRead: func() {
-				p.BlackHole()
-				holed.Store(r.hist.now())
-				close(working)
-			}})
-			go func() {
-				done <- lc.Do(ctx, r.key, r.ttl, func(work context.Context) error {
-					err := section(work)
-					// The work has seen its context end: let the held-back
-					// bytes through so that Do can release and return.
-					p.Resume()
-					return err
-				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Fencing: true}})
-			}()
-			redistest.Recv(t, ctx, working, "the holder to start working")
-			if err := redistest.Recv(t, ctx, done, "Do to return"); !errors.Is(err, lock.ErrLost) {
-				t.Errorf("Do = %v, want ErrLost", err)
-			}
-			if res := checkHistory(t, r, porcupine.Ok); res != porcupine.Ok {
-				t.Errorf("history: %s", res)
-			}
-			if len(r.hist.losses) != 1 {
-				t.Fatalf("%d losses recorded, want 1", len(r.hist.losses))
-			}
-			left := checkLosses(t, r.hist.losses)
-			sp := r.hist.spans[0]
-			t.Logf("work cancelled %v after the black hole began, %v before the lock would have expired",
-				time.Duration(sp.end-holed.Load()), left)
-		})
-	}
+				working := make(chan struct{})
+				var holed atomic.Int64
+				done := make(chan error, 1)
+				section := r.section(0, plan{work: time.Minute, afterRead: func() {
+					p.BlackHole()
+					holed.Store(r.hist.now())
+					close(working)
+				}})
+				go func() {
+					done <- lc.Do(ctx, r.key, r.ttl, func(work context.Context) error {
+						err := section(work)
+						// The work has seen its context end: let the
+						// held-back bytes through so that Do can release
+						// and return.
+						p.Resume()
+						return err
+					}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Fencing: true}})
+				}()
+				redistest.Recv(t, ctx, working, "the holder to start working")
+				if err := redistest.Recv(t, ctx, done, "Do to return"); !errors.Is(err, lock.ErrLost) {
+					t.Errorf("Do = %v, want ErrLost", err)
+				}
+				if res := checkHistory(t, r, porcupine.Ok); res != porcupine.Ok {
+					t.Errorf("history: %s", res)
+				}
+				if len(r.hist.losses) != 1 {
+					t.Fatalf("%d losses recorded, want 1", len(r.hist.losses))
+				}
+				left := checkLosses(t, r.hist.losses)
+				sp := r.hist.spans[0]
+				t.Logf("work cancelled %v after the black hole began, %v before the lock would have expired",
+					time.Duration(sp.end-holed.Load()), left)
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
 }
 
 // TestDo_faults_lateWrite scripts the classic failure: holder A reads the
@@ -633,7 +650,7 @@ func TestDo_faults_lateWrite(t *testing.T) {
 type faultHolder struct {
 	id     int
 	lc     *lock.Client
-	proxy  *faultproxy.Proxy
+	proxy  faultproxy.Faults
 	pauser bool
 	long   atomic.Bool // in a section whose work outlasts a refresh
 
@@ -811,7 +828,8 @@ func scheduleFaults(ctx context.Context, holders []*faultHolder, ttl time.Durati
 // holders pausing past the TTL between their check and their write. It
 // checks the store's history exactly with porcupine, that no two holders'
 // spans overlap, and that every holder whose keep-alive failed was told
-// while the key was still its own.
+// while the key was still its own. It runs on a Redis Cluster too, where
+// each fault hits all of a holder's node connections.
 func TestDo_faults_mutualExclusion(t *testing.T) {
 	const (
 		holders = 5
@@ -824,6 +842,9 @@ func TestDo_faults_mutualExclusion(t *testing.T) {
 	}{
 		{"redis8", redistest.Redis8},
 		{"valkey", redistest.Valkey},
+		// Each holder's faults hit all three nodes; the fence key shares
+		// the lock key's slot, so the fenced obtain is one script there.
+		{"cluster", redistest.Cluster},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,11 @@
 //
 // A Proxy is safe for concurrent use: tests change faults from one
 // goroutine while clients talk through it from others.
+//
+// A client that learns addresses from its server, such as a Redis Cluster
+// client, goes around a single proxy; a Set puts one proxy in front of
+// each address and gives the client a Dialer that maps each address to its
+// proxy.
 package faultproxy
 
 import (
