@@ -21,6 +21,13 @@
 //   - lockers: lock.Do with fencing around a fenced read-modify-write of a
 //     counter in the database; a few rounds are a holder that stalls past
 //     its lock's TTL without noticing, which fencing must turn away.
+//   - HTTP clients: GETs of random pages, with random users, from the
+//     worker's own loopback HTTP server, whose handler is wrapped by the
+//     middleware over a Cache of its own (through the faulty client, in a
+//     namespace all workers share, and with the same Host everywhere, so
+//     one worker's renders answer the others): public pages with a query,
+//     per-user pages with Vary: X-User, private pages and pages that set a
+//     cookie (see http.go).
 //
 // Invariants checked (any failure makes the exit status 1):
 //   - lost updates: each counter equals the increments accepted for it;
@@ -29,6 +36,10 @@
 //     completed Delete followed is a rebuild that wrote after that Delete,
 //     and at the end every cached value must equal the database's;
 //   - no value is ever returned for the wrong key;
+//   - no wrong HTTP response: every reply is for the requested path and
+//     query, for the request's user where the page depends on it, and a
+//     private page, a page that sets a cookie or a request with a cookie
+//     is never answered from the cache (X-Cache HIT or STALE);
 //   - goroutines and heap do not grow between the end of the warm-up and the
 //     end of the run (both measured with traffic stopped and caches open),
 //     and closing everything returns goroutines to where they started.
@@ -81,6 +92,7 @@ type options struct {
 	duration, warmup, progress time.Duration
 	workers, keys, counters    int
 	readers, writers, lockers  int
+	http                       int // HTTP client goroutines per worker
 	seed                       uint64
 	url, json                  string
 	sabotage                   bool // tests only: break the invariants on purpose
@@ -99,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.readers, "readers", 8, "GetOrLoad goroutines per worker")
 	fs.IntVar(&o.writers, "writers", 2, "update-then-Delete goroutines per worker")
 	fs.IntVar(&o.lockers, "lockers", 2, "lock goroutines per worker")
+	fs.IntVar(&o.http, "http", 2, "HTTP client goroutines per worker, requesting pages through the middleware")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the traffic and fault schedules (default: random, printed)")
 	fs.StringVar(&o.url, "redis", os.Getenv("REDIS_URL"), "server URL (redis://host:port); empty: an embedded miniredis. Default: $REDIS_URL")
 	fs.StringVar(&o.json, "json", "", "also write the summary as JSON to this file")
@@ -139,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.readers < 0 || o.writers < 0 || o.lockers < 0 || o.readers+o.writers+o.lockers == 0 ||
 		o.readers > 1000 || o.writers > 1000 || o.lockers > 1000:
 		return o, errors.New("-readers, -writers, -lockers: want 0 to 1000 each, not all 0")
+	case o.http < 0 || o.http > 1000:
+		return o, fmt.Errorf("-http %d: want 0 to 1000", o.http)
 	}
 	return o, nil
 }
@@ -198,9 +213,9 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*summary, error) {
 
 	prefix := "soak:" + runID()
 	sum := &summary{Server: server + " " + version, Addr: ropts.Addr, Seed: o.seed, Workers: o.workers, Keys: o.keys,
-		Counters: o.counters, Readers: o.readers, Writers: o.writers, Lockers: o.lockers,
+		Counters: o.counters, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, HTTPClients: o.http,
 		Duration: o.duration.String(), Warmup: o.warmup.String(), Started: time.Now(),
-		Errors: map[string]int64{}, Faults: map[string]int64{}}
+		Errors: map[string]int64{}, Faults: map[string]int64{}, XCache: map[string]int64{}}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -209,8 +224,8 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*summary, error) {
 		}
 	}()
 
-	fmt.Fprintf(stderr, "soak: %s at %s, %d workers x (%d readers, %d writers, %d lockers), %d keys, seed %d, warm-up %v, run %v\n",
-		sum.Server, ropts.Addr, o.workers, o.readers, o.writers, o.lockers, o.keys, o.seed, o.warmup, o.duration)
+	fmt.Fprintf(stderr, "soak: %s at %s, %d workers x (%d readers, %d writers, %d lockers, %d HTTP clients), %d keys, seed %d, warm-up %v, run %v\n",
+		sum.Server, ropts.Addr, o.workers, o.readers, o.writers, o.lockers, o.http, o.keys, o.seed, o.warmup, o.duration)
 
 	names := make([]string, o.workers)
 	for i := range names {
@@ -219,7 +234,7 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*summary, error) {
 	cfgs := map[string]string{}
 	for i, n := range names {
 		b, _ := json.Marshal(workerConfig{Index: i, URL: url, Prefix: prefix, Keys: o.keys, Counters: o.counters,
-			Seed: o.seed, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, Warmup: o.warmup, Sabotage: o.sabotage})
+			Seed: o.seed, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, HTTP: o.http, Warmup: o.warmup, Sabotage: o.sabotage})
 		cfgs[n] = string(b)
 	}
 	fctx, fcancel := context.WithCancel(ctx)

@@ -53,6 +53,7 @@ func TestSoak_short(t *testing.T) {
 		{"stale sets found by audits", s.StaleSetsAudit},
 		{"stale sets at the end", s.StaleSetsAtEnd},
 		{"values for the wrong key", s.WrongValues},
+		{"wrong HTTP responses", s.WrongResponses},
 		{"stale reads after own Delete", s.StaleReads + s.StaleReadsLocal},
 	} {
 		if c.got != 0 {
@@ -74,10 +75,19 @@ func TestSoak_short(t *testing.T) {
 		{"faults injected", faults},
 		{"connections reset or dropped by the proxies", int64(s.Proxy.Reset + s.Proxy.Dropped)},
 		{"audit rounds", s.Audits},
+		{"HTTP requests", s.HTTPRequests},
+		{"HTTP renders", s.HTTPRenders},
+		{"HTTP replies X-Cache HIT", s.XCache["HIT"]},
+		{"HTTP replies X-Cache MISS", s.XCache["MISS"]},
+		{"HTTP replies X-Cache BYPASS (private, Set-Cookie, Cookie)", s.XCache["BYPASS"]},
+		{"HTTP hits rendered by another worker", s.HTTPElsewhere},
 	} {
 		if c.got <= 0 {
 			t.Errorf("%s = %d, want > 0", c.name, c.got)
 		}
+	}
+	if s.HTTPRenders >= s.HTTPRequests {
+		t.Errorf("%d HTTP renders for %d requests: the middleware cached nothing", s.HTTPRenders, s.HTTPRequests)
 	}
 	if s.CounterTotal != s.AcceptedUpdates {
 		t.Errorf("counters add up to %d, accepted updates %d", s.CounterTotal, s.AcceptedUpdates)
@@ -108,8 +118,9 @@ func TestSoak_short(t *testing.T) {
 }
 
 // TestSoak_sabotaged breaks the invariants on purpose (workers store the
-// version before an update right after its Delete, and count increments
-// they never write) and checks that the soak notices and fails.
+// version before an update right after its Delete, count increments they
+// never write, and render one per-user page in 20 without Vary: X-User)
+// and checks that the soak notices and fails.
 func TestSoak_sabotaged(t *testing.T) {
 	srv := redistest.Start(t, redistest.Redis8)
 	out := filepath.Join(t.TempDir(), "soak.json")
@@ -126,6 +137,7 @@ func TestSoak_sabotaged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("soak: %v\n%s", err, stderr.String())
 	}
+	t.Logf("failures: %q; samples:\n%s", s.Failures, strings.Join(s.Samples, "\n"))
 	if s.OK {
 		t.Errorf("a sabotaged run passed")
 	}
@@ -136,8 +148,12 @@ func TestSoak_sabotaged(t *testing.T) {
 		t.Errorf("no stale set found during the run (read by workers %d, audits %d); the sabotage writes one in 20",
 			s.StaleSetsRead, s.StaleSetsAudit)
 	}
-	if len(s.Failures) < 2 {
-		t.Errorf("failures %q, want lost updates and stale sets", s.Failures)
+	if s.WrongResponses == 0 {
+		t.Errorf("no wrong HTTP response found in %d requests; the sabotage leaves Vary out of one per-user page in 20",
+			s.HTTPRequests)
+	}
+	if len(s.Failures) < 3 {
+		t.Errorf("failures %q, want lost updates, stale sets and wrong HTTP responses", s.Failures)
 	}
 }
 

@@ -30,25 +30,33 @@ const (
 
 // summary is what a soak run found; it is also the JSON written by -json.
 type summary struct {
-	Command  string    `json:"command"`
-	Server   string    `json:"server"`
-	Addr     string    `json:"addr"`
-	Seed     uint64    `json:"seed"`
-	Workers  int       `json:"workers"`
-	Keys     int       `json:"keys"`
-	Counters int       `json:"counters"`
-	Readers  int       `json:"readers_per_worker"`
-	Writers  int       `json:"writers_per_worker"`
-	Lockers  int       `json:"lockers_per_worker"`
-	Warmup   string    `json:"warmup"`
-	Duration string    `json:"duration"`
-	Started  time.Time `json:"started"`
-	Elapsed  string    `json:"elapsed"`
+	Command     string    `json:"command"`
+	Server      string    `json:"server"`
+	Addr        string    `json:"addr"`
+	Seed        uint64    `json:"seed"`
+	Workers     int       `json:"workers"`
+	Keys        int       `json:"keys"`
+	Counters    int       `json:"counters"`
+	Readers     int       `json:"readers_per_worker"`
+	Writers     int       `json:"writers_per_worker"`
+	Lockers     int       `json:"lockers_per_worker"`
+	HTTPClients int       `json:"http_clients_per_worker"`
+	Warmup      string    `json:"warmup"`
+	Duration    string    `json:"duration"`
+	Started     time.Time `json:"started"`
+	Elapsed     string    `json:"elapsed"`
 
 	Requests int64 `json:"requests"` // GetOrLoad calls
 	Loads    int64 `json:"loads"`    // loader calls
 	Writes   int64 `json:"writes"`   // database updates followed by a completed Delete
 	LockRuns int64 `json:"lock_runs"`
+
+	// HTTP through the middleware.
+	HTTPRequests  int64            `json:"http_requests"`
+	HTTPRenders   int64            `json:"http_renders"`                 // handler calls, background refreshes included
+	XCache        map[string]int64 `json:"http_x_cache"`                 // replies by X-Cache
+	HTTPElsewhere int64            `json:"http_hits_rendered_elsewhere"` // HIT or STALE replies another worker rendered
+	HTTPCache     cache.Stats      `json:"http_cache"`                   // the middleware's Caches
 
 	// Invariants.
 	LostUpdates     int64 `json:"lost_updates"`      // accepted increments missing from the counters
@@ -58,6 +66,7 @@ type summary struct {
 	StaleSetsAudit  int64 `json:"stale_sets_audit"`  // distinct stale values the audits found
 	StaleSetsAtEnd  int64 `json:"stale_sets_at_end"` // keys whose cached value differs from the database at the end
 	WrongValues     int64 `json:"wrong_values"`      // values returned or stored for another key
+	WrongResponses  int64 `json:"wrong_responses"`   // HTTP replies for another page or user, or cached when they must not be
 	Audits          int64 `json:"audits"`            // audit rounds over every key
 	AuditErrors     int64 `json:"audit_errors"`
 	ExcludedKeys    int   `json:"excluded_keys"`        // keys whose Delete never succeeded
@@ -111,6 +120,14 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 		s.StaleReadsLocal += r.StaleLocal
 		s.StaleSetsRead += r.StaleSets
 		s.WrongValues += r.WrongValues
+		s.HTTPRequests += r.HTTP.Requests
+		s.HTTPRenders += r.HTTP.Renders
+		s.HTTPElsewhere += r.HTTP.Elsewhere
+		s.WrongResponses += r.HTTP.Wrong
+		for k, v := range r.HTTP.XCache {
+			s.XCache[k] += v
+		}
+		addStats(&s.HTTPCache, r.HTTP.Cache)
 		for k, v := range r.Accepted {
 			accepted[k] += v
 		}
@@ -165,11 +182,17 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 	if s.WrongValues != 0 {
 		fail("values for the wrong key: %d", s.WrongValues)
 	}
+	if s.WrongResponses != 0 {
+		fail("wrong HTTP responses: %d", s.WrongResponses)
+	}
 	if n := s.StaleReads + s.StaleReadsLocal; n != 0 {
 		fail("stale reads after the reader's own Delete: %d (%d loaded here, %d elsewhere)", n, s.StaleReadsLocal, s.StaleReads)
 	}
 	if s.Requests == 0 || s.Loads == 0 {
 		fail("no traffic: %d requests, %d loads", s.Requests, s.Loads)
+	}
+	if s.HTTPClients > 0 && (s.HTTPRequests == 0 || s.HTTPRenders == 0) {
+		fail("no HTTP traffic: %d requests, %d renders", s.HTTPRequests, s.HTTPRenders)
 	}
 	if s.Audits == 0 {
 		fail("no audit completed")
@@ -192,9 +215,11 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // progressLine prints one line of running totals.
 func progressLine(w io.Writer, elapsed time.Duration, reports []workerReport, staleSets int64) {
-	var req, loads, writes, locks, errs, faults, staleReads, late int64
+	var req, loads, writes, locks, errs, faults, staleReads, late, httpReq, wrong int64
 	for _, r := range reports {
 		req += r.Requests
+		httpReq += r.HTTP.Requests
+		wrong += r.HTTP.Wrong
 		loads += r.Loads
 		writes += r.Writes
 		locks += r.LockRuns
@@ -208,8 +233,8 @@ func progressLine(w io.Writer, elapsed time.Duration, reports []workerReport, st
 			faults += v
 		}
 	}
-	fmt.Fprintf(w, "soak %5s  requests %d (%.0f/s)  loads %d  writes %d  lock runs %d  late writes refused %d  errors %d  faults %d  stale sets %d  stale reads %d\n",
-		elapsed.Round(time.Second), req, float64(req)/elapsed.Seconds(), loads, writes, locks, late, errs, faults, staleSets, staleReads)
+	fmt.Fprintf(w, "soak %5s  requests %d (%.0f/s)  loads %d  writes %d  lock runs %d  late writes refused %d  http %d  errors %d  faults %d  stale sets %d  stale reads %d  wrong responses %d\n",
+		elapsed.Round(time.Second), req, float64(req)/elapsed.Seconds(), loads, writes, locks, late, httpReq, errs, faults, staleSets, staleReads, wrong)
 }
 
 // writeTable prints the summary.
@@ -234,6 +259,11 @@ func writeTable(w io.Writer, s *summary) {
 	row("database updates (Delete completed)", s.Writes)
 	row("fenced lock runs / accepted", fmt.Sprintf("%d / %d", s.LockRuns, s.AcceptedUpdates))
 	row("late holders refused (read / write)", fmt.Sprintf("%d / %d", s.LateReads, s.LateWrites))
+	row("HTTP requests / renders", fmt.Sprintf("%d / %d", s.HTTPRequests, s.HTTPRenders))
+	row("HTTP X-Cache HIT / STALE / MISS / BYPASS / none", fmt.Sprintf("%d / %d / %d / %d / %d",
+		s.XCache["HIT"], s.XCache["STALE"], s.XCache["MISS"], s.XCache["BYPASS"], s.XCache["(none)"]))
+	row("HTTP hits rendered by another worker", s.HTTPElsewhere)
+	row("HTTP cache: fail-open loads / wait timeouts", fmt.Sprintf("%d / %d", s.HTTPCache.FailOpenLoads, s.HTTPCache.WaitTimeouts))
 	fmt.Fprintln(tw, "invariants")
 	check("lost updates", s.LostUpdates)
 	check("phantom updates", s.PhantomUpdates)
@@ -241,6 +271,7 @@ func writeTable(w io.Writer, s *summary) {
 	check("stale sets (audits)", s.StaleSetsAudit)
 	check("stale sets (end, cache vs database)", s.StaleSetsAtEnd)
 	check("values for the wrong key", s.WrongValues)
+	check("wrong HTTP responses", s.WrongResponses)
 	row("audit rounds (errors)", fmt.Sprintf("%d (%d)", s.Audits, s.AuditErrors))
 	row("keys excluded (Delete never succeeded)", s.ExcludedKeys)
 	check("stale reads after own Delete, loaded here", s.StaleReadsLocal)

@@ -42,6 +42,7 @@ type workerConfig struct {
 	Readers  int           `json:"readers"`
 	Writers  int           `json:"writers"`
 	Lockers  int           `json:"lockers"`
+	HTTP     int           `json:"http"` // HTTP client goroutines
 	Warmup   time.Duration `json:"warmup"`
 	Sabotage bool          `json:"sabotage"` // break the invariants on purpose, to test the checks
 }
@@ -104,21 +105,22 @@ type snapshot struct {
 
 // workerReport is a worker's counters; the coordinator adds them up.
 type workerReport struct {
-	Requests     int64            `json:"requests"`               // GetOrLoad calls
-	Loads        int64            `json:"loads"`                  // loader calls
-	Writes       int64            `json:"writes"`                 // database updates whose Delete completed
-	LockRuns     int64            `json:"lock_runs"`              // fenced read-modify-writes attempted
-	Accepted     map[string]int64 `json:"accepted"`               // accepted increments per counter key
-	LateWrites   int64            `json:"late_writes"`            // writes refused: a newer fence had read
-	LateReads    int64            `json:"late_reads"`             // reads refused: a newer fence had read
-	StaleReads   int64            `json:"stale_reads"`            // GetOrLoad older than a Delete that completed before it began, loaded elsewhere
-	StaleSets    int64            `json:"stale_sets"`             // distinct stale values the probe read
-	StaleLocal   int64            `json:"stale_reads_local"`      // the same, loaded by this process
-	WrongValues  int64            `json:"wrong_values"`           // a value for another key, or unreadable
-	Excluded     []string         `json:"excluded"`               // keys whose Delete never succeeded
-	Errors       map[string]int64 `json:"errors"`                 // by kind
-	Faults       map[string]int64 `json:"faults"`                 // injected, by kind
-	Cache        cache.Stats      `json:"cache"`                  // of every Cache the worker had
+	Requests     int64            `json:"requests"`          // GetOrLoad calls
+	Loads        int64            `json:"loads"`             // loader calls
+	Writes       int64            `json:"writes"`            // database updates whose Delete completed
+	LockRuns     int64            `json:"lock_runs"`         // fenced read-modify-writes attempted
+	Accepted     map[string]int64 `json:"accepted"`          // accepted increments per counter key
+	LateWrites   int64            `json:"late_writes"`       // writes refused: a newer fence had read
+	LateReads    int64            `json:"late_reads"`        // reads refused: a newer fence had read
+	StaleReads   int64            `json:"stale_reads"`       // GetOrLoad older than a Delete that completed before it began, loaded elsewhere
+	StaleSets    int64            `json:"stale_sets"`        // distinct stale values the probe read
+	StaleLocal   int64            `json:"stale_reads_local"` // the same, loaded by this process
+	WrongValues  int64            `json:"wrong_values"`      // a value for another key, or unreadable
+	Excluded     []string         `json:"excluded"`          // keys whose Delete never succeeded
+	Errors       map[string]int64 `json:"errors"`            // by kind
+	Faults       map[string]int64 `json:"faults"`            // injected, by kind
+	Cache        cache.Stats      `json:"cache"`             // of every Cache the worker had
+	HTTP         webReport        `json:"http"`
 	Proxy        faultproxy.Stats `json:"proxy"`                  // of both proxies
 	Before       snapshot         `json:"before"`                 // before any client, proxy or cache
 	Start        snapshot         `json:"start"`                  // after warm-up, traffic stopped, caches open
@@ -139,6 +141,7 @@ type worker struct {
 	lockC  *redis.Client // through lockP
 	c      *cache.Cache  // through cacheP; open from open to close
 	locks  *lock.Client
+	web    *web // HTTP through the middleware, over its own Cache through cacheP
 
 	requests, loads, writes, lockRuns atomic.Int64
 	lateWrites, lateReads             atomic.Int64
@@ -285,6 +288,9 @@ func (w *worker) open() error {
 	if w.c, err = w.newCache(); err != nil {
 		return err
 	}
+	if w.web, err = w.openWeb(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return w.direct.Ping(ctx).Err()
@@ -307,8 +313,9 @@ func (w *worker) newCache() (*cache.Cache, error) {
 	})
 }
 
-// traffic runs readers, writers, lockers and the fault schedule until ctx
-// ends, then lifts every fault.
+// traffic runs readers, writers, lockers, HTTP clients and the fault
+// schedule until ctx ends, then lifts every fault and closes the HTTP
+// connections (see web.idle).
 // phase separates the random streams of the warm-up and the run.
 func (w *worker) traffic(ctx context.Context, phase uint64) {
 	var wg sync.WaitGroup
@@ -324,10 +331,14 @@ func (w *worker) traffic(ctx context.Context, phase uint64) {
 	for i := range w.cfg.Lockers {
 		wg.Go(func() { w.locker(ctx, seed(3, uint64(i))) })
 	}
+	for i := range w.cfg.HTTP {
+		wg.Go(func() { w.web.httpClient(ctx, seed(5, uint64(i))) })
+	}
 	wg.Go(func() { w.faultSchedule(ctx, seed(4, 0)) })
 	wg.Wait()
 	w.cacheP.Resume()
 	w.lockP.Resume()
+	w.web.idle()
 }
 
 // zipf picks keys with a few hot ones and a long tail.
@@ -607,6 +618,7 @@ func (w *worker) quiesce() (snapshot, string) {
 }
 
 func (w *worker) close() {
+	w.web.close()
 	_ = w.c.Close()
 	_ = w.cacheC.Close()
 	_ = w.lockC.Close()
@@ -654,6 +666,7 @@ func (w *worker) report() workerReport {
 	r.StaleSamples = append(r.StaleSamples, w.samples...)
 	r.StaleSets = int64(len(w.staleSets))
 	r.Cache = w.c.Stats()
+	r.HTTP = w.web.report()
 	a, b := w.cacheP.Stats(), w.lockP.Stats()
 	r.Proxy = faultproxy.Stats{Accepted: a.Accepted + b.Accepted, Refused: a.Refused + b.Refused, Dropped: a.Dropped + b.Dropped,
 		Reset: a.Reset + b.Reset, Spikes: a.Spikes + b.Spikes, Chunks: a.Chunks + b.Chunks}
