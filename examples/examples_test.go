@@ -7,6 +7,7 @@ package examples_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ func TestExamples(t *testing.T) {
 		{"cron", nil, `every tick ran exactly once`},
 		{"payments", nil, `with fencing, the store turned d's late refund away`},
 	}
+	dependOnSources(t)
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDIS_URL=") {
@@ -60,5 +62,27 @@ func TestExamples(t *testing.T) {
 				t.Fatalf("%s printed no line matching %q:\n%s", tt.name, tt.want, out)
 			}
 		})
+	}
+}
+
+// dependOnSources reads the module's Go files, so that go test's result
+// cache, which tracks the files a test opens, is invalidated when any of
+// them changes: the examples are built by the go command, not imported.
+func dependOnSources(tb testing.TB) {
+	tb.Helper()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && (d.Name() == "testdata" || d.Name() == "compare" || strings.HasPrefix(d.Name(), ".") && path != ".."):
+			return filepath.SkipDir
+		case !d.IsDir() && (strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".lua") || d.Name() == "go.mod"):
+			_, err := os.ReadFile(path)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
 	}
 }
