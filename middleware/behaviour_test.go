@@ -1234,6 +1234,9 @@ func TestMiddleware_waitTimeout(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			r.check(t, 200, "MISS", "render-1")
+			// The client is answered before the render is written, and a
+			// 50ms WaitTimeout is short enough for a loaded machine to miss.
+			b.waitStored(t, "/wt", "render-1")
 			b.get(t, "/wt", procHeader, tt.proc).check(t, 200, "HIT", "render-1")
 		})
 	}
