@@ -166,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Scenarios: o.scenarios,
 	}
 
-	rdb, url, closeServer, err := open(o.url)
+	rdb, url, closeServer, err := open(ctx, o.url)
 	if err != nil {
 		return err
 	}
@@ -262,9 +262,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // open connects to url, or without one starts the embedded server. It
 // returns the URL pods should use.
-func open(url string) (*redis.Client, string, func(), error) {
+func open(ctx context.Context, url string) (*redis.Client, string, func(), error) {
 	if url == "" {
-		return embedded.Open()
+		return embedded.Open(ctx)
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {

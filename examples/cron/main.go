@@ -52,7 +52,7 @@ func main() {
 // run starts the server (unless REDIS_URL names one) and the instances, and
 // prints what happened at each tick.
 func run() error {
-	rdb, url, closeAll, err := embedded.Open()
+	rdb, url, closeAll, err := embedded.Open(context.Background())
 	if err != nil {
 		return err
 	}

@@ -91,14 +91,11 @@ func serve(ctx context.Context, cfg config) error {
 		}()
 	}
 
-	rdb, url, closeAll, err := embedded.Open()
+	rdb, url, closeAll, err := embedded.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("server %s: %w", url, err)
-	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

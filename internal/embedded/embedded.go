@@ -5,6 +5,7 @@
 package embedded
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -71,23 +72,30 @@ func (s *Server) Close() {
 }
 
 // Open returns a client for the server named by REDIS_URL (a redis:// or
-// rediss:// URL), or, without it, for a new embedded server. It also
-// returns the address worker processes should use (a URL) and a function
-// that closes the client and stops the embedded server.
-func Open() (rdb *redis.Client, url string, closeAll func(), err error) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		opts, err := redis.ParseURL(u)
+// rediss:// URL), or, without it, for a new embedded server, once the
+// server has answered a PING (bounded by ctx). It also returns the address
+// worker processes should use (a URL) and a function that closes the
+// client and stops the embedded server.
+func Open(ctx context.Context) (rdb *redis.Client, url string, closeAll func(), err error) {
+	if url = os.Getenv("REDIS_URL"); url != "" {
+		opts, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("embedded: REDIS_URL: %w", err)
 		}
 		rdb = redis.NewClient(opts)
-		return rdb, u, func() { rdb.Close() }, nil
+		closeAll = func() { rdb.Close() }
+	} else {
+		s, err := Start()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		url = "redis://" + s.Addr()
+		rdb = redis.NewClient(&redis.Options{Addr: s.Addr()})
+		closeAll = func() { rdb.Close(); s.Close() }
 	}
-	s, err := Start()
-	if err != nil {
-		return nil, "", nil, err
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		closeAll()
+		return nil, "", nil, fmt.Errorf("server %s: %w", url, err)
 	}
-	url = "redis://" + s.Addr()
-	rdb = redis.NewClient(&redis.Options{Addr: s.Addr()})
-	return rdb, url, func() { rdb.Close(); s.Close() }, nil
+	return rdb, url, closeAll, nil
 }

@@ -76,7 +76,7 @@ func TestServer_killRestartKeepsData(t *testing.T) {
 func TestOpen(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) {
 		t.Setenv("REDIS_URL", "")
-		rc, url, closeAll, err := embedded.Open()
+		rc, url, closeAll, err := embedded.Open(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,9 +90,22 @@ func TestOpen(t *testing.T) {
 	})
 	t.Run("bad REDIS_URL", func(t *testing.T) {
 		t.Setenv("REDIS_URL", "http://example.invalid")
-		_, _, _, err := embedded.Open()
+		_, _, _, err := embedded.Open(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
 			t.Fatalf("err = %v, want one naming REDIS_URL", err)
+		}
+	})
+	t.Run("REDIS_URL of a dead server", func(t *testing.T) {
+		s, err := embedded.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := s.Addr()
+		s.Close()
+		t.Setenv("REDIS_URL", "redis://"+addr)
+		_, _, _, err = embedded.Open(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "server redis://"+addr) {
+			t.Fatalf("err = %v, want one naming the server", err)
 		}
 	})
 	t.Run("REDIS_URL", func(t *testing.T) {
@@ -102,7 +115,7 @@ func TestOpen(t *testing.T) {
 		}
 		defer s.Close()
 		t.Setenv("REDIS_URL", "redis://"+s.Addr())
-		rc, url, closeAll, err := embedded.Open()
+		rc, url, closeAll, err := embedded.Open(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
