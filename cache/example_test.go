@@ -70,3 +70,15 @@ func ExampleGetOrLoad_notFound() {
 	// true
 	// lookups: 1
 }
+
+// Totals over several Caches, e.g. one per namespace, or the Stats that
+// each process reports.
+func ExampleStats_Add() {
+	perProcess := []cache.Stats{{Hits: 90, Misses: 10, Loads: 1}, {Hits: 95, Misses: 5, Coalesced: 4}}
+	var total cache.Stats
+	for _, s := range perProcess {
+		total = total.Add(s)
+	}
+	fmt.Printf("hits %d, misses %d, loads %d\n", total.Hits, total.Misses, total.Loads)
+	// Output: hits 185, misses 15, loads 1
+}

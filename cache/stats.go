@@ -23,6 +23,26 @@ type Stats struct {
 	ServerErrors   uint64 // failed server calls
 }
 
+// Add returns the sum of s and o, field by field: for totals over the
+// Caches of several processes or namespaces.
+func (s Stats) Add(o Stats) Stats {
+	s.Hits += o.Hits
+	s.StaleHits += o.StaleHits
+	s.Misses += o.Misses
+	s.Loads += o.Loads
+	s.LoadErrors += o.LoadErrors
+	s.Coalesced += o.Coalesced
+	s.Waits += o.Waits
+	s.WaitTimeouts += o.WaitTimeouts
+	s.LockContention += o.LockContention
+	s.FailOpenLoads += o.FailOpenLoads
+	s.DecodeFailures += o.DecodeFailures
+	s.Refreshes += o.Refreshes
+	s.WritesSkipped += o.WritesSkipped
+	s.ServerErrors += o.ServerErrors
+	return s
+}
+
 type counters struct {
 	hits, staleHits, misses, loads, loadErrors, coalesced, waits, waitTimeouts,
 	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors atomic.Uint64

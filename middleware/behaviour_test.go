@@ -266,11 +266,7 @@ func (b *testBed) ttl(tb testing.TB, path string) time.Duration {
 func (b *testBed) stats() cache.Stats {
 	var sum cache.Stats
 	for _, c := range b.caches {
-		s := c.Stats()
-		sum.Misses += s.Misses
-		sum.Waits += s.Waits
-		sum.LoadErrors += s.LoadErrors
-		sum.Loads += s.Loads
+		sum = sum.Add(c.Stats())
 	}
 	return sum
 }

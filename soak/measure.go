@@ -106,21 +106,3 @@ func errKind(err error) string {
 	}
 	return "other: " + s
 }
-
-// addStats adds b to a.
-func addStats(a *cache.Stats, b cache.Stats) {
-	a.Hits += b.Hits
-	a.StaleHits += b.StaleHits
-	a.Misses += b.Misses
-	a.Loads += b.Loads
-	a.LoadErrors += b.LoadErrors
-	a.Coalesced += b.Coalesced
-	a.Waits += b.Waits
-	a.WaitTimeouts += b.WaitTimeouts
-	a.LockContention += b.LockContention
-	a.FailOpenLoads += b.FailOpenLoads
-	a.DecodeFailures += b.DecodeFailures
-	a.Refreshes += b.Refreshes
-	a.WritesSkipped += b.WritesSkipped
-	a.ServerErrors += b.ServerErrors
-}

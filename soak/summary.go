@@ -127,7 +127,7 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 		for k, v := range r.HTTP.XCache {
 			s.XCache[k] += v
 		}
-		addStats(&s.HTTPCache, r.HTTP.Cache)
+		s.HTTPCache = s.HTTPCache.Add(r.HTTP.Cache)
 		for k, v := range r.Accepted {
 			accepted[k] += v
 		}
@@ -137,7 +137,7 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 		for k, v := range r.Faults {
 			s.Faults[k] += v
 		}
-		addStats(&s.Cache, r.Cache)
+		s.Cache = s.Cache.Add(r.Cache)
 		s.Proxy.Accepted += r.Proxy.Accepted
 		s.Proxy.Refused += r.Proxy.Refused
 		s.Proxy.Dropped += r.Proxy.Dropped

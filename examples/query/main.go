@@ -236,7 +236,7 @@ func report(rounds []round, answer []Segment, want string) error {
 	var sum cache.Stats
 	for i, s := range cached.stats {
 		fmt.Printf("  worker %d: %s\n", i, statsLine(s))
-		sum = addStats(sum, s)
+		sum = sum.Add(s)
 	}
 	fmt.Printf("  total   : %s\n", statsLine(sum))
 
@@ -274,24 +274,6 @@ func report(rounds []round, answer []Segment, want string) error {
 func statsLine(s cache.Stats) string {
 	return fmt.Sprintf("misses=%d hits=%d loads=%d coalesced=%d waits=%d lock-contention=%d wait-timeouts=%d fail-open=%d server-errors=%d",
 		s.Misses, s.Hits, s.Loads, s.Coalesced, s.Waits, s.LockContention, s.WaitTimeouts, s.FailOpenLoads, s.ServerErrors)
-}
-
-func addStats(a, b cache.Stats) cache.Stats {
-	a.Hits += b.Hits
-	a.StaleHits += b.StaleHits
-	a.Misses += b.Misses
-	a.Loads += b.Loads
-	a.LoadErrors += b.LoadErrors
-	a.Coalesced += b.Coalesced
-	a.Waits += b.Waits
-	a.WaitTimeouts += b.WaitTimeouts
-	a.LockContention += b.LockContention
-	a.FailOpenLoads += b.FailOpenLoads
-	a.DecodeFailures += b.DecodeFailures
-	a.Refreshes += b.Refreshes
-	a.WritesSkipped += b.WritesSkipped
-	a.ServerErrors += b.ServerErrors
-	return a
 }
 
 // cleanup removes this run's keys, which matters on a shared real server.
