@@ -279,6 +279,34 @@ func testContext(tb testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// renderGate holds one render of a test handler: the handler calls next
+// first, and the nth render signals started and waits until open is
+// called (or ctx ends) before it goes on.
+type renderGate struct {
+	ctx     context.Context
+	nth     int32
+	renders atomic.Int32
+	started chan struct{}
+	release chan struct{}
+}
+
+func newRenderGate(ctx context.Context, nth int32) *renderGate {
+	return &renderGate{ctx: ctx, nth: nth, started: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// next counts a render and returns its number, holding the nth.
+func (g *renderGate) next() int32 {
+	n := g.renders.Add(1)
+	if n == g.nth {
+		g.started <- struct{}{}
+		block(g.ctx, g.release)
+	}
+	return n
+}
+
+// open lets the held render go on.
+func (g *renderGate) open() { close(g.release) }
+
 // block waits for gate or the end of ctx.
 func block(ctx context.Context, gate <-chan struct{}) {
 	select {
@@ -440,14 +468,9 @@ func TestMiddleware_ttl(t *testing.T) {
 func TestMiddleware_staleWhileRevalidate(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testContext(t, 20*time.Second)
-		var renders atomic.Int32
-		started, release := make(chan struct{}, 1), make(chan struct{})
+		g := newRenderGate(ctx, 2)
 		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := renders.Add(1)
-			if n == 2 {
-				started <- struct{}{}
-				block(ctx, release)
-			}
+			n := g.next()
 			w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=30")
 			fmt.Fprintf(w, "body-v%d-end", n)
 		}), nil)
@@ -463,7 +486,7 @@ func TestMiddleware_staleWhileRevalidate(t *testing.T) {
 		if got := stale.header.Get("Cache-Status"); got != "stampede; hit; fwd=stale" {
 			t.Errorf("Cache-Status = %q", got)
 		}
-		redistest.Recv(t, ctx, started, "the background render")
+		redistest.Recv(t, ctx, g.started, "the background render")
 
 		// While it runs, more requests get the stale response at once,
 		// from this process and from another one.
@@ -478,17 +501,17 @@ func TestMiddleware_staleWhileRevalidate(t *testing.T) {
 			}
 			r.check(t, 200, "STALE", "body-v1-end")
 		}
-		if n := renders.Load(); n != 2 {
+		if n := g.renders.Load(); n != 2 {
 			t.Errorf("renders = %d while refreshing, want 2", n)
 		}
-		close(release)
+		g.open()
 		b.waitStored(t, "/swr", "body-v2-end")
 		fresh := b.get(t, "/swr")
 		fresh.check(t, 200, "HIT", "body-v2-end")
 		if got := fresh.header.Get("Age"); got != "0" {
 			t.Errorf("Age = %s after the refresh, want 0", got)
 		}
-		if n := renders.Load(); n != 2 {
+		if n := g.renders.Load(); n != 2 {
 			t.Errorf("renders = %d, want 2", n)
 		}
 	}, redistest.Redis8, redistest.Valkey)
@@ -997,14 +1020,11 @@ func TestMiddleware_panickingHandler(t *testing.T) {
 func TestMiddleware_panicWithWaiters(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testContext(t, 20*time.Second)
-		var renders atomic.Int32
+		g := newRenderGate(ctx, 1)
 		panics := make(chan any, 10)
-		started, release := make(chan struct{}, 1), make(chan struct{})
 		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := renders.Add(1)
+			n := g.next()
 			if n == 1 {
-				started <- struct{}{}
-				block(ctx, release)
 				panic(errBoom)
 			}
 			fmt.Fprintf(w, "ok-%d", n)
@@ -1015,7 +1035,7 @@ func TestMiddleware_panicWithWaiters(t *testing.T) {
 		b.client.Transport.(*http.Transport).DisableKeepAlives = true
 
 		first := b.goSend(ctx, "GET", "/pw", procHeader, "0")
-		redistest.Recv(t, ctx, started, "the first render")
+		redistest.Recv(t, ctx, g.started, "the first render")
 		var waiters []<-chan sent
 		for i := range 4 {
 			waiters = append(waiters, b.goSend(ctx, "GET", "/pw", procHeader, strconv.Itoa(i%2)))
@@ -1026,7 +1046,7 @@ func TestMiddleware_panicWithWaiters(t *testing.T) {
 			st := b.stats()
 			return st.Misses == 5 && st.Waits == 1
 		})
-		close(release)
+		g.open()
 		if r := redistest.Recv(t, ctx, first, "the panicking request"); !errors.Is(r.err, io.EOF) {
 			t.Errorf("panicking request: %v, err %v; want the connection closed (EOF)", r.reply, r.err)
 		}
@@ -1202,19 +1222,14 @@ func TestMiddleware_waitTimeout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := testContext(t, 20*time.Second)
-			var renders atomic.Int32
-			started, release := make(chan struct{}, 1), make(chan struct{})
+			g := newRenderGate(ctx, 1)
 			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				n := renders.Add(1)
-				if n == 1 {
-					started <- struct{}{}
-					block(ctx, release)
-				}
+				n := g.next()
 				fmt.Fprintf(w, "render-%d", n)
 			}), &bedOptions{procs: 2, mw: &middleware.Options{WaitTimeout: 50 * time.Millisecond}})
 
 			first := b.goSend(ctx, "GET", "/wt", procHeader, "0")
-			redistest.Recv(t, ctx, started, "the first render")
+			redistest.Recv(t, ctx, g.started, "the first render")
 			// The render still hangs: the waiter can only be answered by
 			// giving up on it.
 			waiterCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -1224,7 +1239,7 @@ func TestMiddleware_waitTimeout(t *testing.T) {
 				t.Fatal(w.err)
 			}
 			w.check(t, 200, "BYPASS", "render-2")
-			close(release)
+			g.open()
 			r := redistest.Recv(t, ctx, first, "the first request")
 			if r.err != nil {
 				t.Fatal(r.err)

@@ -89,14 +89,9 @@ func TestSecurity_requestCookies(t *testing.T) {
 func TestSecurity_setCookie(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testContext(t, 20*time.Second)
-		var renders atomic.Int32
-		started, release := make(chan struct{}, 1), make(chan struct{})
+		g := newRenderGate(ctx, 3)
 		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := renders.Add(1)
-			if n == 3 {
-				started <- struct{}{}
-				block(ctx, release)
-			}
+			n := g.next()
 			w.Header().Set("Cache-Control", "public, max-age=60")
 			http.SetCookie(w, &http.Cookie{Name: "session", Value: "s" + strconv.Itoa(int(n)), Path: "/"})
 			fmt.Fprintf(w, "n=%d", n)
@@ -119,7 +114,7 @@ func TestSecurity_setCookie(t *testing.T) {
 		// Concurrently: clients waiting for a render that sets a cookie,
 		// in its process and in another, render for themselves.
 		first := b.goSend(ctx, "GET", "/sc")
-		redistest.Recv(t, ctx, started, "the render")
+		redistest.Recv(t, ctx, g.started, "the render")
 		var waiters []<-chan sent
 		for i := range 4 {
 			waiters = append(waiters, b.goSend(ctx, "GET", "/sc", procHeader, strconv.Itoa(i%2)))
@@ -128,7 +123,7 @@ func TestSecurity_setCookie(t *testing.T) {
 			st := b.stats()
 			return st.Misses == 7 && st.Waits == 1
 		})
-		close(release)
+		g.open()
 		r := redistest.Recv(t, ctx, first, "the rendering client")
 		if r.err != nil {
 			t.Fatal(r.err)
@@ -245,22 +240,17 @@ func TestSecurity_vary(t *testing.T) {
 func TestSecurity_varyWaiter(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testContext(t, 20*time.Second)
-	var renders atomic.Int32
-	started, release := make(chan struct{}, 1), make(chan struct{})
+	g := newRenderGate(ctx, 1)
 	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := renders.Add(1)
-		if n == 1 {
-			started <- struct{}{}
-			block(ctx, release)
-		}
+		n := g.next()
 		w.Header().Set("Vary", "X-User")
 		fmt.Fprintf(w, "n=%d user=%s", n, r.Header.Get("X-User"))
 	}), nil)
 	alice := b.goSend(ctx, "GET", "/vw", "X-User", "alice")
-	redistest.Recv(t, ctx, started, "alice's render")
+	redistest.Recv(t, ctx, g.started, "alice's render")
 	bob := b.goSend(ctx, "GET", "/vw", "X-User", "bob")
 	redistest.WaitFor(t, ctx, "bob to wait", func() bool { return b.stats().Misses == 2 })
-	close(release)
+	g.open()
 	for _, tt := range []struct {
 		ch   <-chan sent
 		body string
