@@ -217,6 +217,20 @@ func randomString(tb testing.TB, n int) string {
 	return hex.EncodeToString(b)[:n]
 }
 
+// heldLoader closes started when it begins, then returns v once release
+// is closed, or gives up when its context ends.
+func heldLoader(started chan<- struct{}, release <-chan struct{}, v string) loader.Func[string] {
+	return func(ctx context.Context) (string, error) {
+		close(started)
+		select {
+		case <-release:
+			return v, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
 // neverLoad is a loader for callers that must be served without loading.
 func neverLoad[V any](calls *atomic.Int32) loader.Func[V] {
 	return func(context.Context) (V, error) {
@@ -1100,15 +1114,7 @@ func TestGetOrLoad_waitTimeout(t *testing.T) {
 
 		started := make(chan struct{})
 		release, open := gate(t)
-		holder := goGetOrLoad(ctx, a, "k", func(ctx context.Context) (string, error) {
-			close(started)
-			select {
-			case <-release:
-				return "a", nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		})
+		holder := goGetOrLoad(ctx, a, "k", heldLoader(started, release, "a"))
 		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
 
 		var calls atomic.Int32

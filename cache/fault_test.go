@@ -257,15 +257,7 @@ func TestGetOrLoad_faults_serverRestart(t *testing.T) {
 			started := make(chan struct{})
 			release, open := gate(t)
 			first := time.Now()
-			rebuilder := goGetOrLoad(ctx, a, key, func(ctx context.Context) (string, error) {
-				close(started)
-				select {
-				case <-release:
-					return "a#1", nil
-				case <-ctx.Done():
-					return "", ctx.Err()
-				}
-			})
+			rebuilder := goGetOrLoad(ctx, a, key, heldLoader(started, release, "a#1"))
 			redistest.Recv(t, ctx, started, "cache a to claim the key and load")
 
 			// The waiter in another process.
