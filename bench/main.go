@@ -175,14 +175,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.url == "" {
 		res.Server.Kind = "embedded miniredis"
 	}
+	// The capability probe is the first round trip: it also tells whether
+	// the server answers.
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = rdb.Ping(pctx).Err()
 	var caps lock.Capabilities
+	lc, err := lock.New(rdb, nil)
 	if err == nil {
-		var lc *lock.Client
-		if lc, err = lock.New(rdb, nil); err == nil {
-			caps, err = lc.Capabilities(pctx)
-		}
+		caps, err = lc.Capabilities(pctx)
 	}
 	cancel()
 	if err != nil {
