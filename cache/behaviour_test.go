@@ -551,6 +551,8 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 		}
 		redistest.Recv(t, ctx, loadFailed, "the failed refresh's EventLoad")
 		redistest.Recv(t, ctx, announced, "the failed refresh to announce")
+		// A stale hit starts no refresh while one is still running.
+		redistest.WaitFor(t, ctx, "the failed refresh to end", func() bool { return !cache.RefreshRunning(a, "k") })
 
 		// Both caches serve stale again; each one's refresh finds the lock
 		// held for RefreshBackoff.
