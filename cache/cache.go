@@ -116,7 +116,7 @@ func (c *Cache) background(parent context.Context, wait time.Duration) flight.St
 			return nil, nil, ErrClosed
 		}
 		c.wg.Add(1)
-		limit := wait + c.s.loadTimeout + 2*writeTimeout
+		limit := addSat(wait, c.s.loadTimeout, 2*writeTimeout) // "forever" options must not wrap around
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), limit)
 		stop := context.AfterFunc(c.base, cancel)
 		return ctx, func() { stop(); cancel(); c.wg.Done() }, nil
@@ -164,6 +164,10 @@ func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime t
 	if notFound {
 		fresh, stale = it.negative, 0
 	}
+	// Durations set huge to mean "forever" are clamped, so that fresh+stale
+	// neither overflows nor exceeds what the server accepts as an expiry.
+	fresh = min(fresh, maxExpiry)
+	stale = min(stale, maxExpiry-fresh)
 	if c.s.jitter > 0 {
 		fresh -= time.Duration(rand.Float64() * c.s.jitter * float64(fresh))
 		fresh = max(fresh, time.Millisecond)

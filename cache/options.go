@@ -22,13 +22,16 @@ type Options struct {
 	// "Namespace:announce". It must not contain braces. Default: "stampede".
 	Namespace string
 
-	// TTL is how long a loaded value is fresh. Default: 1 minute.
+	// TTL is how long a loaded value is fresh. Values above 100 years
+	// (math.MaxInt64 for "forever") are clamped to 100 years.
+	// Default: 1 minute.
 	TTL time.Duration
 
 	// StaleTTL is how long after TTL a value may still be served while one
 	// caller in the whole cluster reloads it in the background. The server
-	// drops the key after TTL+StaleTTL. Zero disables stale serving.
-	// Default: 0.
+	// drops the key after TTL+StaleTTL, which is clamped to 100 years, so
+	// math.MaxInt64 means "stale until 100 years after it was written".
+	// Zero disables stale serving. Default: 0.
 	StaleTTL time.Duration
 
 	// TTLJitter shortens each entry's TTL by a random fraction of up to
@@ -36,9 +39,9 @@ type Options struct {
 	// Must be in [0, 1). Default: 0.
 	TTLJitter float64
 
-	// NegativeTTL is how long a loader.ErrNotFound result is remembered.
-	// Zero means not at all: the loader runs again on the next call.
-	// Default: 0.
+	// NegativeTTL is how long a loader.ErrNotFound result is remembered
+	// (at most 100 years). Zero means not at all: the loader runs again on
+	// the next call. Default: 0.
 	NegativeTTL time.Duration
 
 	// LockTTL is the TTL of the rebuild lock; it is kept alive while the
@@ -103,6 +106,26 @@ type Options struct {
 	// Capabilities forces the server strategies (see lock.Options); for
 	// tests. Default: nil, probe the server.
 	Capabilities *lock.Capabilities
+}
+
+// maxExpiry is the longest expiry the cache gives an entry: 100 years.
+// TTL, StaleTTL and NegativeTTL set larger (math.MaxInt64 is a common
+// "forever"), per call or by Expire, are clamped to it, and so is the
+// server's expiry TTL+StaleTTL; the server refuses expiries that overflow
+// when added to its clock, and a Duration sum would wrap around first.
+const maxExpiry = 100 * 365 * 24 * time.Hour
+
+// addSat returns the sum of non-negative durations, saturating at the
+// largest Duration instead of wrapping around.
+func addSat(ds ...time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		if d > math.MaxInt64-sum {
+			return math.MaxInt64
+		}
+		sum += d
+	}
+	return sum
 }
 
 // settings are Options with defaults applied.
@@ -211,13 +234,15 @@ type itemSettings struct {
 	ttl, stale, negative, wait time.Duration
 }
 
-// WithTTL sets how long this value is fresh.
+// WithTTL sets how long this value is fresh (clamped as Options.TTL).
 func WithTTL(d time.Duration) Option { return func(s *itemSettings) { s.ttl = d } }
 
-// WithStaleTTL sets how long this value may be served stale after its TTL.
+// WithStaleTTL sets how long this value may be served stale after its TTL
+// (clamped as Options.StaleTTL).
 func WithStaleTTL(d time.Duration) Option { return func(s *itemSettings) { s.stale = d } }
 
-// WithNegativeTTL sets how long a not-found result is remembered.
+// WithNegativeTTL sets how long a not-found result is remembered (at most
+// 100 years).
 func WithNegativeTTL(d time.Duration) Option { return func(s *itemSettings) { s.negative = d } }
 
 // WithWaitTimeout sets how long this call waits for another process's load.
@@ -256,7 +281,8 @@ type expiry struct {
 // call; for values whose lifetime is only known once loaded (an HTTP
 // response's max-age, a token's expiry). It reports whether ctx belongs to
 // a load whose result will be stored; elsewhere it does nothing. A fresh
-// duration below 1ms is raised to 1ms, a negative stale one to 0.
+// duration below 1ms is raised to 1ms, a negative stale one to 0, and both
+// are clamped as Options.TTL and Options.StaleTTL are.
 func Expire(ctx context.Context, fresh, stale time.Duration) bool {
 	e, _ := ctx.Value(expiryKey{}).(*expiry)
 	if e == nil {
