@@ -34,8 +34,11 @@ const writeTimeout = 5 * time.Second
 //
 // A loader error is returned to every caller waiting for that load, in
 // every process, and is never stored; loader.ErrNotFound is stored for
-// NegativeTTL. A panicking loader becomes a *loader.PanicError. If the
-// server cannot be reached, the loader runs without it (fail open).
+// NegativeTTL, and when a refresh of a stale value meets it, that value is
+// no longer served: it is deleted (or replaced by the negative entry), but
+// only if nothing was written to the key since it was read. A panicking
+// loader becomes a *loader.PanicError. If the server cannot be reached,
+// the loader runs without it (fail open).
 //
 // WARNING: concurrent callers share one load's result and its timeout: the
 // load runs on a context detached from all callers (it keeps the first
@@ -326,7 +329,8 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 // l is the separate rebuild lock and the write is conditional on the key
 // still holding old (by digest when old is large). In the background (a
 // stale refresh) a failure keeps l for RefreshBackoff so that nobody
-// retries at once, and the stale value goes on being served.
+// retries at once, and the stale value goes on being served; a not-found
+// (without NegativeTTL) deletes old if the key still holds it.
 func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, old []byte, background bool) (outcome, error) {
 	if old != nil {
 		// Between our read and our lock, another process may have rebuilt
@@ -369,6 +373,13 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 			ferr = l.Refresh(wctx, c.s.backoff)
 			c.log(slog.LevelWarn, "background refresh failed; serving stale", "key", k.user, "err", err)
 		} else {
+			if err == nil && old != nil {
+				// The loader found nothing where old (a stale value, or one
+				// nobody could use) is stored: end it, or it would be served
+				// and refreshed again and again. Conditional, as every
+				// write: a Delete or Set since our read stands.
+				c.endOld(wctx, k, old)
+			}
 			ferr = l.Release(wctx)
 		}
 		if ferr != nil && !errors.Is(ferr, lock.ErrNotHeld) {
@@ -410,6 +421,18 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 	}
 	c.announce(wctx, k, l, noticeValue, inline)
 	return res, nil
+}
+
+// endOld deletes the value key if it still holds old.
+func (c *Cache) endOld(ctx context.Context, k keys, old []byte) {
+	deleted, err := c.conn.DeleteIfEqual(ctx, k.value, string(old))
+	switch {
+	case err != nil:
+		c.serverError(k.user, err)
+	case !deleted:
+		c.n.writesSkipped.Add(1)
+		c.emit(EventWriteSkipped, k.user, 0, nil)
+	}
 }
 
 func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {

@@ -2,12 +2,16 @@ package cache_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/loader"
 )
 
 // This file holds the regression tests of issue 10's cache defects
@@ -91,4 +95,92 @@ func TestNew_foreverWaitTimeout(t *testing.T) {
 	if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v" {
 		t.Fatalf("Get = %q, %v; want the value stored", v, err)
 	}
+}
+
+// TestGetOrLoad_notFoundEndsStaleValue (issue 10, #11): when the refresh of
+// a stale value finds the row gone (loader.ErrNotFound), the stale value is
+// no longer served: it is deleted, or replaced by a negative entry with
+// NegativeTTL, and the refresh is not started again and again. The end is
+// conditional, as every other write: a Set that came during the refresh
+// stands.
+func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
+	tests := []struct {
+		name         string
+		negative     time.Duration
+		setMeanwhile bool
+		large        bool  // compared by digest
+		wantGet      error // Get after the refresh
+	}{
+		{name: "no NegativeTTL", wantGet: cache.ErrMiss},
+		{name: "no NegativeTTL, large value", large: true, wantGet: cache.ErrMiss},
+		{name: "NegativeTTL", negative: time.Minute, wantGet: cache.ErrNotFound},
+		{name: "no NegativeTTL, Set during refresh", setMeanwhile: true},
+		{name: "NegativeTTL, Set during refresh", negative: time.Minute, setMeanwhile: true},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := testCtx(t)
+				clk := newClock()
+				opts := cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: time.Hour, NegativeTTL: tt.negative, Now: clk.Now}
+				rc := s.Client(t)
+				c, other := newCacheOn(t, rc, &opts), newCacheOn(t, rc, &opts)
+				row := "deleted row"
+				if tt.large {
+					row += randomString(t, 10<<10)
+				}
+				if err := cache.Set(ctx, c, "row", row); err != nil {
+					t.Fatal(err)
+				}
+				clk.Advance(2 * time.Minute) // stale
+
+				var loads atomic.Int32
+				gone := func(ctx context.Context) (string, error) {
+					loads.Add(1)
+					if tt.setMeanwhile && loads.Load() == 1 {
+						if err := cache.Set(ctx, other, "row", "set meanwhile"); err != nil {
+							return "", err
+						}
+					}
+					return "", fmt.Errorf("row: %w", loader.ErrNotFound)
+				}
+				// The first call is served stale and starts the refresh.
+				if v, err := cache.GetOrLoad(ctx, c, "row", gone); err != nil || v != row {
+					t.Fatalf("stale call = %.20q, %v; want the stale value", v, err)
+				}
+				redistest.WaitFor(t, ctx, "the refresh to end", func() bool {
+					return c.Stats().Refreshes == 1 && !cache.RefreshRunning(c, "row")
+				})
+				if tt.setMeanwhile {
+					if v, err := cache.Get[string](ctx, c, "row"); err != nil || v != "set meanwhile" {
+						t.Fatalf("Get = %q, %v; want the value Set during the refresh", v, err)
+					}
+					if st := c.Stats(); st.WritesSkipped != 1 {
+						t.Errorf("WritesSkipped = %d, want 1", st.WritesSkipped)
+					}
+					return
+				}
+				if v, err := cache.Get[string](ctx, c, "row"); !errors.Is(err, tt.wantGet) {
+					t.Fatalf("Get after the refresh = %.20q, %v; want %v", v, err, tt.wantGet)
+				}
+				const calls = 5
+				for i := range calls {
+					if v, err := cache.GetOrLoad(ctx, c, "row", gone); !errors.Is(err, cache.ErrNotFound) {
+						t.Fatalf("call %d after the refresh = %.20q, %v; want ErrNotFound", i, v, err)
+					}
+				}
+				_ = c.Close() // waits for any background work, so the counts are final
+				want := int32(1)
+				if tt.negative == 0 {
+					want += calls // each call is a miss, as for any key the loader does not find
+				}
+				if n := loads.Load(); n != want {
+					t.Errorf("%d loads, want %d", n, want)
+				}
+				if st := c.Stats(); st.Refreshes != 1 || st.StaleHits != 1 {
+					t.Errorf("stats %+v; want 1 refresh and 1 stale hit", st)
+				}
+			})
+		}
+	}, redistest.Redis8, redistest.Redis7)
 }
