@@ -44,7 +44,9 @@ func FromContext(ctx context.Context) *Lock {
 // when its context ends; Do does not return before fn does.
 //
 // A lock held by someone else returns ErrNotObtained without running fn,
-// unless opts.Retry asks to wait.
+// unless opts.Retry asks to wait. A ctx that ends before the lock is
+// obtained returns errors.Join(ErrNotObtained, ctx.Err()), also without
+// running fn.
 func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts *DoOptions) error {
 	if opts == nil {
 		opts = &DoOptions{}

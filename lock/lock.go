@@ -63,8 +63,9 @@ type ObtainOptions struct {
 	Metadata string
 
 	// Fencing draws a fencing number with the acquisition; see Lock.Fence.
-	// The counter lives in a companion key in the same cluster slot, which
-	// has no expiry so that numbers only grow. Default: false.
+	// The counter lives in a companion key in the same cluster slot (see
+	// FenceKey), without expiry. It needs scripting (EVALSHA/EVAL) on the
+	// server. Default: false.
 	Fencing bool
 }
 
@@ -94,13 +95,26 @@ func (l *Lock) Metadata() string { return l.meta }
 // across processes and expiries, so a store that remembers the largest
 // number it has seen can reject writes from a holder that lost the lock
 // while paused.
+//
+// Each number is the larger of the key's previous number plus one and the
+// server's clock in microseconds since the Unix epoch when it was drawn, so
+// numbers are not consecutive. The clock keeps them growing when the
+// server loses the counter (a restart without persistence, an eviction) or
+// a promoted replica holds an older one, provided the clock of the server
+// drawing the number is ahead of the last number drawn before.
+//
+// WARNING: a server whose clock is behind the last number drawn (a clock set
+// back, or a replica's clock behind its old master's) and that has lost the
+// counter or holds an older one can hand out a number that was already
+// drawn; see the README's "Guarantees and their limits".
 func (l *Lock) Fence() int64 { return l.fence }
 
 // Obtain takes the lock on key for ttl, with one SET NX PX round trip (a
 // script when fencing). If the lock is held it returns ErrNotObtained, or
 // with opts.Retry waits and tries again until opts.MaxWait, the context's
-// deadline or, lacking both, ttl has passed. A wait ended by ctx returns
-// errors.Join(ErrNotObtained, ctx.Err()).
+// deadline or, lacking both, ttl has passed. A ctx that has ended, before
+// or during the wait, returns errors.Join(ErrNotObtained, ctx.Err()), and an
+// ended ctx makes no attempt.
 func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts *ObtainOptions) (*Lock, error) {
 	if opts == nil {
 		opts = &ObtainOptions{}
@@ -128,11 +142,16 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	value := encodeValue(token, start, opts.Metadata)
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			// No attempt on an ended context, whatever the client would do
+			// with it: the caller must not get a lock it gave up on.
+			return nil, notObtained(ctx)
+		}
 		sent := time.Now()
 		fence, ok, err := c.try(ctx, key, fenceKey, value, ttl)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, errors.Join(ErrNotObtained, ctx.Err())
+				return nil, notObtained(ctx)
 			}
 			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 		}
@@ -140,16 +159,16 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}, nil
 		}
 		if opts.Retry == nil {
-			return nil, ErrNotObtained
+			return nil, notObtained(ctx)
 		}
 		wait := opts.Retry.Backoff(attempt)
 		if wait < 0 {
-			return nil, ErrNotObtained
+			return nil, notObtained(ctx)
 		}
 		if left := time.Until(deadline); wait > left {
 			// One last attempt at the deadline rather than none.
 			if left <= 0 {
-				return nil, ErrNotObtained
+				return nil, notObtained(ctx)
 			}
 			wait = left
 		}
@@ -161,10 +180,30 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		}
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
+			return nil, notObtained(ctx)
 		case <-timer.C:
 		}
 	}
+}
+
+// notObtained is Obtain's error when it did not get the lock: ErrNotObtained,
+// joined with the context's error when ctx has ended (or its deadline has
+// passed, which ctx.Err reports a moment later), so that the caller's own
+// cancellation or deadline is never mistaken for a lock held elsewhere.
+func notObtained(ctx context.Context) error {
+	err := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && err == nil && !time.Now().Before(d) {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		return errors.Join(ErrNotObtained, err)
+	}
+	return ErrNotObtained
+}
+
+// ctxEnded reports whether err says a context ended.
+func ctxEnded(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (c *Client) checkObtain(key string, ttl time.Duration, opts *ObtainOptions) error {
@@ -291,6 +330,10 @@ func ParseValue(v string) (Info, bool) { return decodeValue(v) }
 // FenceKey returns the key holding the fencing counter of the lock on key
 // (see ObtainOptions.Fencing), in the same cluster slot as key; ok is false
 // for keys that cannot have one (a '}' but no hash tag). The counter has
-// no TTL so that numbers only grow: delete it only when the lock's key is
-// retired for good.
+// no TTL. Numbers drawn after it is deleted start from the server's clock
+// (see Lock.Fence), so losing it keeps numbers growing as long as that
+// clock is ahead of the last number drawn; still, delete it only when the
+// lock's key is retired for good. A counter holding anything but an
+// integer below 2^53 makes a fenced Obtain fail, leaving the lock and the
+// counter as they were.
 func FenceKey(key string) (fenceKey string, ok bool) { return redisx.Sibling(key, "fence") }

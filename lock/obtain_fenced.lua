@@ -1,7 +1,29 @@
 -- KEYS[1]=lock key; KEYS[2]=fence counter (same cluster slot); ARGV[1]=value; ARGV[2]=ttl in ms
--- Takes the lock and, in the same atomic step, draws the next fencing number.
--- Returns the number (>= 1), or 0 when the lock is held.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- Takes the lock and, in the same atomic step, draws the next fencing number:
+-- max(counter + 1, the server's clock in microseconds since the epoch), which
+-- it stores back in the counter. The clock term keeps numbers growing when the
+-- counter is lost (a restart without persistence, eviction) or set back (a
+-- replica promoted before it received the last increments), as long as the
+-- clock of the server that draws the number is ahead of the numbers drawn
+-- before; the counter term keeps them growing when the clock goes back.
+-- Returns the number (>= 1), or 0 when the lock is held. A counter holding
+-- anything but an integer below 2^53 (what Lua's numbers hold exactly) is an
+-- error, and then nothing is written.
+--
+-- TIME is nondeterministic; writing after it relies on effects replication,
+-- the only kind since Redis 7 and in Valkey (Redis 5 and 6 use it by default).
+local cur = redis.call('GET', KEYS[2])
+if cur and (not string.match(cur, '^%-?%d+$') or tonumber(cur) >= 9007199254740992) then
+  return redis.error_reply('lock: fence counter ' .. KEYS[2] .. ' holds a value that is not an integer below 2^53')
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+local t = redis.call('TIME')
+-- Below 2^53, so exact in Lua's doubles; written back as the digits TIME gave.
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if cur and tonumber(cur) >= now then
   return redis.call('INCR', KEYS[2])
 end
-return 0
+redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+return now

@@ -228,8 +228,8 @@ func TestLock_fencing_keys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l1.Fence() < 1 || l2.Fence() != l1.Fence()+1 {
-				t.Errorf("%q: fences %d then %d, want n then n+1", key, l1.Fence(), l2.Fence())
+			if l1.Fence() < 1 || l2.Fence() <= l1.Fence() {
+				t.Errorf("%q: fences %d then %d, want positive and growing", key, l1.Fence(), l2.Fence())
 			}
 			if fk, ok := lock.FenceKey(key); !ok {
 				t.Errorf("FenceKey(%q) not ok", key)

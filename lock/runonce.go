@@ -26,7 +26,10 @@ type RunOnceOptions struct {
 // RunOnce runs a scheduled job on at most one of the instances that call it
 // for the same key at about the same time: the instance that obtains the
 // lock runs fn and reports ran == true; the others skip it at once and get
-// (false, nil).
+// (false, nil). A ctx that ended before the lock was obtained returns false
+// and errors.Join(ErrNotObtained, ctx.Err()) instead, and fn does not run:
+// a caller shutting down can tell its own cancellation from another
+// instance's run.
 //
 // maxHold is the safety net for a holder that crashes: the lock expires
 // then, and fn's context is cancelled then with a cause matching ErrLost,
@@ -46,8 +49,8 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 	}
 	start := time.Now()
 	l, err := c.Obtain(ctx, key, maxHold, &ObtainOptions{Metadata: opts.Metadata, Fencing: opts.Fencing})
-	if errors.Is(err, ErrNotObtained) {
-		return false, nil
+	if errors.Is(err, ErrNotObtained) && !ctxEnded(err) {
+		return false, nil // another instance holds it: it runs or ran the job
 	}
 	if err != nil {
 		return false, err

@@ -14,13 +14,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hotkv/stampede/internal/embedded"
@@ -145,16 +148,31 @@ func instance(n int) error {
 	ms, _ := strconv.ParseInt(os.Getenv("CRON_START"), 10, 64)
 	first := time.UnixMilli(ms)
 	name := strconv.Itoa(n)
-	ctx := context.Background()
+	// Ctrl-C or SIGTERM (a pod being stopped) ends the instance between
+	// ticks, or cancels the job it is running.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	for i := range ticks {
 		tick := first.Add(time.Duration(i) * time.Second)
 		late := time.Duration((n+i)%instances) * skew // which clock is behind changes from tick to tick
-		time.Sleep(time.Until(tick.Add(late)))
-		ran, err := c.RunOnce(ctx, "cron:report", 30*time.Second, func(ctx context.Context) error {
-			time.Sleep(20 * time.Millisecond) // the job: fast, so MinHold matters
+		select {
+		case <-ctx.Done():
 			return nil
+		case <-time.After(time.Until(tick.Add(late))):
+		}
+		ran, err := c.RunOnce(ctx, "cron:report", 30*time.Second, func(ctx context.Context) error {
+			select { // the job: fast, so MinHold matters
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+				return nil
+			}
 		}, &lock.RunOnceOptions{MinHold: 500 * time.Millisecond, Metadata: "instance-" + name})
-		if err != nil {
+		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			// Stopped: not "another instance ran it", which is (false, nil).
+			return nil
+		case err != nil:
 			return err
 		}
 		verdict := "ran the job"
