@@ -89,6 +89,11 @@ func (c *Cache) Close() error {
 	return nil
 }
 
+// MaxValueSize returns the largest encoded value c stores
+// (Options.MaxValueSize, or its default), for layers that must keep what
+// they store within it. It is safe for concurrent use.
+func (c *Cache) MaxValueSize() int { return c.s.maxSize }
+
 // keys of one entry; all share a hash slot.
 type keys struct {
 	user  string // the caller's key
