@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,6 +312,56 @@ func TestClient_Obtain_cancelledWhileWaiting(t *testing.T) {
 				}
 			case <-ctx.Done():
 				t.Fatal("the wait did not end when its context was cancelled")
+			}
+		})
+	}
+}
+
+// The failover the package doc warns about, with real replication: the
+// replica is promoted after it received the first acquisition but not the
+// next two, the last of which still holds the lock on the old master. The
+// promoted replica lets a second holder in; its fence must exceed the
+// first holder's, so that a fenced store turns the first away. Before,
+// the replica's counter had missed the same increments and handed out a
+// number the old master had already drawn.
+func TestLock_Fence_failoverToLaggingReplica(t *testing.T) {
+	for _, kind := range []redistest.Kind{redistest.Redis7, redistest.Redis8, redistest.Valkey} {
+		t.Run(string(kind), func(t *testing.T) {
+			ctx := testCtx(t)
+			master, replica := redistest.Start(t, kind), redistest.Start(t, kind)
+			cm, mrc := newClient(t, master, nil)
+			cr, rrc := newClient(t, replica, nil)
+			// A full sync waits 5s by default for more replicas to join.
+			if err := mrc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			host, port, _ := strings.Cut(master.Addrs()[0], ":")
+			if err := rrc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+				t.Fatal(err)
+			}
+			key := "{" + redistest.Key(t, "fenced") + "}"
+			first := obtainFenced(t, ctx, cm, key)
+			if n, err := mrc.Do(ctx, "WAIT", 1, 10_000).Int(); err != nil || n != 1 {
+				t.Fatalf("WAIT = %d, %v: the replica did not acknowledge the first acquisition", n, err)
+			}
+			if got, err := rrc.Get(ctx, fenceKey(t, key)).Int64(); err != nil || got != first {
+				t.Fatalf("replica's counter %d, %v; want %d", got, err, first)
+			}
+			if err := rrc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			obtainFenced(t, ctx, cm, key)
+			held, err := cm.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := cr.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			if err != nil {
+				t.Fatalf("Obtain on the promoted replica: %v", err)
+			}
+			if second.Fence() <= held.Fence() {
+				t.Errorf("fences: %d (first), %d held on the old master, %d from the promoted replica: not above the old holder's",
+					first, held.Fence(), second.Fence())
 			}
 		})
 	}

@@ -10,8 +10,10 @@
 -- anything but an integer below 2^53 (what Lua's numbers hold exactly) is an
 -- error, and then nothing is written.
 --
--- TIME is nondeterministic; writing after it relies on effects replication,
--- the only kind since Redis 7 and in Valkey (Redis 5 and 6 use it by default).
+-- TIME is nondeterministic: writing after it needs effects replication, the
+-- only kind since Redis 7 and in Valkey, the default in Redis 5 and 6, and
+-- asked for below where the server still knows the call (a no-op there).
+if redis.replicate_commands then redis.replicate_commands() end
 local cur = redis.call('GET', KEYS[2])
 if cur and (not string.match(cur, '^%-?%d+$') or tonumber(cur) >= 9007199254740992) then
   return redis.error_reply('lock: fence counter ' .. KEYS[2] .. ' holds a value that is not an integer below 2^53')
