@@ -127,6 +127,17 @@ func TestLock_Fence_counterAheadOfClock(t *testing.T) {
 			if f := obtainFenced(t, ctx, c, key); f != ahead+1+i {
 				t.Errorf("fence %d from a counter at %d, want %d", f, ahead+i, ahead+1+i)
 			}
+			if got, err := rc.Get(ctx, fenceKey(t, key)).Result(); err != nil || got != strconv.FormatInt(ahead+1+i, 10) {
+				t.Errorf("counter %q, %v; want %d", got, err, ahead+1+i)
+			}
+		}
+		// The largest number a counter can reach exactly, then no further.
+		last := int64(1<<53 - 1)
+		if err := rc.Set(ctx, fenceKey(t, key), last-1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if f := obtainFenced(t, ctx, c, key); f != last {
+			t.Errorf("fence %d from a counter at 2^53-2, want %d", f, last)
 		}
 	})
 }
