@@ -141,7 +141,9 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 
 // serverError records a failed server call. Transport errors (refused,
 // reset, timed out; not error replies, cancellations or bad arguments)
-// start the fail-open cool-down.
+// start the fail-open cool-down. A call that failed because its caller's
+// ctx ended must not come here (see redisx.CallerDone): one caller's
+// deadline would switch every caller to fail open.
 func (c *Cache) serverError(key string, err error) {
 	c.n.serverErrors.Add(1)
 	c.emit(EventServerError, key, 0, err)
@@ -153,6 +155,15 @@ func (c *Cache) serverError(key string, err error) {
 	} else {
 		c.log(slog.LevelWarn, "server call failed", "key", key, "err", err)
 	}
+}
+
+// callerErr returns ctx's error for a call that redisx.CallerDone says
+// ended because of ctx, also in the moment before ctx.Err() reports it.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
 }
 
 func (c *Cache) log(level slog.Level, msg string, args ...any) {

@@ -96,8 +96,10 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 				bad = raw
 			}
 		case redisx.IsNil(err):
-		case ctx.Err() != nil:
-			return zero, ctx.Err()
+		case redisx.CallerDone(ctx):
+			// The caller's own deadline or cancellation, not a server
+			// failure: nobody else must fail open because of it.
+			return zero, callerErr(ctx)
 		default:
 			c.serverError(key, err)
 		}
@@ -273,8 +275,8 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 var errRetry = errors.New("cache: key changed; read again")
 
 func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, string, error) {
-	if ctx.Err() != nil {
-		return outcome{}, true, false, "", fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
+	if redisx.CallerDone(ctx) {
+		return outcome{}, true, false, "", fmt.Errorf("cache: load %q: %w", k.user, callerErr(ctx))
 	}
 	c.serverError(k.user, err)
 	if redisx.IsReply(err) {

@@ -12,6 +12,7 @@ import (
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
+	"github.com/redis/go-redis/v9"
 )
 
 // This file holds the regression tests of issue 10's cache defects
@@ -183,4 +184,51 @@ func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
 			})
 		}
 	}, redistest.Redis8, redistest.Redis7)
+}
+
+// TestGetOrLoad_callerDeadlineIsNotServerFailure (issue 10, #12): with
+// ContextTimeoutEnabled (the caller's deadline becomes the connection's)
+// and no retries, callers whose own ctx expires while their GET is on the
+// wire are not counted as server failures: the cache does not start failing
+// open, and the next caller with time to spare uses the server.
+func TestGetOrLoad_callerDeadlineIsNotServerFailure(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	p := startProxy(t, s.Addrs()[0])
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = rc.Close() })
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: time.Hour})
+	// A first load settles the capability probe and opens a connection.
+	if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (string, error) { return "w", nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every reply now takes longer than the callers below allow.
+	p.SetLatency(200 * time.Millisecond)
+	var calls atomic.Int32
+	const impatient = 20
+	for i := range impatient {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		_, err := cache.GetOrLoad(cctx, c, "k", neverLoad[string](&calls))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("impatient caller %d: %v; want its own context.DeadlineExceeded", i, err)
+		}
+	}
+	p.SetLatency(0)
+
+	v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "v", nil })
+	if err != nil || v != "v" {
+		t.Fatalf("patient caller: %q, %v", v, err)
+	}
+	if st := c.Stats(); st.FailOpenLoads != 0 || st.ServerErrors != 0 {
+		t.Errorf("stats %+v; want no server error and no fail-open load: the callers' deadlines were their own", st)
+	}
+	if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v" {
+		t.Errorf("Get = %q, %v; want the patient caller's value stored", v, err)
+	}
+	if calls.Load() != 0 {
+		t.Errorf("the impatient callers' loader ran %d times", calls.Load())
+	}
 }

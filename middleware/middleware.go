@@ -174,7 +174,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if j != nil {
 			switch {
 			case ctx.Err() != nil:
-				j.done <- result{err: errGone}
+				// The client went before taking the render: the loader
+				// does it in the background, for the waiters and the
+				// cache, as it does when it asks after the client went.
+				j.done <- result{err: errDeclined}
 				return
 			case got && res.err == nil, stale:
 				// GetOrLoad answers (or, having found the stale response,
@@ -229,7 +232,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // renderAndStore renders r itself (a client's no-cache) and stores the
 // response if it may be stored.
 func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
-	j := &job{done: make(chan result, 1)}
+	// Nobody waits for this render: it lives and dies with its client.
+	j := &job{ctx: r.Context(), done: make(chan result, 1)}
 	res := m.renderFor(w, r, next, j)
 	if res.err != nil {
 		return
@@ -253,15 +257,18 @@ type errNotStored struct{ reason string }
 
 func (e errNotStored) Error() string { return "middleware: response not stored: " + e.reason }
 
-var errGone = errors.New("middleware: the request that was to render has gone")
-
 // errDeclined is a request's answer to a job it will not render: the
 // loader renders in the background instead.
 var errDeclined = errors.New("middleware: render in the background")
 
 // job is a render requested by the cache's loader from the request's own
-// goroutine.
-type job struct{ done chan result }
+// goroutine. ctx is the loader's: detached from every client (it keeps
+// the request's values, with a copy of its chi routing context) and ended
+// by the cache's LoadTimeout.
+type job struct {
+	ctx  context.Context
+	done chan result
+}
 
 // handoff lets the loader of one request's GetOrLoad call have the render
 // done by that request's goroutine (which can stream to its client and
@@ -295,7 +302,7 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{done: make(chan result, 1)}
+			j = &job{ctx: ctx, done: make(chan result, 1)}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -323,20 +330,64 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func
 // renderFor renders r in its own goroutine for job j, answering the
 // client as it goes (or streaming, for what cannot be stored), and hands
 // the result to j.
+//
+// The render is shared: it runs on renderContext(r's, j's), so a client
+// that goes away does not end it. It goes on (writes to the gone client
+// are discarded), is stored and answers the waiters, unless j's context
+// ends too.
 func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
 	delivered := false
+	ctx, stop := renderContext(r.Context(), j.ctx)
 	defer func() {
+		stop()
 		if !delivered {
 			j.done <- result{err: errNotStored{"the handler panicked"}}
 		}
 	}()
-	res := m.render(w, r, next)
+	res := m.render(w, r.WithContext(ctx), next)
+	if res.err == nil && j.ctx.Err() != nil {
+		// The load timed out (its waiters have been told) while the client
+		// kept waiting: this response is the client's alone.
+		res.err = errNotStored{"the render outlasted the load timeout"}
+		j.done <- result{err: res.err}
+		delivered = true
+		m.write(w, r, &res.resp, statusBypass)
+		return res
+	}
 	j.done <- res
 	delivered = true
 	if res.err == nil {
 		m.write(w, r, &res.resp, statusMiss)
 	} // else it was passed through to w already
 	return res
+}
+
+// renderContext returns the context for a render that both the request's
+// client (client) and the cache's load (load) may be waiting for: it has
+// load's values (the request's, with a copy of its chi routing context)
+// and ends only when both have ended. A client that goes away does not
+// end the render the waiters share, which then ends with LoadTimeout; a
+// client still connected when LoadTimeout ends the load keeps its own
+// render going, as it would without the cache. stop releases what the
+// context holds; call it once the render is over.
+func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(load))
+	// Each ends the render if the other has ended already; Err is set
+	// before AfterFunc runs, so whichever ends last sees the other's.
+	endAfter := func(other context.Context) func() {
+		return func() {
+			if other.Err() != nil {
+				cancel(context.Cause(load))
+			}
+		}
+	}
+	stopClient := context.AfterFunc(client, endAfter(load))
+	stopLoad := context.AfterFunc(load, endAfter(client))
+	return ctx, func() {
+		stopClient()
+		stopLoad()
+		cancel(context.Canceled)
+	}
 }
 
 // render runs next for r through a recorder. With w set, a response that

@@ -1,11 +1,13 @@
 package redisx
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -47,12 +49,34 @@ func IsRefused(err error) bool {
 // the connection broke (refused, reset, closed, timed out, no connection
 // free in the pool), as opposed to an error reply, a cancelled context or
 // a client-side mistake.
+//
+// NOTE: context.DeadlineExceeded satisfies net.Error (a timeout), but it is
+// the end of a caller's context, not a server failure, and is never
+// reported as one; nor is context.Canceled. A read or write timeout of the
+// connection is. With go-redis's ContextTimeoutEnabled, a caller's deadline
+// also reaches the connection and then fails it with a timeout that is not
+// a context error: callers must check their ctx as well (see CallerDone).
 func IsTransport(err error) bool {
-	if err == nil || IsNil(err) || IsReply(err) {
+	if err == nil || IsNil(err) || IsReply(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// CallerDone reports whether a call made with ctx ended because of ctx:
+// it is cancelled, or its deadline has passed even if ctx.Err() does not
+// say so yet. (The connection's deadline, set from ctx's by go-redis's
+// ContextTimeoutEnabled, and ctx's own timer are separate timers; the
+// connection's may fire first.) An error from such a call says nothing
+// about the server.
+func CallerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

@@ -1,0 +1,260 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// This file tests what happens to the shared render when the client whose
+// request renders it goes away: the render must go on (bounded by the
+// cache's LoadTimeout), be stored and answer every waiter, in its process
+// and in others, so that no anonymous client can re-open a stampede by
+// hanging up.
+
+// firstHeader marks the request whose client the test sends away. The
+// handlers ignore it and it is not part of any key.
+const firstHeader = "X-Test-First"
+
+// clientWatch is a wrapper (bedOptions.wrap) around each process's cached
+// handler that reports, for the request marked with firstHeader, when its
+// server-side context ends (the server saw the client go) and when the
+// middleware has returned from it.
+type clientWatch struct {
+	goneOnce, returnedOnce sync.Once
+	gone, returned         chan struct{}
+}
+
+func newClientWatch() *clientWatch {
+	return &clientWatch{gone: make(chan struct{}), returned: make(chan struct{})}
+}
+
+func (cw *clientWatch) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(firstHeader) == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		stop := context.AfterFunc(r.Context(), func() { cw.goneOnce.Do(func() { close(cw.gone) }) })
+		defer func() {
+			// Also when the middleware panics (which net/http reports).
+			// From here on the server ends the context itself.
+			stop()
+			cw.returnedOnce.Do(func() { close(cw.returned) })
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// TestMiddleware_clientGone: the first client of a missing response goes
+// away while (or before) its request renders, with 8 requests from 2
+// processes waiting for that render. The render goes on, on a context the
+// client's departure does not end, and is stored; every waiter is answered
+// with it; the handler runs once.
+func TestMiddleware_clientGone(t *testing.T) {
+	tests := []struct {
+		name    string
+		method  string // of the first client
+		waiters int
+		// hold is where the first request is held, by an Observer on its
+		// cache miss, until its client has gone: "" (not held: the client
+		// goes during the render), "gone" (until the server has seen it go,
+		// so the render may be asked of the request or not, at random),
+		// "returned" (until the middleware has returned from the request,
+		// so the render is asked for only afterwards). With "gone", the
+		// request usually sees its client go before the loader asks it to
+		// render; when both are ready at once, it declines the job.
+		hold   string
+		panics bool // the handler panics once its client has gone
+	}{
+		{name: "during the render", method: "GET", waiters: 8},
+		{name: "during the render, HEAD", method: "HEAD", waiters: 8},
+		{name: "during the render, nobody waiting", method: "GET"},
+		{name: "as the render is asked for", method: "GET", waiters: 8, hold: "gone"},
+		{name: "before the render", method: "GET", waiters: 8, hold: "returned"},
+		{name: "the handler panics after", method: "GET", waiters: 8, panics: true},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := testContext(t, 30*time.Second)
+				cw := newClientWatch()
+				var renders, misses atomic.Int32
+				started, release := make(chan struct{}), make(chan struct{})
+				panics := make(chan any, 10)
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					n := renders.Add(1)
+					if r.Context().Value(http.ServerContextKey) == nil {
+						// The render's context keeps the request's values.
+						http.Error(w, "no request values", http.StatusInternalServerError)
+						return
+					}
+					if n == 1 {
+						close(started)
+						// A handler that gives up when its request is
+						// cancelled, as handlers should.
+						select {
+						case <-release:
+						case <-r.Context().Done():
+							http.Error(w, "cancelled", http.StatusServiceUnavailable)
+							return
+						}
+						if tt.panics {
+							panic(errBoom)
+						}
+					}
+					w.Header().Set("Cache-Control", "max-age=60")
+					fmt.Fprintf(w, "render-%d", n)
+				})
+				var hold <-chan struct{}
+				switch tt.hold {
+				case "gone":
+					hold = cw.gone
+				case "returned":
+					hold = cw.returned
+				}
+				b := newTestBed(t, s, h, &bedOptions{
+					procs: 2,
+					wrap:  func(next http.Handler) http.Handler { return cw.wrap(panicsTo(panics)(next)) },
+					quiet: true,
+					cache: &cache.Options{Observer: func(e cache.Event) {
+						if e.Kind == cache.EventMiss && misses.Add(1) == 1 && hold != nil {
+							block(ctx, hold)
+						}
+					}},
+				})
+
+				firstCtx, cancelFirst := context.WithCancel(ctx)
+				defer cancelFirst()
+				first := b.goSend(firstCtx, tt.method, "/dc", procHeader, "0", firstHeader, "1")
+				if hold != nil {
+					// The client goes before the handler runs: wait for the
+					// first miss (the request is in the middleware, past its
+					// lookup), then hang up.
+					redistest.WaitFor(t, ctx, "the first miss", func() bool { return misses.Load() >= 1 })
+					cancelFirst()
+					redistest.Recv(t, ctx, cw.gone, "the server to see the client go")
+					redistest.Recv(t, ctx, started, "the render")
+				} else {
+					redistest.Recv(t, ctx, started, "the render")
+				}
+
+				var waiters []<-chan sent
+				for i := range tt.waiters {
+					waiters = append(waiters, b.goSend(ctx, "GET", "/dc", procHeader, strconv.Itoa(i%2)))
+				}
+				// Every waiter has missed: those in process 0 joined the
+				// first request's flight, those in process 1 wait for its
+				// claim.
+				redistest.WaitFor(t, ctx, "the waiters", func() bool {
+					st := b.stats()
+					return st.Misses == uint64(1+tt.waiters) && (tt.waiters == 0 || st.Waits == 1)
+				})
+				if hold == nil {
+					cancelFirst()
+					redistest.Recv(t, ctx, cw.gone, "the server to see the client go")
+				}
+				close(release)
+
+				if r := redistest.Recv(t, ctx, first, "the first request"); !errors.Is(r.err, context.Canceled) {
+					t.Errorf("first request: %v, err %v; want it cancelled", r.reply, r.err)
+				}
+				if tt.panics {
+					if v := redistest.Recv(t, ctx, panics, "the panic"); v != errBoom {
+						t.Errorf("net/http saw panic %v, want %v", v, errBoom)
+					}
+				}
+				statuses := map[string]int{}
+				for _, ch := range waiters {
+					r := redistest.Recv(t, ctx, ch, "a waiter")
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					statuses[r.cache()]++
+					switch {
+					case tt.panics:
+						// Nothing to share: each renders for itself, as
+						// when the client stays (TestMiddleware_panicWithWaiters).
+						if r.status != 200 || r.cache() != "BYPASS" || !strings.HasPrefix(r.body, "render-") || r.body == "render-1" {
+							t.Errorf("waiter: %v, want a BYPASS rendered for itself", r)
+						}
+					case r.status != 200 || r.body != "render-1" || (r.cache() != "HIT" && r.cache() != "MISS"):
+						t.Errorf("waiter: %v, want 200 HIT (or MISS) render-1", r)
+					}
+				}
+				n := int(renders.Load())
+				if tt.panics {
+					if n != 1+tt.waiters {
+						t.Errorf("%d renders, want %d (one each)", n, 1+tt.waiters)
+					}
+					b.waitGone(t, "/dc")
+					return
+				}
+				if n != 1 {
+					t.Errorf("%d renders for %d requests (X-Cache of the waiters: %v); want 1", n, 1+tt.waiters, statuses)
+				}
+				// Stored, for both processes.
+				b.waitStored(t, "/dc", "render-1")
+				b.get(t, "/dc", procHeader, "0").check(t, 200, "HIT", "render-1")
+				b.get(t, "/dc", procHeader, "1").check(t, 200, "HIT", "render-1")
+				if n := renders.Load(); n != 1 {
+					t.Errorf("%d renders after the hits, want 1", n)
+				}
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestMiddleware_renderOutlastsLoad: a render that outlasts the cache's
+// LoadTimeout while its client waits goes on for that client (its
+// context does not end: the client is still there), which gets it as a
+// BYPASS; the load has failed for the waiters and nothing is stored.
+func TestMiddleware_renderOutlastsLoad(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	var renders atomic.Int32
+	started, release, loadFailed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var loadFailedOnce sync.Once
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		if n == 1 {
+			close(started)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				http.Error(w, "cancelled", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintf(w, "render-%d", n)
+	}), &bedOptions{cache: &cache.Options{
+		LoadTimeout: 50 * time.Millisecond,
+		Observer: func(e cache.Event) {
+			if e.Kind == cache.EventLoad && e.Err != nil {
+				loadFailedOnce.Do(func() { close(loadFailed) })
+			}
+		},
+	}})
+
+	first := b.goSend(ctx, "GET", "/ol")
+	redistest.Recv(t, ctx, started, "the render")
+	redistest.Recv(t, ctx, loadFailed, "the load to time out")
+	close(release)
+	r := redistest.Recv(t, ctx, first, "the first request")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.check(t, 200, "BYPASS", "render-1")
+	b.waitGone(t, "/ol")
+	b.get(t, "/ol").check(t, 200, "MISS", "render-2")
+}
