@@ -2,7 +2,10 @@ package redisx_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +78,34 @@ func TestCallerDone(t *testing.T) {
 	for _, tt := range tests {
 		if got := redisx.CallerDone(tt.ctx); got != tt.want {
 			t.Errorf("%s: CallerDone = %t, want %t", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestTag_sha256 (issue 10, #10): keys that are hashed (long, with braces,
+// spaces or bytes that are not printable, or starting with "#") are
+// reduced to the SHA-256 of the whole key, not to a fast hash whose
+// collisions an attacker could craft; distinct keys get distinct tags, and
+// no hashed tag equals a plain key.
+func TestTag_sha256(t *testing.T) {
+	long := strings.Repeat("k", redisx.MaxPlainKey+1)
+	keys := []string{
+		long, long + "x", "GET http://a.example/?q=1", "GET http://a.example/?q=2", "a{b}", "a}b", "\x00", "\x00\x00",
+		"#", "#plain", "ünïcödé", "a b", "a\tb", "a\nb",
+	}
+	seen := map[string]string{}
+	for _, k := range keys {
+		got := redisx.Tag(k)
+		sum := sha256.Sum256([]byte(k))
+		if want := "#" + hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("Tag(%q) = %q, want %q", k, got, want)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("Tag(%q) = Tag(%q) = %q", k, other, got)
+		}
+		seen[got] = k
+		if redisx.Tag(got) == got {
+			t.Errorf("the tag %q is kept as a plain key: a user key could take a hashed key's place", got)
 		}
 	}
 }

@@ -1,10 +1,9 @@
 package redisx
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"strings"
-
-	"github.com/zeebo/xxh3"
 )
 
 // MaxPlainKey is the longest user key kept as written inside a stampede
@@ -13,14 +12,23 @@ const MaxPlainKey = 128
 
 // Tag returns k in a form safe to place between braces as a Redis Cluster
 // hash tag: k itself when it is short printable text without braces, else
-// "#" followed by the hex XXH3-128 of k (33 bytes). Distinct keys stay
-// distinct except for a 128-bit hash collision.
+// "#" followed by the lowercase hex SHA-256 of k (65 bytes; the same as
+// `printf %s "$k" | sha256sum` prints). No plain key starts with "#", so a
+// plain key never equals a hashed one.
+//
+// The hash is cryptographic because keys are often chosen by whoever sends
+// a request (a URL, a query string): with a fast non-cryptographic hash an
+// attacker could craft two keys with one tag and have one key's value served
+// for the other. Finding two keys with one SHA-256 is not feasible.
 func Tag(k string) string {
 	if len(k) <= MaxPlainKey && !strings.HasPrefix(k, "#") && plain(k) {
 		return k
 	}
-	h := xxh3.HashString128(k).Bytes()
-	return "#" + hex.EncodeToString(h[:])
+	sum := sha256.Sum256([]byte(k))
+	var out [1 + 2*sha256.Size]byte
+	out[0] = '#'
+	hex.Encode(out[1:], sum[:])
+	return string(out[:])
 }
 
 func plain(k string) bool {

@@ -125,8 +125,8 @@ func TestTag(t *testing.T) {
 			if (got == tt.key) != tt.plain {
 				t.Fatalf("Tag(%q) = %q, plain %t", tt.key, got, tt.plain)
 			}
-			if !tt.plain && (len(got) != 33 || strings.ContainsAny(got, "{}")) {
-				t.Errorf("Tag(%q) = %q, want # and 32 hex", tt.key, got)
+			if !tt.plain && (len(got) != 65 || strings.ContainsAny(got, "{}")) {
+				t.Errorf("Tag(%q) = %q, want # and 64 hex", tt.key, got)
 			}
 		})
 	}
