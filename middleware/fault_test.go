@@ -91,6 +91,10 @@ type faultSite struct {
 	// midway, if set, runs in the handler when half of a big payload is
 	// written. Set before serving.
 	midway func(r *http.Request, n int)
+	// arrived, if set, runs for every request as the bed receives it,
+	// before the middleware (r is the client's request, not the one the
+	// handler renders). Set before serving.
+	arrived func(r *http.Request)
 
 	mu      sync.Mutex
 	renders []faultRender // renders[n-1]
@@ -518,6 +522,9 @@ func newFaultBed(tb testing.TB, s *redistest.Server, site *faultSite, procs int)
 		if err != nil || i < 0 || i >= procs {
 			i = 0
 		}
+		if site.arrived != nil {
+			site.arrived(r)
+		}
 		handlers[i].ServeHTTP(w, r)
 	}), true)
 	b.client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
@@ -719,6 +726,12 @@ func TestMiddleware_faults_randomMix(t *testing.T) {
 	}
 	if total.errors > 0 {
 		t.Errorf("%d requests failed: the middleware must answer every request whatever the server does", total.errors)
+	}
+	if total.aborted == 0 {
+		// Clients that hang up (before, during or after the render they
+		// started or wait for) are part of the mix: their renders go on
+		// and may be stored, and the read-back checks what they left.
+		t.Error("no client gave up on a request")
 	}
 	var resets, drops, spikes int
 	for _, p := range b.proxies {
@@ -1098,20 +1111,26 @@ func pendingInput(tb testing.TB, rc redis.UniversalClient) int {
 }
 
 // TestMiddleware_faults_clientGone: the client of a big render hangs up
-// when half the body is written, and the handler stops there (its source
-// ends with the request). That cut render is stored for nobody: the next
-// requests, through both instances, get a whole body (a request that
-// waited for the cut render renders its own, BYPASS), and then a HIT.
+// when half the body is written, while requests in both instances wait
+// for that render. The handler's source ends with its request, as a
+// query's would; but the request the handler renders for the cache is no
+// longer the client's, so the render goes on, whole, is stored, and
+// answers the waiters and every later request: one render in all.
 func TestMiddleware_faults_clientGone(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testContext(t, 20*time.Second)
 	site := &faultSite{}
-	half := make(chan struct{})
+	half, gone := make(chan struct{}), make(chan struct{})
 	var fired atomic.Bool
 	site.midway = func(r *http.Request, n int) {
 		if !fired.Swap(true) {
 			close(half)
-			block(ctx, r.Context().Done())
+			block(ctx, gone) // the server has seen the client go
+		}
+	}
+	site.arrived = func(r *http.Request) {
+		if r.Header.Get("X-Req-Id") == "gone" {
+			context.AfterFunc(r.Context(), func() { close(gone) })
 		}
 	}
 	b := newFaultBed(t, s, site, 2)
@@ -1120,12 +1139,45 @@ func TestMiddleware_faults_clientGone(t *testing.T) {
 	defer cancel()
 	sent := b.goSend(cctx, q.method, q.path, q.headers()...)
 	redistest.Recv(t, ctx, half, "half the body")
+	type waited struct {
+		r   reply
+		err error
+	}
+	var waiters []chan waited
+	for i := range 4 {
+		w := q
+		w.id, w.proc = fmt.Sprintf("waiter%d", i), i%2
+		ch := make(chan waited, 1)
+		waiters = append(waiters, ch)
+		go func() {
+			r, err := site.send(ctx, b.testBed, w)
+			ch <- waited{r, err}
+		}()
+	}
+	redistest.WaitFor(t, ctx, "the waiters", func() bool {
+		st := b.stats()
+		return st.Misses == 5 && st.Waits >= 1
+	})
 	cancel()
+	redistest.Recv(t, ctx, gone, "the server to see the client go")
 	if r := redistest.Recv(t, ctx, sent, "the abandoned request"); r.err == nil {
 		t.Fatalf("the abandoned request got %v", r.reply)
 	}
+	for _, ch := range waiters {
+		w := redistest.Recv(t, ctx, ch, "a waiter")
+		if w.err != nil {
+			t.Errorf("waiter: %v", w.err)
+			continue
+		}
+		fb, err := parseFaultBody([]byte(w.r.body))
+		if err != nil || fb.n != 1 || w.r.cache() == "BYPASS" {
+			t.Errorf("waiter: X-Cache %s, render %d (%v); want the abandoned render, whole, from the cache", w.r.cache(), fb.n, err)
+		}
+	}
 	xcaches := b.waitHit(t, ctx, site, q, 1, 0)
-	t.Logf("replies after the client hung up: %v; %d renders", xcaches, site.count())
+	if n := site.count(); n != 1 || len(xcaches) != 1 {
+		t.Errorf("replies after the client hung up: %v; %d renders, want a HIT at once and 1 render", xcaches, n)
+	}
 	resp, ok := b.entry(t, q.target())
 	if !ok {
 		t.Fatal("a HIT, but nothing on the server")
