@@ -3,6 +3,8 @@ package lock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/hotkv/stampede/internal/redisx"
 )
 
 // ErrNotObtained is returned when the lock is held by someone else (and,
@@ -31,3 +33,12 @@ var ErrInvalid = errors.New("invalid argument")
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("lock: %w: "+format, append([]any{ErrInvalid}, args...)...)
 }
+
+// ErrPermission is matched by errors caused by the server's ACL refusing
+// the client's user a command, key or channel that the operation needs
+// (see the README's Permissions section). It is not transient: the error
+// names what was refused and what would work. Where a refusal can be known
+// in advance (scripts refused, and the operation needs one on this
+// server), Obtain returns it before taking the lock, so that no lock is
+// left that could not be released.
+var ErrPermission = redisx.ErrPermission

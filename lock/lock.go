@@ -140,6 +140,14 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 
 	token := newToken()
 	value := encodeValue(token, start, opts.Metadata)
+	// Take no lock that could not be released: where the server refuses the
+	// scripts that releasing (or fencing) needs here, say so first.
+	if err := c.permitted(ctx, key, value, opts.Fencing); err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(ErrNotObtained, ctx.Err())
+		}
+		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
+	}
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
@@ -153,7 +161,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			if ctx.Err() != nil {
 				return nil, notObtained(ctx)
 			}
-			return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
+			return nil, fmt.Errorf("lock: obtain %q: %w", key, redisx.Denied("obtain", err, ""))
 		}
 		if ok {
 			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}, nil

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ReleaseStrategy is how a value is deleted only if it still holds what
@@ -92,6 +94,26 @@ type Capabilities struct {
 	// DelIfEq records that DELIFEQ answered, so a refused DELEX can fall
 	// back to it rather than straight to Lua.
 	DelIfEq bool
+
+	// ScriptsDenied is the server's reply when its ACL refuses scripts
+	// (EVALSHA or EVAL) to the client's user, as the probe or a later
+	// refusal found; empty when scripts may run or nobody asked (forced
+	// Capabilities). The strategies above that need no script work as
+	// usual; an operation that would need one fails at once with
+	// ErrPermission, before it takes anything.
+	ScriptsDenied string
+
+	// ACLRefused lists the commands the probe found refused by the ACL,
+	// space-separated (e.g. "DELEX DIGEST"): those that would have spared
+	// a script where the server offers them. Empty when none was.
+	ACLRefused string
+
+	// AnnounceDenied is the server's reply when it refused a cache's
+	// announcement channel (SUBSCRIBE or PUBLISH; an ACL without the
+	// channel, the default for new users since Redis 7). Waiting
+	// processes then learn of a finished rebuild by polling. Only
+	// cache.(*Cache).Capabilities fills it in; a lock uses no channel.
+	AnnounceDenied string
 }
 
 // String describes the server and the chosen strategies in one line, e.g.
@@ -101,17 +123,32 @@ func (c Capabilities) String() string {
 	if who == "" {
 		who = "server"
 	}
-	return fmt.Sprintf("%s: release=%s extend=%s digest=%s", who, c.Release, c.Extend, c.Digest)
+	s := fmt.Sprintf("%s: release=%s extend=%s digest=%s", who, c.Release, c.Extend, c.Digest)
+	if c.ScriptsDenied != "" {
+		s += " scripts=denied"
+	}
+	if c.AnnounceDenied != "" {
+		s += " announcements=denied"
+	}
+	return s
 }
 
+// noScriptSHA is the SHA-1 of a script nobody loads: EVALSHA with it
+// answers NOSCRIPT where scripts may run, NOPERM where the ACL refuses
+// them.
+const noScriptSHA = "ffffffffffffffffffffffffffffffffffffffff"
+
 // probe learns what the server offers with one pipeline of no-op commands
-// on a key that does not exist. Any error reply means "not offered"; a
-// transport error fails the probe, so that it is tried again later instead
-// of settling on the slowest strategies for good.
-func probe(ctx context.Context, c Client) (Capabilities, error) {
+// on a key that does not exist, named prefix followed by random hex (the
+// caller's own key and ":probe:", so that an ACL that lets the user at its
+// keys lets it at the probe's). Any error reply means "not offered", except
+// an ACL refusal of the key, which fails the probe with a
+// *PermissionError; a transport error fails it too, so that it is tried
+// again later instead of settling on the slowest strategies for good.
+func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	key := "stampede:probe:" + hex.EncodeToString(rnd[:])
+	key := prefix + hex.EncodeToString(rnd[:])
 
 	pipe := c.Pipeline()
 	hello := pipe.Do(ctx, "HELLO")
@@ -120,11 +157,19 @@ func probe(ctx context.Context, c Client) (Capabilities, error) {
 	setifeq := pipe.Do(ctx, "SET", key, "x", "IFEQ", "y", "PX", 1000)
 	delexd := pipe.Do(ctx, "DELEX", key, "IFDEQ", "0000000000000000")
 	digest := pipe.Do(ctx, "DIGEST", key)
+	evalsha := pipe.Do(ctx, "EVALSHA", noScriptSHA, 0)
+	eval := pipe.Do(ctx, "EVAL", "return 0", 0)
 	_, _ = pipe.Exec(ctx)
 
-	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest} {
+	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest, evalsha, eval} {
 		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {
 			return Capabilities{}, fmt.Errorf("probe server: %w", err)
+		}
+		// The probe's own key refused: what the server offers is unknown,
+		// and the caller could not use its key either.
+		if err := cmd.Err(); IsNoPerm(err) && strings.Contains(err.Error(), "key") {
+			return Capabilities{}, Denied(fmt.Sprintf("capability probe on key %q", key), err,
+				fmt.Sprintf("grant the user access to keys starting %q (see the README's Permissions section)", prefix))
 		}
 	}
 
@@ -153,6 +198,21 @@ func probe(ctx context.Context, c Client) (Capabilities, error) {
 	if zero(delexd) && IsNil(digest.Err()) {
 		caps.Digest = DigestNative
 	}
+	for _, cmd := range []*redis.Cmd{evalsha, eval} {
+		if IsNoPerm(cmd.Err()) && caps.ScriptsDenied == "" {
+			caps.ScriptsDenied = cmd.Err().Error()
+		}
+	}
+	var refused []string
+	for _, p := range []struct {
+		name string
+		cmd  *redis.Cmd
+	}{{"DELEX", delex}, {"DELIFEQ", delifeq}, {"SET", setifeq}, {"DIGEST", digest}} {
+		if IsNoPerm(p.cmd.Err()) {
+			refused = append(refused, p.name)
+		}
+	}
+	caps.ACLRefused = strings.Join(refused, " ")
 	return caps, nil
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DefaultDigestThreshold is the value length above which conditional
@@ -44,8 +47,20 @@ func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
 func (cn *Conn) Client() Client { return cn.c }
 
 // Capabilities returns the server's capabilities, probing the server on the
-// first call. A failed probe is not remembered: the next call tries again.
+// first call (on a key starting "stampede:probe:"). A failed probe is not
+// remembered: the next call tries again.
 func (cn *Conn) Capabilities(ctx context.Context) (Capabilities, error) {
+	return cn.probeWith(ctx, "stampede:probe:")
+}
+
+// CapabilitiesFor is Capabilities for an operation on key: a first probe uses a
+// key starting with key, which an ACL that lets the user at key lets it at
+// too.
+func (cn *Conn) CapabilitiesFor(ctx context.Context, key string) (Capabilities, error) {
+	return cn.probeWith(ctx, key+":probe:")
+}
+
+func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, error) {
 	if p := cn.caps.Load(); p != nil {
 		return *p, nil
 	}
@@ -54,7 +69,7 @@ func (cn *Conn) Capabilities(ctx context.Context) (Capabilities, error) {
 	if p := cn.caps.Load(); p != nil {
 		return *p, nil
 	}
-	caps, err := probe(ctx, cn.c)
+	caps, err := probe(ctx, cn.c, prefix)
 	if err != nil {
 		return Capabilities{}, err
 	}
@@ -82,7 +97,7 @@ func (cn *Conn) large(v string) bool { return len(v) > cn.threshold }
 
 // DeleteIfEqual deletes key if it holds value. It reports whether it did.
 func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, error) {
-	caps, err := cn.Capabilities(ctx)
+	caps, err := cn.CapabilitiesFor(ctx, key)
 	if err != nil {
 		return false, err
 	}
@@ -98,7 +113,11 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 				continue
 			}
 		case cn.large(value):
+			if err := cn.scriptDenied(caps, OpRelease, len(value)); err != nil {
+				return false, err
+			}
 			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, SHA1Hex(value), "sha1").Int64()
+			err = cn.scriptErr(caps, OpRelease, len(value), err)
 		case caps.Release == ReleaseDelex:
 			n, err = cn.c.Do(ctx, "DELEX", key, "IFEQ", value).Int64()
 			if IsRefused(err) {
@@ -118,10 +137,14 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 				continue
 			}
 		default:
+			if err := cn.scriptDenied(caps, OpRelease, len(value)); err != nil {
+				return false, err
+			}
 			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, value, "").Int64()
+			err = cn.scriptErr(caps, OpRelease, len(value), err)
 		}
 		if err != nil {
-			return false, err
+			return false, Denied("release", err, "")
 		}
 		return n == 1, nil
 	}
@@ -130,41 +153,77 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 // ExpireIfEqual sets key to expire after ttl if it holds value. It reports
 // whether it did. Large values always go through the script: the native
 // form (SET ... IFDEQ) would have to send the value back.
+//
+// Where the server refuses scripts, a large value is compared by digest
+// with SET ... IFDEQ (Redis >= 8.4), which sends the value back.
 func (cn *Conn) ExpireIfEqual(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
-	caps, err := cn.Capabilities(ctx)
+	caps, err := cn.CapabilitiesFor(ctx, key)
 	if err != nil {
 		return false, err
 	}
 	ms := ttl.Milliseconds()
-	if caps.Extend == ExtendSetIfEq && !cn.large(value) {
-		err := cn.c.Do(ctx, "SET", key, value, "IFEQ", value, "PX", ms).Err()
+	var cmd []any
+	switch {
+	case caps.Extend == ExtendSetIfEq && !cn.large(value):
+		cmd = []any{"SET", key, value, "IFEQ", value, "PX", ms}
+	case caps.Digest == DigestNative && cn.large(value) && caps.ScriptsDenied != "":
+		cmd = []any{"SET", key, value, "IFDEQ", Digest(value), "PX", ms}
+	}
+	if cmd != nil {
+		err := cn.c.Do(ctx, cmd...).Err()
 		switch {
 		case err == nil:
 			return true, nil
 		case IsNil(err):
 			return false, nil
-		case IsRefused(err):
+		case IsRefused(err) && cmd[3] == "IFEQ":
 			cn.downgrade(func(c *Capabilities) { c.Extend = ExtendLua })
+			caps.Extend = ExtendLua
+		case IsRefused(err):
+			cn.downgrade(func(c *Capabilities) { c.Digest = DigestLua })
+			caps.Digest = DigestLua
 		default:
-			return false, err
+			return false, Denied("refresh", err, "")
 		}
+	}
+	if err := cn.scriptDenied(caps, OpExtend, len(value)); err != nil {
+		return false, err
 	}
 	want, mode := cn.expect(value)
 	n, err := cn.scripts.pexpireIfEq.Run(ctx, cn.c, []string{key}, want, mode, ms).Int64()
 	if err != nil {
-		return false, err
+		return false, cn.scriptErr(caps, OpExtend, len(value), err)
 	}
 	return n == 1, nil
 }
 
 // TTLIfEqual returns the remaining time to live of key if it holds value;
 // ok is false if it does not. A key without expiry reports -1.
+//
+// value must be one that nobody else writes (a lock value carries a random
+// token): where a script cannot be used, or where the comparison needs no
+// script (a small value, or a server with DIGEST), the answer is one
+// pipeline of read, PTTL, read, and a value that is there before and after
+// the PTTL was there during it.
 func (cn *Conn) TTLIfEqual(ctx context.Context, key, value string) (ttl time.Duration, ok bool, err error) {
-	want, mode := cn.expect(value)
-	n, err := cn.scripts.pttlIfEq.Run(ctx, cn.c, []string{key}, want, mode).Int64()
+	caps, err := cn.CapabilitiesFor(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	var n int64
+	if !cn.large(value) || caps.Digest == DigestNative || caps.ScriptsDenied != "" {
+		n, err = cn.ttlPipeline(ctx, caps, key, value)
+	} else {
+		want, mode := cn.expect(value)
+		n, err = cn.scripts.pttlIfEq.Run(ctx, cn.c, []string{key}, want, mode).Int64()
+		if IsNoPerm(err) {
+			cn.downgrade(func(c *Capabilities) { c.ScriptsDenied = err.Error() })
+			n, err = cn.ttlPipeline(ctx, caps, key, value)
+		}
+	}
 	switch {
 	case err != nil:
-		return 0, false, err
+		return 0, false, Denied("ttl", err, "")
 	case n == -3 || n == -2:
 		return 0, false, nil
 	case n == -1:
@@ -173,11 +232,59 @@ func (cn *Conn) TTLIfEqual(ctx context.Context, key, value string) (ttl time.Dur
 	return time.Duration(n) * time.Millisecond, true, nil
 }
 
+// ttlPipeline answers TTLIfEqual without a script: the PTTL of key, or -3
+// when key does not hold value before and after it.
+func (cn *Conn) ttlPipeline(ctx context.Context, caps Capabilities, key, value string) (int64, error) {
+	read := func(p redis.Pipeliner) func() (bool, error) {
+		if cn.large(value) && caps.Digest == DigestNative {
+			cmd := p.Do(ctx, "DIGEST", key)
+			return func() (bool, error) {
+				v, err := cmd.Text()
+				if IsNil(err) || isWrongType(err) {
+					return false, nil
+				}
+				return err == nil && v == Digest(value), err
+			}
+		}
+		cmd := p.Get(ctx, key)
+		return func() (bool, error) {
+			v, err := cmd.Result()
+			if IsNil(err) || isWrongType(err) {
+				return false, nil
+			}
+			return err == nil && v == value, err
+		}
+	}
+	pipe := cn.c.Pipeline()
+	before := read(pipe)
+	pttl := pipe.PTTL(ctx, key)
+	after := read(pipe)
+	_, _ = pipe.Exec(ctx)
+	for _, r := range []func() (bool, error){before, after} {
+		same, err := r()
+		if err != nil {
+			return 0, err
+		}
+		if !same {
+			return -3, nil
+		}
+	}
+	d, err := pttl.Result()
+	if err != nil {
+		return 0, err
+	}
+	switch d {
+	case -1, -2:
+		return int64(d), nil
+	}
+	return d.Milliseconds(), nil
+}
+
 // SetIfEqual replaces key's value with next (expiring after ttl) if it
 // holds old. It reports whether it did. Large old values are compared by
 // digest (SET ... IFDEQ where the server has it), never sent back.
 func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.Duration) (bool, error) {
-	caps, err := cn.Capabilities(ctx)
+	caps, err := cn.CapabilitiesFor(ctx, key)
 	if err != nil {
 		return false, err
 	}
@@ -200,21 +307,28 @@ func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.
 		case IsNil(err):
 			return false, nil
 		case !IsRefused(err):
-			return false, err
+			return false, Denied("conditional write", err, "")
 		}
 		if cmd[3] == "IFDEQ" {
 			cn.downgrade(func(c *Capabilities) { c.Digest = DigestLua })
+			caps.Digest = DigestLua
 		} else {
 			cn.downgrade(func(c *Capabilities) { c.Extend = ExtendLua })
+			caps.Extend = ExtendLua
 		}
+	}
+	if err := cn.scriptDenied(caps, OpSet, len(old)); err != nil {
+		return false, err
 	}
 	want, mode := cn.expect(old)
 	n, err := cn.scripts.setIfEq.Run(ctx, cn.c, []string{key}, want, mode, next, ms).Int64()
 	if err != nil {
-		return false, err
+		return false, cn.scriptErr(caps, OpSet, len(old), err)
 	}
 	return n == 1, nil
 }
+
+func isWrongType(err error) bool { return IsReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE") }
 
 // expect returns what a script compares the stored value with.
 func (cn *Conn) expect(value string) (want, mode string) {

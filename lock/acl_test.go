@@ -1,0 +1,182 @@
+package lock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
+)
+
+// aclPrefix is a key prefix unique to tb, for an ACL key pattern.
+func aclPrefix(tb testing.TB) string {
+	return strings.NewReplacer("/", ":", " ", "_").Replace(redistest.Key(tb, ""))
+}
+
+// TestACL_lock_leastPrivilege runs Obtain, TTL, Refresh, Inspect and
+// Release as a user holding exactly LockPerms, with a small value and with
+// one above the digest threshold (large metadata). On Valkey, which
+// compares large values only in a script, the large lock is refused up
+// front with ErrPermission and nothing is left behind.
+func TestACL_lock_leastPrivilege(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		prefix := aclPrefix(t)
+		u := s.User(t, redistest.LockPerms(s.Kind, prefix+"*")...)
+		c, err := lock.New(u.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := s.Client(t)
+		for _, meta := range []string{"", strings.Repeat("m", 1000)} {
+			key := prefix + "k" + string(rune('0'+len(meta)%10))
+			l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: meta})
+			if s.Kind == redistest.Valkey && meta != "" {
+				if !errors.Is(err, lock.ErrPermission) {
+					t.Fatalf("large lock on valkey without scripts: %v, want ErrPermission", err)
+				}
+				if n, _ := admin.Exists(ctx, key).Result(); n != 0 {
+					t.Fatalf("refused Obtain left %s behind", key)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("obtain (metadata %d bytes): %v", len(meta), err)
+			}
+			if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+				t.Fatalf("ttl: %v, %v", ttl, err)
+			}
+			if err := l.Refresh(ctx, 2*time.Minute); err != nil {
+				t.Fatalf("refresh: %v", err)
+			}
+			if info, err := c.Inspect(ctx, key); err != nil || info.Metadata != meta || info.TTL <= time.Minute {
+				t.Fatalf("inspect: %+v, %v", info, err)
+			}
+			if _, err := c.Obtain(ctx, key, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+				t.Fatalf("second obtain: %v, want ErrNotObtained", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+			if _, err := l.TTL(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Fatalf("ttl after release: %v, want ErrNotHeld", err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Fatalf("second release: %v, want ErrNotHeld", err)
+			}
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestACL_lock_scriptsDenied (issue 10, defect 17): on Redis 7 with
+// -@scripting a lock could be taken (SET NX) but never released or
+// refreshed. Obtain refuses at once with ErrPermission naming the refused
+// command and what would work, and takes nothing; a lock taken before
+// scripting was taken away fails to release with ErrPermission, not an
+// anonymous error, and the next Obtain is refused before it takes one.
+func TestACL_lock_scriptsDenied(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis7)
+	ctx := testCtx(t)
+	prefix := aclPrefix(t)
+	perms := redistest.LockPerms(s.Kind, prefix+"*")
+	admin := s.Client(t)
+
+	t.Run("up front", func(t *testing.T) {
+		u := s.User(t, append(perms, "-@scripting")...)
+		c, err := lock.New(u.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fencing := range []bool{false, true} {
+			key := prefix + "up"
+			_, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: fencing})
+			if !errors.Is(err, lock.ErrPermission) || !strings.Contains(err.Error(), "evalsha") {
+				t.Errorf("obtain (fencing %t): %v, want ErrPermission naming evalsha", fencing, err)
+			}
+			if !fencing && err != nil && !strings.Contains(err.Error(), "DELEX") {
+				t.Errorf("obtain: %v, want it to name a server that needs no script", err)
+			}
+			if n, _ := admin.Exists(ctx, key).Result(); n != 0 {
+				t.Errorf("refused Obtain left %s behind", key)
+			}
+		}
+		caps, err := c.Capabilities(ctx)
+		if err != nil || caps.ScriptsDenied == "" || !strings.Contains(caps.String(), "scripts=denied") {
+			t.Errorf("capabilities %v, %v: want scripts denied", caps, err)
+		}
+	})
+
+	t.Run("revoked while held", func(t *testing.T) {
+		u := s.User(t, perms...)
+		c, err := lock.New(u.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Obtain(ctx, prefix+"held", time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Set(append(perms, "-@scripting")...); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, lock.ErrPermission) {
+			t.Errorf("refresh: %v, want ErrPermission", err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, lock.ErrPermission) || !strings.Contains(err.Error(), "DELEX") {
+			t.Errorf("release: %v, want ErrPermission naming what would work", err)
+		}
+		// TTL needs no script.
+		if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+			t.Errorf("ttl: %v, %v", ttl, err)
+		}
+		if _, err := c.Obtain(ctx, prefix+"next", time.Minute, nil); !errors.Is(err, lock.ErrPermission) {
+			t.Errorf("next obtain: %v, want ErrPermission", err)
+		}
+		if n, _ := admin.Exists(ctx, prefix+"next").Result(); n != 0 {
+			t.Errorf("refused Obtain left a lock behind")
+		}
+	})
+}
+
+// TestACL_lock_permissionRemoved: a user lacking one command that the
+// README lists gets ErrPermission naming it, and no lock is left.
+func TestACL_lock_permissionRemoved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind redistest.Kind
+		drop string
+		want string
+	}{
+		{name: "redis8 without delex", kind: redistest.Redis8, drop: "+delex", want: "+delex"},
+		{name: "valkey without delifeq", kind: redistest.Valkey, drop: "+delifeq", want: "+delifeq"},
+		{name: "redis7 without evalsha", kind: redistest.Redis7, drop: "+evalsha", want: "evalsha"},
+		{name: "redis8 without set", kind: redistest.Redis8, drop: "+set", want: "set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Shared(t, tc.kind)
+			ctx := testCtx(t)
+			prefix := aclPrefix(t)
+			var perms []string
+			for _, p := range redistest.LockPerms(s.Kind, prefix+"*") {
+				if p != tc.drop {
+					perms = append(perms, p)
+				}
+			}
+			u := s.User(t, perms...)
+			c, err := lock.New(u.Client(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Obtain(ctx, prefix+"k", time.Minute, nil)
+			t.Log(err)
+			if !errors.Is(err, lock.ErrPermission) || !strings.Contains(strings.ToLower(err.Error()), tc.want) {
+				t.Errorf("obtain: %v, want ErrPermission naming %q", err, tc.want)
+			}
+			if n, _ := s.Client(t).Exists(ctx, prefix+"k").Result(); n != 0 {
+				t.Errorf("refused Obtain left a lock behind")
+			}
+		})
+	}
+}
