@@ -2,9 +2,14 @@ package cache
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,60 +49,181 @@ const inlineMax = 8 << 10
 type waiter struct{ ch chan notice }
 
 type announcer struct {
+	rc      RedisClient
 	channel string
-	ps      *redis.PubSub
+	denied  func(op string, err error, first bool) // told of each refused SUBSCRIBE or PUBLISH
+	ok      func(op string)                        // told when op works again after a refusal
+	ctx     context.Context                        // ends when close is called
+	cancel  context.CancelFunc
 	done    chan struct{} // closed when the receive loop has ended
+
+	psMu sync.Mutex    // guards ps
+	ps   *redis.PubSub // the current subscription; nil between them
+
+	// The server's last refusal of SUBSCRIBE and of PUBLISH on the
+	// channel; nil once the command has worked since.
+	subRefused, pubRefused atomic.Pointer[string]
 
 	mu      sync.Mutex // guards waiters
 	waiters map[string]map[*waiter]struct{}
 }
 
-func startAnnouncer(rc RedisClient, channel string) *announcer {
+// Timings of the subscription. The health check stands in for go-redis's
+// (PubSub.Channel swallows every error, a refused SUBSCRIBE among them, so
+// the loop receives by itself): a connection silent for pingEvery gets a
+// PING, and one silent for another pingEvery is replaced.
+const (
+	pingEvery        = 3 * time.Second
+	resubscribeAfter = 100 * time.Millisecond // after a broken connection
+	retryDenied      = 10 * time.Second       // after a refused SUBSCRIBE
+)
+
+func startAnnouncer(rc RedisClient, channel string, denied func(op string, err error, first bool), ok func(op string)) *announcer {
 	a := &announcer{
+		rc:      rc,
 		channel: channel,
-		ps:      rc.Subscribe(context.Background(), channel),
+		denied:  denied,
+		ok:      ok,
 		done:    make(chan struct{}),
 		waiters: map[string]map[*waiter]struct{}{},
 	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
 	go a.loop()
 	return a
 }
 
-// loop delivers messages until the subscription is closed. go-redis
-// reconnects and resubscribes by itself after network errors.
+// loop subscribes and delivers messages until close, subscribing again
+// after a broken connection and, every retryDenied, after a refusal.
 func (a *announcer) loop() {
 	defer close(a.done)
-	for m := range a.ps.Channel() {
-		p := m.Payload
-		if len(p) < 2 {
-			continue
+	for {
+		a.psMu.Lock()
+		if a.ctx.Err() != nil {
+			a.psMu.Unlock()
+			return
 		}
-		n := notice{kind: p[0]}
-		key := p[1:]
-		if i := strings.IndexByte(key, 0); i >= 0 {
-			key, n.token = key[:i], key[i+1:]
-			if j := strings.IndexByte(n.token, 0); j >= 0 {
-				n.token, n.text = n.token[:j], n.token[j+1:]
-			}
+		ps := a.rc.Subscribe(a.ctx)
+		a.ps = ps
+		a.psMu.Unlock()
+
+		err := a.session(ps)
+
+		a.psMu.Lock()
+		a.ps = nil
+		a.psMu.Unlock()
+		_ = ps.Close()
+
+		wait := resubscribeAfter
+		if redisx.IsNoPerm(err) {
+			a.refused("SUBSCRIBE", err)
+			wait = retryDenied
 		}
-		a.mu.Lock()
-		for w := range a.waiters[key] {
-			// The newest notice wins: a waiter with an older one pending
-			// (perhaps from a rebuild it did not see claim the key) gets
-			// this one instead. Only this loop sends, so the second send
-			// cannot block.
-			select {
-			case w.ch <- n:
-			default:
-				select {
-				case <-w.ch:
-				default:
-				}
-				w.ch <- n
-			}
+		t := time.NewTimer(wait)
+		select {
+		case <-a.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
-		a.mu.Unlock()
 	}
+}
+
+// session subscribes on ps and delivers its messages until the connection
+// fails, the server refuses the subscription, or close.
+func (a *announcer) session(ps *redis.PubSub) error {
+	if err := ps.Subscribe(a.ctx, a.channel); err != nil {
+		return err
+	}
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(a.ctx, pingEvery)
+		var ne net.Error
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged && a.ctx.Err() == nil:
+			pinged = true
+			if err := ps.Ping(a.ctx); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
+			return err
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				a.worked("SUBSCRIBE")
+			}
+		case *redis.Message:
+			a.deliver(m.Payload)
+		}
+	}
+}
+
+func (a *announcer) state(op string) *atomic.Pointer[string] {
+	if op == "PUBLISH" {
+		return &a.pubRefused
+	}
+	return &a.subRefused
+}
+
+// refused records that the server refused op (SUBSCRIBE or PUBLISH) on the
+// channel and tells the Cache, saying whether it is the first refusal
+// since op last worked.
+func (a *announcer) refused(op string, err error) {
+	msg := err.Error()
+	first := a.state(op).Swap(&msg) == nil
+	a.denied(op, err, first)
+}
+
+// worked records that op worked, telling the Cache if it had been refused.
+func (a *announcer) worked(op string) {
+	if a.state(op).Load() != nil && a.state(op).Swap(nil) != nil {
+		a.ok(op)
+	}
+}
+
+// refusal returns the server's last refusal of the channel, "" if none
+// stands.
+func (a *announcer) refusal() string {
+	for _, p := range []*atomic.Pointer[string]{&a.subRefused, &a.pubRefused} {
+		if m := p.Load(); m != nil {
+			return *m
+		}
+	}
+	return ""
+}
+
+// deliver hands one message to the waiters for its key.
+func (a *announcer) deliver(p string) {
+	if len(p) < 2 {
+		return
+	}
+	n := notice{kind: p[0]}
+	key := p[1:]
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		key, n.token = key[:i], key[i+1:]
+		if j := strings.IndexByte(n.token, 0); j >= 0 {
+			n.token, n.text = n.token[:j], n.token[j+1:]
+		}
+	}
+	a.mu.Lock()
+	for w := range a.waiters[key] {
+		// The newest notice wins: a waiter with an older one pending
+		// (perhaps from a rebuild it did not see claim the key) gets
+		// this one instead. Only this loop sends, so the second send
+		// cannot block.
+		select {
+		case w.ch <- n:
+		default:
+			select {
+			case <-w.ch:
+			default:
+			}
+			w.ch <- n
+		}
+	}
+	a.mu.Unlock()
 }
 
 func (a *announcer) register(key string) *waiter {
@@ -125,7 +251,12 @@ func (a *announcer) unregister(key string, w *waiter) {
 }
 
 func (a *announcer) close() {
-	_ = a.ps.Close()
+	a.psMu.Lock()
+	a.cancel()
+	if a.ps != nil {
+		_ = a.ps.Close() // ends a receive in progress
+	}
+	a.psMu.Unlock()
 	<-a.done
 }
 

@@ -44,6 +44,14 @@ type Cache struct {
 type outcome struct {
 	payload  []byte
 	notFound bool
+
+	// What the result rests on, for callers that joined the flight after
+	// reading the key themselves (see outcome.accepts): the token of the
+	// rebuild claim it came from, if any, and when the flight sent the
+	// read or the claim that established it. A zero seen means it did not
+	// come through the server (fail open): every caller takes it.
+	claim string
+	seen  time.Time
 }
 
 // New returns a Cache using rc. It subscribes to the namespace's
@@ -66,8 +74,8 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 		conn:  redisx.NewConn(rc, s.caps, s.digest),
 		locks: locks,
 		s:     s,
-		ann:   startAnnouncer(rc, s.ns+":announce"),
 	}
+	c.ann = startAnnouncer(rc, s.ns+":announce", c.announceRefused, c.announceRestored)
 	c.base, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -330,8 +338,11 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	val, ttl := c.entry(it, payload, false, 0)
 	pipe := c.rc.Pipeline()
 	set := pipe.Set(ctx, k.value, val, ttl)
-	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
+	pub := pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
 	_, _ = pipe.Exec(ctx)
+	if redisx.IsNoPerm(pub.Err()) {
+		c.ann.refused("PUBLISH", pub.Err())
+	}
 	if err := set.Err(); err != nil {
 		return fmt.Errorf("cache: set %q: %w", key, err)
 	}

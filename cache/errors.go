@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
 )
 
 // ErrMiss is returned by Get when there is no usable value for the key.
@@ -33,6 +34,15 @@ var ErrClosed = errors.New("cache: closed")
 // ErrInvalid is wrapped by every error about bad arguments or options;
 // such errors are returned before any server call.
 var ErrInvalid = errors.New("invalid argument")
+
+// ErrPermission is lock.ErrPermission: it is matched by errors caused by
+// the server's ACL refusing the client's user a command, key or channel
+// the cache needs (see the README's Permissions section). GetOrLoad
+// returns it at once, without claiming the key or running the loader, when
+// a rebuild would need a script the server refuses; callers waiting in
+// other processes for a rebuild whose write was refused get it together
+// with ErrRemoteLoad.
+var ErrPermission = lock.ErrPermission
 
 // ErrNotFound is loader.ErrNotFound, for matching with errors.Is without
 // importing loader.

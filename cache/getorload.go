@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/internal/flight"
@@ -58,73 +59,129 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	}
 	k := c.keys(key)
 
-	var bad []byte // a stored value this caller could not decode
-	if !c.down() {
-		raw, err := c.rc.Get(ctx, k.value).Bytes()
-		switch {
-		case err == nil:
-			e, st, derr := c.classify(raw)
-			switch st {
-			case stateFresh, stateStale:
-				if e.NotFound && st == stateFresh {
-					c.n.hits.Add(1)
-					c.emit(EventHit, key, 0, nil)
-					return zero, ErrNotFound
+	// A caller that joins a flight of this process may find that the
+	// flight's result predates what its own read saw (see
+	// outcome.accepts); it then reads the key again and goes round once
+	// more. Only the first round counts in Stats.
+	for round := 0; ; round++ {
+		first := round == 0
+		var bad []byte // a stored value this caller could not decode
+		var obs observation
+		if !c.down() {
+			raw, err := c.rc.Get(ctx, k.value).Bytes()
+			obs = observation{read: true, done: time.Now()}
+			switch {
+			case err == nil:
+				e, st, derr := c.classify(raw)
+				switch st {
+				case stateFresh, stateStale:
+					if e.NotFound && st == stateFresh {
+						if first {
+							c.n.hits.Add(1)
+							c.emit(EventHit, key, 0, nil)
+						}
+						return zero, ErrNotFound
+					}
+					if e.NotFound {
+						break // an expired negative entry: load again
+					}
+					if st == stateStale || c.early(e) {
+						c.refresh(ctx, k, it, raw, encoded(c, key, load))
+					}
+					v, err := decode[V](c, key, e.Payload)
+					if err != nil {
+						bad = raw // e.g. another type under the key: rebuild it
+						break
+					}
+					switch {
+					case !first:
+					case st == stateStale:
+						c.n.staleHits.Add(1)
+						c.emit(EventStale, key, 0, nil)
+					default:
+						c.n.hits.Add(1)
+						c.emit(EventHit, key, 0, nil)
+					}
+					return v, nil
+				case stateBuilding:
+					info, _ := lock.ParseValue(string(raw))
+					obs.claim = info.Token
+				case stateCorrupt:
+					if first {
+						c.n.decodeFailures.Add(1)
+						c.emit(EventDecodeFailure, key, 0, derr)
+					}
+					bad = raw
 				}
-				if e.NotFound {
-					break // an expired negative entry: load again
-				}
-				if st == stateStale || c.early(e) {
-					c.refresh(ctx, k, it, raw, encoded(c, key, load))
-				}
-				v, err := decode[V](c, key, e.Payload)
-				if err != nil {
-					bad = raw // e.g. another type under the key: rebuild it
-					break
-				}
-				if st == stateStale {
-					c.n.staleHits.Add(1)
-					c.emit(EventStale, key, 0, nil)
-				} else {
-					c.n.hits.Add(1)
-					c.emit(EventHit, key, 0, nil)
-				}
-				return v, nil
-			case stateCorrupt:
-				c.n.decodeFailures.Add(1)
-				c.emit(EventDecodeFailure, key, 0, derr)
-				bad = raw
+			case redisx.IsNil(err):
+			case redisx.CallerDone(ctx):
+				// The caller's own deadline or cancellation, not a server
+				// failure: nobody else must fail open because of it.
+				return zero, callerErr(ctx)
+			default:
+				c.serverError(key, err)
+				obs = observation{}
 			}
-		case redisx.IsNil(err):
-		case redisx.CallerDone(ctx):
-			// The caller's own deadline or cancellation, not a server
-			// failure: nobody else must fail open because of it.
-			return zero, callerErr(ctx)
-		default:
-			c.serverError(key, err)
 		}
-	}
-	c.n.misses.Add(1)
-	c.emit(EventMiss, key, 0, nil)
+		if first {
+			c.n.misses.Add(1)
+			c.emit(EventMiss, key, 0, nil)
+		} else if round > 2 {
+			// The key keeps changing under the flights this caller joins:
+			// start one of its own (the others' flights go on).
+			c.flights.Forget(k.value)
+		}
 
-	enc := encoded(c, key, load)
-	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, enc, bad)
-	})
-	if shared {
-		c.n.coalesced.Add(1)
+		enc := encoded(c, key, load)
+		res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
+			return c.fill(ctx, k, it, enc, bad)
+		})
+		if shared && first {
+			c.n.coalesced.Add(1)
+		}
+		if err != nil {
+			return zero, err
+		}
+		if shared && !res.accepts(obs) {
+			continue
+		}
+		if res.notFound {
+			return zero, ErrNotFound
+		}
+		v, err := decode[V](c, key, res.payload)
+		if err != nil {
+			return zero, err
+		}
+		return v, nil
 	}
-	if err != nil {
-		return zero, err
+}
+
+// observation is what a caller's own read of the key found, for deciding
+// whether it may take the result of a flight it joined.
+type observation struct {
+	read  bool      // the caller read the key (not while failing open)
+	claim string    // the token of the rebuild claim it found, if any
+	done  time.Time // when the read's reply arrived
+}
+
+// accepts reports whether a caller that read the key (obs) and then joined
+// a flight started by another caller may take the flight's result o: when
+// o is at least as new as what the caller read. That holds when o comes
+// from the rebuild whose claim the caller found (a claim's token is never
+// used twice, so the key did not change in between), and when the flight
+// sent the read or claim that o rests on after the caller's read returned.
+// Otherwise the flight may have learned o before a Delete or Set, made in
+// any process, that the caller's read already saw (a rebuild that wrote
+// just before a Delete, its announcement arriving after it): the caller
+// must read the key again, or it would not read its own writes.
+func (o outcome) accepts(obs observation) bool {
+	switch {
+	case !obs.read || o.seen.IsZero():
+		return true // failing open: no server to compare with
+	case obs.claim != "" && o.claim == obs.claim:
+		return true
 	}
-	if res.notFound {
-		return zero, ErrNotFound
-	}
-	v, err := decode[V](c, key, res.payload)
-	if err != nil {
-		return zero, err
-	}
-	return v, nil
+	return o.seen.After(obs.done)
 }
 
 // encoded wraps load to return the codec's bytes, which is what flights
@@ -167,6 +224,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			c.ann.unregister(k.value, w)
 			continue
 		}
+		seen := res.seen // when the read that found the claim was sent
 		if waitStart.IsZero() {
 			waitStart = time.Now()
 			c.n.waits.Add(1)
@@ -177,7 +235,10 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			c.n.waitTimeouts.Add(1)
 			c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout)
 			if c.s.loadOnWaitTimeout {
-				return c.run(ctx, k, load)
+				started := time.Now()
+				res, err := c.run(ctx, k, load)
+				res.claim, res.seen = claim, started
+				return res, err
 			}
 			return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, it.wait)
 		}
@@ -198,16 +259,18 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			}
 			if e, st, err := c.classify([]byte(n.text)); err == nil && st != stateBuilding {
 				c.emit(EventWait, k.user, time.Since(waitStart), nil)
-				if e.NotFound {
-					return outcome{notFound: true}, nil
-				}
-				return outcome{payload: e.Payload}, nil
+				return outcome{payload: e.Payload, notFound: e.NotFound, claim: claim, seen: seen}, nil
 			}
 		case noticeNotFound:
 			c.emit(EventWait, k.user, time.Since(waitStart), nil)
-			return outcome{notFound: true}, nil
+			return outcome{notFound: true, claim: claim, seen: seen}, nil
 		case noticeError:
 			err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
+			if strings.Contains(n.text, ErrPermission.Error()) {
+				// The rebuild's write was refused by the ACL: so would
+				// this caller's be; tell it so.
+				err = remotePermission{err}
+			}
 			c.emit(EventWait, k.user, time.Since(waitStart), err)
 			return outcome{}, err
 		}
@@ -220,13 +283,19 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 // claim is the token of the rebuild claim found on the key when waiting for
 // it, "" otherwise.
 func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (res outcome, done, wait bool, claim string, err error) {
+	sent := time.Now() // outcome.seen of what this read finds
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
 	switch {
 	case redisx.IsNil(err):
 		// Nothing there: claim the key itself. The claim is a lock whose
 		// value sits where the entry goes, so a Delete or Set during the
 		// load removes it and the load's write (conditional on the claim)
-		// becomes a no-op.
+		// becomes a no-op. No claim is taken that could not be written or
+		// released (an ACL refusing the scripts that needs).
+		if err := c.permitted(ctx, k, nil); err != nil {
+			return c.stepError(ctx, k, load, err)
+		}
+		claimed := time.Now()
 		l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL, nil)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):
@@ -236,6 +305,7 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 			return c.stepError(ctx, k, load, err)
 		}
 		res, err := c.rebuild(ctx, k, it, load, l, nil, false)
+		res.claim, res.seen = l.Token(), claimed
 		return res, true, false, "", err
 	case err != nil:
 		return c.stepError(ctx, k, load, err)
@@ -244,17 +314,20 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	switch {
 	case st == stateBuilding:
 		info, _ := lock.ParseValue(string(raw))
-		return outcome{}, false, true, info.Token, nil
+		return outcome{claim: info.Token, seen: sent}, false, true, info.Token, nil
 	case st == stateFresh && e.NotFound:
-		return outcome{notFound: true}, true, false, "", nil
+		return outcome{notFound: true, seen: sent}, true, false, "", nil
 	case (st == stateFresh || st == stateStale) && !e.NotFound && (bad == nil || !bytes.Equal(raw, bad)):
 		if st == stateStale {
 			c.refresh(ctx, k, it, raw, load)
 		}
-		return outcome{payload: e.Payload}, true, false, "", nil
+		return outcome{payload: e.Payload, seen: sent}, true, false, "", nil
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
 	// not decode: replace it under the separate rebuild lock.
+	if err := c.permitted(ctx, k, raw); err != nil {
+		return c.stepError(ctx, k, load, err)
+	}
 	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
@@ -267,6 +340,7 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	if err == errRetry {
 		return outcome{}, false, false, "", nil
 	}
+	res.seen = sent
 	return res, true, false, "", err
 }
 
@@ -279,7 +353,11 @@ func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte],
 		return outcome{}, true, false, "", fmt.Errorf("cache: load %q: %w", k.user, callerErr(ctx))
 	}
 	c.serverError(k.user, err)
-	if redisx.IsReply(err) {
+	if redisx.IsNoPerm(err) && !errors.Is(err, ErrPermission) {
+		err = redisx.Denied("server call", err, "")
+	}
+	if redisx.IsReply(err) || errors.Is(err, ErrPermission) {
+		// Not a server failure: failing open would load on every call.
 		return outcome{}, true, false, "", fmt.Errorf("cache: %q: %w", k.user, err)
 	}
 	res, err := c.loadAlone(ctx, k, load)
@@ -417,6 +495,17 @@ func (c *Cache) rebuild(ctx context.Context, k keys, it itemSettings, load loade
 		c.n.writesSkipped.Add(1)
 		c.emit(EventWriteSkipped, k.user, 0, nil)
 	}
+	if errors.Is(werr, ErrPermission) || redisx.IsNoPerm(werr) {
+		// The waiters' writes would be refused too: tell them at once
+		// rather than let them wait for a value that will not come.
+		// The claim goes if the server lets it (it does not where the
+		// refused write was a script, and the release is one too).
+		if old == nil {
+			_ = l.Release(wctx)
+		}
+		c.announce(wctx, k, l, noticeError, werr.Error())
+		return res, nil
+	}
 	inline := ""
 	if wrote && len(val) <= inlineMax {
 		inline = val
@@ -443,8 +532,14 @@ func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, t
 		// do not pay a second timeout; the waiters' poll finds the result.
 		return
 	}
-	if err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, l.Token(), text)).Err(); err != nil {
+	err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, l.Token(), text)).Err()
+	switch {
+	case redisx.IsNoPerm(err):
+		c.ann.refused("PUBLISH", err) // counted and logged there, not as a failed server
+	case err != nil:
 		c.serverError(k.user, err)
+	default:
+		c.ann.worked("PUBLISH")
 	}
 }
 
@@ -458,6 +553,10 @@ func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte
 	}
 	old = append([]byte(nil), old...)
 	c.refreshes.Start(k.value, c.background(ctx, it.wait), func(ctx context.Context) (struct{}, error) {
+		if err := c.permitted(ctx, k, old); err != nil {
+			c.serverError(k.user, err) // the stale value goes on being served
+			return struct{}{}, nil
+		}
 		l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):

@@ -21,6 +21,7 @@ type Stats struct {
 	Refreshes      uint64 // background refreshes started (stale or early)
 	WritesSkipped  uint64 // rebuilt values not written because a Delete or Set came first
 	ServerErrors   uint64 // failed server calls
+	AnnounceDenied uint64 // SUBSCRIBEs and PUBLISHes of announcements the server refused (ACL): waiters poll instead
 }
 
 // Add returns the sum of s and o, field by field: for totals over the
@@ -40,12 +41,13 @@ func (s Stats) Add(o Stats) Stats {
 	s.Refreshes += o.Refreshes
 	s.WritesSkipped += o.WritesSkipped
 	s.ServerErrors += o.ServerErrors
+	s.AnnounceDenied += o.AnnounceDenied
 	return s
 }
 
 type counters struct {
 	hits, staleHits, misses, loads, loadErrors, coalesced, waits, waitTimeouts,
-	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors atomic.Uint64
+	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -56,7 +58,7 @@ func (c *Cache) Stats() Stats {
 		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Waits: n.waits.Load(),
 		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
 		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
-		ServerErrors: n.serverErrors.Load(),
+		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(),
 	}
 }
 
