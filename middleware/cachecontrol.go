@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -98,4 +99,47 @@ func splitDirectives(v string) []string {
 		out[i] = strings.TrimSpace(out[i])
 	}
 	return out
+}
+
+// expiresIn is the freshness lifetime an Expires field gives a response
+// (RFC 9111 4.2.1): Expires less the response's Date, counted from now if
+// Date is earlier (an upstream response that has aged) or absent or
+// invalid. An invalid Expires (such as "0"), or several that disagree,
+// means already expired: zero or less is returned. h must be canonical.
+func expiresIn(h http.Header, now time.Time) time.Duration {
+	expires, ok := httpDate(h.Values("Expires"))
+	if !ok {
+		return 0
+	}
+	from := now
+	if date, ok := httpDate(h.Values("Date")); ok && date.After(now) {
+		from = date
+	}
+	return expires.Sub(from)
+}
+
+// httpDate parses a field that holds one HTTP-date; ok is false if any of
+// its values is not one, or they differ.
+func httpDate(values []string) (t time.Time, ok bool) {
+	for i, v := range values {
+		d, err := http.ParseTime(strings.TrimSpace(v))
+		if err != nil || i > 0 && !d.Equal(t) {
+			return time.Time{}, false
+		}
+		t = d
+	}
+	return t, len(values) > 0
+}
+
+// pragmaNoCache reports whether Pragma fields hold the no-cache directive
+// (RFC 9111 5.4).
+func pragmaNoCache(values []string) bool {
+	for _, v := range values {
+		for _, part := range splitDirectives(v) {
+			if strings.EqualFold(part, "no-cache") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -4,50 +4,92 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 )
 
 // baseKey is the part of the cache key that every request for a resource
-// shares: the method class, scheme, host, path and the normalised query.
+// shares: the method class, scheme, host, path and the normalised query
+// of the request as received.
 //
 //	"GET https://example.com/items?a=1&b=2&b=3"
 //
 // GET and HEAD share entries (a HEAD is answered from the GET's). The
 // scheme comes from the connection (r.TLS), never from a header; the host
-// is lower-cased without a default port; the path is the escaped path as
-// sent; query parameters are sorted by name and then value, with the
-// ignored ones removed. ok is false for a query that does not parse: such
-// requests bypass the cache.
+// is lower-cased without a default port. The path and query are those the
+// client sent (r.RequestURI; r.URL when RequestURI is empty, as in a
+// request built by a client): a handler mounted behind http.StripPrefix
+// or another rewrite sees a shorter path, but requests that reached it by
+// different URLs must not share entries. The path is the escaped path as
+// sent; query parameters are sorted by name, the values of a repeated name
+// keep their order, and the parameters IgnoreQuery names (or KeyQuery does
+// not) are left out. Lines follow for what an outer middleware changed
+// and the handler can see:
+//
+//	"\nurl https://internal.example" r.URL.Scheme, r.URL.Host, if set
+//	"\nrewritten /items?a=1"         r.URL's path and query, if not those received
+//
+// then one line per KeyHeaders name. ok is false for a query that does not
+// parse: such requests bypass the cache.
 func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	if m.o.KeyFunc != nil {
 		return m.o.KeyFunc(r)
+	}
+	received := r.URL
+	if r.RequestURI != "" {
+		u, err := url.ParseRequestURI(r.RequestURI)
+		if err != nil {
+			return "", false
+		}
+		received = u
+	}
+	query, ok := m.keyQuery(received.RawQuery)
+	if !ok {
+		return "", false
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	host := strings.ToLower(r.Host)
-	if h, port, err := net.SplitHostPort(host); err == nil &&
-		(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
-		host = h
-	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return "", false
-	}
-	for _, name := range m.o.IgnoreQuery {
-		q.Del(name)
-	}
 	var b strings.Builder
 	b.WriteString("GET ")
 	b.WriteString(scheme)
 	b.WriteString("://")
-	b.WriteString(host)
-	b.WriteString(r.URL.EscapedPath())
-	if len(q) > 0 {
+	b.WriteString(keyHost(r.Host, scheme))
+	b.WriteString(received.EscapedPath())
+	if query != "" {
 		b.WriteByte('?')
-		b.WriteString(sortedQuery(q))
+		b.WriteString(query)
+	}
+	if r.URL.Scheme != "" || r.URL.Host != "" {
+		// Absolute-form request targets, and outer middlewares that set
+		// the scheme or host from a proxy's headers: the handler sees
+		// these, so they are part of the key (as written, never derived
+		// from a header here).
+		s := strings.ToLower(r.URL.Scheme)
+		b.WriteString("\nurl ")
+		b.WriteString(s)
+		b.WriteString("://")
+		b.WriteString(keyHost(r.URL.Host, s))
+	}
+	if received != r.URL {
+		path := r.URL.EscapedPath()
+		q, ok := query, true
+		if r.URL.RawQuery != received.RawQuery {
+			q, ok = m.keyQuery(r.URL.RawQuery)
+			if !ok {
+				return "", false
+			}
+		}
+		if path != received.EscapedPath() || q != query {
+			b.WriteString("\nrewritten ")
+			b.WriteString(path)
+			if q != "" {
+				b.WriteByte('?')
+				b.WriteString(q)
+			}
+		}
 	}
 	for _, h := range m.keyHeaders {
 		b.WriteString("\n")
@@ -58,6 +100,43 @@ func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	return b.String(), true
 }
 
+// keyHost is host lower-cased, without the default port of scheme.
+func keyHost(host, scheme string) string {
+	host = strings.ToLower(host)
+	if h, port, err := net.SplitHostPort(host); err == nil &&
+		(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
+		host = h
+	}
+	return host
+}
+
+// keyQuery is the keyed part of a raw query, normalised; ok is false if
+// it does not parse.
+func (m *Middleware) keyQuery(raw string) (string, bool) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", false
+	}
+	for name := range q {
+		if !m.keyedParam(name) {
+			delete(q, name)
+		}
+	}
+	return sortedQuery(q), true
+}
+
+// keyedParam reports whether the query parameter name is part of the key
+// and passed to the handler rendering for the cache.
+func (m *Middleware) keyedParam(name string) bool {
+	if len(m.o.KeyQuery) > 0 {
+		return slices.Contains(m.o.KeyQuery, name)
+	}
+	return !slices.Contains(m.o.IgnoreQuery, name)
+}
+
+// sortedQuery encodes q sorted by name. The values of a name keep their
+// order: ?id=2&id=1 and ?id=1&id=2 may mean different things to the
+// application, so they are different keys.
 func sortedQuery(q url.Values) string {
 	names := make([]string, 0, len(q))
 	for n := range q {
@@ -66,9 +145,7 @@ func sortedQuery(q url.Values) string {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, n := range names {
-		vs := append([]string(nil), q[n]...)
-		sort.Strings(vs)
-		for _, v := range vs {
+		for _, v := range q[n] {
 			if b.Len() > 0 {
 				b.WriteByte('&')
 			}
@@ -78,6 +155,66 @@ func sortedQuery(q url.Values) string {
 		}
 	}
 	return b.String()
+}
+
+// filterQuery returns raw without the parameters that are not keyed,
+// leaving the others as sent and in their order. A parameter whose name
+// does not unescape is dropped (baseKey bypasses such queries anyway).
+func (m *Middleware) filterQuery(raw string) string {
+	var b strings.Builder
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(part, "=")
+		name, err := url.QueryUnescape(name)
+		if err != nil || !m.keyedParam(name) {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// prepareRender makes rr, a clone of a request about to be rendered for
+// the cache, carry only what the key accounts for, since the response is
+// stored for every request with this key. It is the one place that
+// decides what the handler sees when it renders for the cache:
+//
+//   - query parameters left out of the key (IgnoreQuery, or not in
+//     KeyQuery) are removed from rr.URL.RawQuery and rr.RequestURI, and
+//     rr.Form is reset so that it is parsed again without them;
+//   - the URL-rewriting headers of unkeyedHeaders are removed unless
+//     KeyHeaders names them;
+//   - conditional and range headers (perClientHeaders) are removed: the
+//     handler's 304 or 412 answers one client's condition and cannot be
+//     stored, so every waiter would render; the middleware answers
+//     If-None-Match and If-Modified-Since from the stored response.
+//
+// Header names are matched in any letter case, for headers an outer
+// middleware set in the map directly.
+func (m *Middleware) prepareRender(rr *http.Request) {
+	if len(m.o.IgnoreQuery) > 0 || len(m.o.KeyQuery) > 0 {
+		rr.URL.RawQuery = m.filterQuery(rr.URL.RawQuery)
+		rr.URL.ForceQuery = false
+		if path, q, found := strings.Cut(rr.RequestURI, "?"); found {
+			if q = m.filterQuery(q); q != "" {
+				path += "?" + q
+			}
+			rr.RequestURI = path
+		}
+		rr.Form = nil
+	}
+	for name := range rr.Header {
+		canon := http.CanonicalHeaderKey(name)
+		if slices.Contains(perClientHeaders(), canon) ||
+			slices.Contains(unkeyedHeaders(), canon) && !containsFold(m.keyHeaders, canon) {
+			delete(rr.Header, name)
+		}
+	}
 }
 
 // headerValue is a request header's values as one comparable string. It
@@ -147,4 +284,12 @@ func unkeyedHeaders() []string {
 		"X-Forwarded-Prefix", "X-Forwarded-Server", "X-Host", "X-Original-Host", "X-Original-Url", "X-Rewrite-Url",
 		"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
 	}
+}
+
+// perClientHeaders lists the request headers that make a response answer
+// one client's conditions or ranges; they never reach a render for the
+// cache (see prepareRender). Range requests bypass the cache, so Range
+// and If-Range are listed only for completeness.
+func perClientHeaders() []string {
+	return []string{"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range", "Range"}
 }

@@ -22,7 +22,8 @@ type Middleware struct {
 	now          func() time.Time
 	statusHeader string
 	keyHeaders   []string // canonical
-	limit        int
+	limit        int      // StoreLimit or its default
+	maxValue     int      // the cache's MaxValueSize
 	wait         time.Duration
 
 	vary varyIndex
@@ -47,9 +48,12 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if m.statusHeader == "" {
 		m.statusHeader = "X-Cache"
 	}
-	if m.limit == 0 {
-		m.limit = 1 << 20
+	m.maxValue = c.MaxValueSize()
+	limit, err := o.storeLimit(m.maxValue)
+	if err != nil {
+		return nil, err
 	}
+	m.limit = limit
 	if m.wait == 0 {
 		m.wait = 5 * time.Second
 	}
@@ -398,11 +402,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if rr.Method == http.MethodHead {
 		rr.Method = http.MethodGet // store the body, for GETs too
 	}
-	for _, name := range unkeyedHeaders() {
-		if !containsFold(m.keyHeaders, name) {
-			rr.Header.Del(name)
-		}
-	}
+	m.prepareRender(rr)
 	rec := newRecorder(w, m.limit)
 	rec.onPass = func(h http.Header) { m.setStatus(h, statusBypass) }
 	stored := m.now()
@@ -443,7 +443,13 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 // storable applies the rules of a shared cache (RFC 9111 section 3) and
 // the options to a recorded response. It returns why it may not be
 // stored, or its fresh and stale durations.
+//
+// It first merges header fields the handler set in another letter case
+// than the canonical one (w.Header()["set-cookie"]) into rec's canonical
+// names, so that these rules and the header drops of storedHeader see
+// them.
 func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fresh, stale time.Duration) {
+	canonicalHeader(rec.header)
 	h := rec.header
 	cc := parseCacheControl(h.Values("Cache-Control"))
 	_, star := parseVary(h)
@@ -470,6 +476,13 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 		return "Vary: *", 0, 0
 	case cc.broken:
 		return "malformed Cache-Control", 0, 0
+	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
+		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
+		// 9111 5.4 leaves Pragma in responses undefined; where there is
+		// no Cache-Control to say otherwise, take it at its word.
+		return "Pragma: no-cache", 0, 0
+	case storedSize(r, rec) > m.maxValue:
+		return "larger than the cache's MaxValueSize", 0, 0
 	}
 	fresh = m.o.TTL
 	switch {
@@ -477,6 +490,12 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 		fresh = cc.sMaxAge
 	case cc.hasMaxAge:
 		fresh = cc.maxAge
+	case h["Expires"] != nil:
+		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
+		// max-age; an invalid one means already expired.
+		if fresh = expiresIn(h, m.now()); fresh <= 0 {
+			return "Expires is not in the future", 0, 0
+		}
 	}
 	if fresh <= 0 {
 		return "max-age=0", 0, 0

@@ -18,15 +18,31 @@ type Options struct {
 	// stale-while-revalidate nor stale-if-error. Default: 0.
 	StaleTTL time.Duration
 
-	// KeyFunc replaces the default key (method class, scheme, host, path,
-	// sorted query); ok false bypasses the cache for the request. The Vary
-	// headers of the response are still added to whatever it returns.
-	// Default: nil.
+	// KeyFunc replaces the default key (method class, scheme, host, path
+	// as received, sorted query); ok false bypasses the cache for the
+	// request. The Vary headers of the response are still added to
+	// whatever it returns, and IgnoreQuery or KeyQuery still decide which
+	// query parameters the handler sees when it renders for the cache.
+	// Set a Middleware with its own KeyFunc on a route to bound the
+	// entries that route can make (e.g. key on the route's pattern and
+	// one parameter). Default: nil.
 	KeyFunc func(r *http.Request) (key string, ok bool)
 
 	// IgnoreQuery names query parameters left out of the key (e.g.
-	// "utm_source"). Default: none.
+	// "utm_source"). They are also removed from the request the handler
+	// renders for the cache (from URL.RawQuery and RequestURI), since the
+	// response is stored for requests without them. Requests that bypass
+	// the cache keep them. Names are compared after unescaping, case
+	// sensitively. Default: none.
 	IgnoreQuery []string
+
+	// KeyQuery, if set, is the allow-list of query parameters: only these
+	// are in the key and passed to the handler rendering for the cache;
+	// all others are removed, as IgnoreQuery removes its names. This
+	// bounds how many entries random query strings can make for one path.
+	// It may not be set together with IgnoreQuery. Default: none, every
+	// parameter not in IgnoreQuery is keyed.
+	KeyQuery []string
 
 	// KeyHeaders names request headers added to the key and passed to the
 	// handler (e.g. "X-Forwarded-Proto" behind a TLS proxy). Other
@@ -36,7 +52,17 @@ type Options struct {
 	KeyHeaders []string
 
 	// StoreLimit is the largest body stored; larger bodies stream through
-	// without being buffered whole and are not stored. Default: 1 MiB.
+	// without being buffered whole and are not stored. A stored response
+	// is its body plus its headers, encoded by the cache's Codec, and must
+	// fit the cache's MaxValueSize: New refuses a StoreLimit above
+	// MaxValueSize less 16 KiB kept for the headers, and a response whose
+	// headers need more than that room is not stored. Default: 1 MiB, or
+	// 3/4 of that room if less (which leaves space for the JSON codec's
+	// base64 too).
+	//
+	// NOTE: the check assumes the default Msgpack codec. With JSON, which
+	// writes the body as base64 (4/3 of its size), keep StoreLimit at or
+	// below 3/4 of (MaxValueSize - 16 KiB).
 	StoreLimit int
 
 	// WaitTimeout is how long a request waits for the render of the same
@@ -101,12 +127,39 @@ func (o *Options) validate() error {
 			return fmt.Errorf("middleware: status %d in Statuses: server errors are never stored", s)
 		}
 	}
-	for _, h := range append(append([]string(nil), o.KeyHeaders...), o.IgnoreQuery...) {
+	for _, h := range slices.Concat(o.KeyHeaders, o.IgnoreQuery) {
 		if h == "" {
 			return fmt.Errorf("middleware: empty name in KeyHeaders or IgnoreQuery")
 		}
 	}
+	if slices.Contains(o.KeyQuery, "") {
+		return fmt.Errorf("middleware: empty name in KeyQuery")
+	}
+	if len(o.KeyQuery) > 0 && len(o.IgnoreQuery) > 0 {
+		return fmt.Errorf("middleware: KeyQuery and IgnoreQuery are both set; use one: KeyQuery keys only the parameters it names")
+	}
 	return nil
+}
+
+// headerRoom is what a stored response keeps for everything but its
+// body: status, header fields and the encoding's framing. StoreLimit may
+// be at most the cache's MaxValueSize less this.
+const headerRoom = 16 << 10
+
+// storeLimit checks o.StoreLimit against the cache's largest value, or
+// derives the default from it.
+func (o *Options) storeLimit(maxValueSize int) (int, error) {
+	room := maxValueSize - headerRoom
+	if room <= 0 {
+		return 0, fmt.Errorf("middleware: the cache's MaxValueSize %d leaves no room for a response: a stored response needs up to %d bytes for its headers besides its body", maxValueSize, headerRoom)
+	}
+	if o.StoreLimit == 0 {
+		return min(1<<20, room/4*3), nil
+	}
+	if o.StoreLimit > room {
+		return 0, fmt.Errorf("middleware: StoreLimit %d does not fit the cache's MaxValueSize %d (a stored response is its body plus up to %d bytes of headers); lower StoreLimit to at most %d or raise cache.Options.MaxValueSize", o.StoreLimit, maxValueSize, headerRoom, room)
+	}
+	return o.StoreLimit, nil
 }
 
 func (o *Options) statusOK(code int) bool {

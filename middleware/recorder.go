@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sort"
 )
 
 // recorder captures a handler's response so that it can be stored. It
@@ -116,3 +117,26 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the real writer for what the
 // recorder does not handle itself (deadlines).
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// canonicalHeader merges the fields of h whose names are not in canonical
+// form (set in the map directly: w.Header()["set-cookie"]) into the
+// canonical name's values, after those already there, so that
+// h.Values, h.Get and the storage rules see them. net/http sends such
+// names as written and clients accept them, so they count. Names that
+// differ only in case are merged in sorted order, for a result that does
+// not depend on map order. Names CanonicalHeaderKey leaves alone (invalid
+// ones, which net/http does not send) stay as they are.
+func canonicalHeader(h http.Header) {
+	var odd []string
+	for k := range h {
+		if http.CanonicalHeaderKey(k) != k {
+			odd = append(odd, k)
+		}
+	}
+	sort.Strings(odd)
+	for _, k := range odd {
+		ck := http.CanonicalHeaderKey(k)
+		h[ck] = append(h[ck], h[k]...)
+		delete(h, k)
+	}
+}

@@ -33,12 +33,13 @@ func dropOnStore(name string) bool {
 }
 
 // storedHeader copies the end-to-end headers of h and adds an ETag
-// derived from the body if the handler set none.
+// derived from the body if the handler set none. Names are compared, and
+// stored, in canonical form (storable has merged h's already).
 func storedHeader(h http.Header, body []byte) http.Header {
 	out := make(http.Header, len(h)+1)
 	for k, vs := range h {
-		if !dropOnStore(k) {
-			out[k] = append([]string(nil), vs...)
+		if ck := http.CanonicalHeaderKey(k); !dropOnStore(ck) {
+			out[ck] = append(out[ck], vs...)
 		}
 	}
 	if out.Get("Etag") == "" {
@@ -62,8 +63,35 @@ func (resp *response) matches(r *http.Request) bool {
 	return true
 }
 
-// write answers r with resp, adding Age and the status header, and a 304
-// when r's If-None-Match matches the ETag.
+// storedSize bounds the size of the value the cache will encode for the
+// response rec holds, rendered for r: body, header fields, the rendering
+// request's values of the Vary headers, the fields storedHeader adds, and
+// the framing (up to 5 bytes a string in Msgpack) and field names of a
+// response. rec's header must be canonical.
+func storedSize(r *http.Request, rec *recorder) int {
+	const perString, fixed = 5, 256
+	n := fixed + rec.body.Len() + perString
+	for k, vs := range rec.header {
+		n += len(k) + 2*perString
+		for _, v := range vs {
+			n += len(v) + perString
+		}
+	}
+	vary, _ := parseVary(rec.header)
+	for _, name := range vary {
+		n += 2*(len(name)+perString) + len(headerValue(r.Header, name))
+	}
+	return n
+}
+
+// write answers r with resp, adding Age and the status header. For a 2xx
+// response it evaluates r's If-None-Match, or without one its
+// If-Modified-Since, against resp and answers 304 when they say the
+// client's copy is current (RFC 9110 13.2.2). Other statuses are served
+// whole: preconditions apply to 2xx responses only (RFC 9110 13.2.1), so
+// "If-None-Match: *" must not turn a stored 404 into a 304. If-Match and
+// If-Unmodified-Since are left to the origin, which RFC 9110 13.1.1 and
+// 13.1.4 allow a cache.
 func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *response, status string) {
 	h := w.Header()
 	for k, vs := range resp.Header {
@@ -72,7 +100,7 @@ func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *respons
 	age := max(0, m.now().UnixMilli()-resp.Stored) / 1000
 	h.Set("Age", strconv.FormatInt(age, 10))
 	m.setStatus(h, status)
-	if etag := resp.Header.Get("Etag"); etag != "" && noneMatch(r.Header.Values("If-None-Match"), etag) {
+	if resp.Status >= 200 && resp.Status < 300 && notModified(r, resp.Header) {
 		h.Del("Content-Length")
 		w.WriteHeader(http.StatusNotModified)
 		return
@@ -81,6 +109,23 @@ func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *respons
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
+}
+
+// notModified reports whether r's conditions say its client holds the
+// representation with header h: If-None-Match when present, otherwise
+// If-Modified-Since against Last-Modified (ignored when either is not a
+// valid date).
+func notModified(r *http.Request, h http.Header) bool {
+	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 {
+		etag := h.Get("Etag")
+		return etag != "" && noneMatch(inm, etag)
+	}
+	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	if err != nil {
+		return false
+	}
+	lm, err := http.ParseTime(h.Get("Last-Modified"))
+	return err == nil && !lm.After(ims)
 }
 
 // noneMatch reports whether an If-None-Match field matches etag, by the

@@ -160,21 +160,25 @@ func TestSecurity_cacheControl(t *testing.T) {
 		`no-cache="Set-Cookie", max-age=60`,
 		"s-maxage=60, private",
 	} {
-		t.Run(cc, func(t *testing.T) {
-			var renders atomic.Int32
-			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Cache-Control", cc)
-				fmt.Fprintf(w, "for %s n=%d", r.Header.Get("X-User"), renders.Add(1))
-			}), &bedOptions{procs: 2})
-			a := b.get(t, "/cc", "X-User", "alice")
-			a.check(t, 200, "BYPASS", "for alice n=1")
-			if got := a.header.Get("Cache-Control"); got != cc {
-				t.Errorf("Cache-Control passed through as %q", got)
-			}
-			b.get(t, "/cc", "X-User", "bob").check(t, 200, "BYPASS", "for bob n=2")
-			b.get(t, "/cc", "X-User", "carol", procHeader, "1").check(t, 200, "BYPASS", "for carol n=3")
-			b.waitGone(t, "/cc")
-		})
+		// The field name as the handler wrote it into the header map:
+		// net/http sends any case as written.
+		for _, name := range []string{"Cache-Control", "cache-control", "CACHE-control"} {
+			t.Run(name+": "+cc, func(t *testing.T) {
+				var renders atomic.Int32
+				b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header()[name] = []string{cc}
+					fmt.Fprintf(w, "for %s n=%d", r.Header.Get("X-User"), renders.Add(1))
+				}), &bedOptions{procs: 2})
+				a := b.get(t, "/cc", "X-User", "alice")
+				a.check(t, 200, "BYPASS", "for alice n=1")
+				if got := a.header.Get("Cache-Control"); got != cc {
+					t.Errorf("Cache-Control passed through as %q", got)
+				}
+				b.get(t, "/cc", "X-User", "bob").check(t, 200, "BYPASS", "for bob n=2")
+				b.get(t, "/cc", "X-User", "carol", procHeader, "1").check(t, 200, "BYPASS", "for carol n=3")
+				b.waitGone(t, "/cc")
+			})
+		}
 	}
 }
 
@@ -355,6 +359,40 @@ func TestSecurity_poisoning(t *testing.T) {
 	}, redistest.Redis8, redistest.Valkey)
 }
 
+// TestSecurity_poisoningOtherCase: an outer middleware that puts the
+// rewriting headers into the request's header map in another letter case
+// (the map is the handler's to read) does not get them to the render that
+// is stored for everyone either.
+func TestSecurity_poisoningOtherCase(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "n=%d", renders.Add(1))
+		for name, vs := range r.Header { // as a framework reading the map would
+			for _, rw := range rewriting {
+				if strings.EqualFold(name, rw) {
+					fmt.Fprintf(w, " %s=%s", rw, strings.Join(vs, ","))
+				}
+			}
+		}
+	}), &bedOptions{procs: 2, wrap: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for _, name := range rewriting {
+				if vs := r.Header[name]; vs != nil {
+					delete(r.Header, name)
+					r.Header[strings.ToLower(name)] = vs
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}})
+	b.get(t, "/oc", "X-Forwarded-Host", "evil.example", "X-Original-URL", "/evil").check(t, 200, "MISS", "n=1")
+	b.get(t, "/oc", procHeader, "1").check(t, 200, "HIT", "n=1")
+	if raw := b.storedText(t, "/oc"); raw == "" || strings.Contains(raw, "evil") {
+		t.Errorf("stored entry %q", raw)
+	}
+}
+
 // TestSecurity_keyHeaders: a header named in KeyHeaders reaches the
 // handler and is part of the key; the others are still removed.
 func TestSecurity_keyHeaders(t *testing.T) {
@@ -392,7 +430,10 @@ func TestSecurity_keyHeaders(t *testing.T) {
 
 // TestSecurity_conditionalRequests: a request's validators and ranges do
 // not shape the response stored for others, even when the options allow
-// storing 304s.
+// storing 304s. Validators never reach the render for the cache (the
+// middleware answers If-None-Match and If-Modified-Since itself, and may
+// ignore If-Match and If-Unmodified-Since as RFC 9110 13.1.1 and 13.1.4
+// let a cache); a range request bypasses the cache.
 func TestSecurity_conditionalRequests(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	lastModified := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -403,16 +444,17 @@ func TestSecurity_conditionalRequests(t *testing.T) {
 		opts   middleware.Options
 		hdr    []string
 		status int
+		xcache string
 		body   string
 	}{
-		{"If-None-Match", middleware.Options{}, []string{"If-None-Match", `"v1"`}, 304, ""},
-		{"If-None-Match, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-None-Match", `"v1"`}, 304, ""},
-		{"If-None-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-None-Match", `"v1"`}, 304, ""},
-		{"If-Modified-Since, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-Modified-Since", lastModified.Format(http.TimeFormat)}, 304, ""},
-		{"If-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-Match", `"v0"`}, 412, ""},
-		{"If-Unmodified-Since, Statuses with 412", middleware.Options{Statuses: []int{200, 412}}, []string{"If-Unmodified-Since", lastModified.Add(-time.Hour).Format(http.TimeFormat)}, 412, ""},
-		{"Range, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"Range", "bytes=0-2"}, 206, "the"},
-		{"If-Range and Range, Statuses with 206", middleware.Options{Statuses: []int{200, 206}}, []string{"Range", "bytes=0-2", "If-Range", `"v1"`}, 206, "the"},
+		{"If-None-Match", middleware.Options{}, []string{"If-None-Match", `"v1"`}, 304, "MISS", ""},
+		{"If-None-Match, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-None-Match", `"v1"`}, 304, "MISS", ""},
+		{"If-None-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-None-Match", `"v1"`}, 304, "MISS", ""},
+		{"If-Modified-Since, Statuses with 304", middleware.Options{Statuses: []int{200, 304}}, []string{"If-Modified-Since", lastModified.Format(http.TimeFormat)}, 304, "MISS", ""},
+		{"If-Match, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"If-Match", `"v0"`}, 200, "MISS", content},
+		{"If-Unmodified-Since, Statuses with 412", middleware.Options{Statuses: []int{200, 412}}, []string{"If-Unmodified-Since", lastModified.Add(-time.Hour).Format(http.TimeFormat)}, 200, "MISS", content},
+		{"Range, ShouldCache always", middleware.Options{ShouldCache: always}, []string{"Range", "bytes=0-2"}, 206, "BYPASS", "the"},
+		{"If-Range and Range, Statuses with 206", middleware.Options{Statuses: []int{200, 206}}, []string{"Range", "bytes=0-2", "If-Range", `"v1"`}, 206, "BYPASS", "the"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,21 +465,175 @@ func TestSecurity_conditionalRequests(t *testing.T) {
 				w.Header().Set("X-Render", strconv.Itoa(int(renders.Add(1))))
 				http.ServeContent(w, r, "", lastModified, strings.NewReader(content))
 			}), &bedOptions{mw: &opts, procs: 2})
-			// The handler answers the conditions; that answer is for
-			// this client only.
 			first := b.get(t, "/cond", tt.hdr...)
-			first.check(t, tt.status, "BYPASS", tt.body)
-			b.waitGone(t, "/cond")
-			b.get(t, "/cond", procHeader, "1").check(t, 200, "MISS", content)
-			b.get(t, "/cond").check(t, 200, "HIT", content)
-			// Once stored, If-None-Match is answered from the entry.
-			if tt.hdr[0] == "If-None-Match" {
-				r := b.get(t, "/cond", tt.hdr...)
-				r.check(t, 304, "HIT", "")
-				if got := r.header.Get("X-Render"); got != "2" {
-					t.Errorf("304 from render %s, want the stored render 2", got)
+			first.check(t, tt.status, tt.xcache, tt.body)
+			stored := "1"
+			if tt.xcache == "BYPASS" {
+				// The handler answered the range; that answer is for
+				// this client only.
+				b.waitGone(t, "/cond")
+				b.get(t, "/cond", procHeader, "1").check(t, 200, "MISS", content)
+				stored = "2"
+			} else {
+				b.waitStored(t, "/cond", content)
+			}
+			for _, proc := range []string{"0", "1"} {
+				r := b.get(t, "/cond", procHeader, proc)
+				r.check(t, 200, "HIT", content)
+				if got := r.header.Get("X-Render"); got != stored {
+					t.Errorf("HIT from render %s, want the stored render %s", got, stored)
+				}
+			}
+			// Once stored, If-None-Match and If-Modified-Since are
+			// answered from the entry.
+			for _, st := range []struct {
+				hdr    []string
+				status int
+				body   string
+			}{
+				{[]string{"If-None-Match", `"v1"`}, 304, ""},
+				{[]string{"If-None-Match", `"v0"`, "If-Modified-Since", lastModified.Format(http.TimeFormat)}, 200, content},
+				{[]string{"If-Modified-Since", lastModified.Format(http.TimeFormat)}, 304, ""},
+				{[]string{"If-Modified-Since", lastModified.Add(time.Hour).Format(http.TimeFormat)}, 304, ""},
+				{[]string{"If-Modified-Since", lastModified.Add(-time.Second).Format(http.TimeFormat)}, 200, content},
+				{[]string{"If-Modified-Since", "yesterday"}, 200, content},
+			} {
+				r := b.get(t, "/cond", append(st.hdr, procHeader, "1")...)
+				r.check(t, st.status, "HIT", st.body)
+				if got := r.header.Get("X-Render"); got != stored {
+					t.Errorf("%q: from render %s, want the stored render %s", st.hdr, got, stored)
 				}
 			}
 		})
 	}
+}
+
+// TestSecurity_stripPrefixMounts: one Middleware behind two StripPrefix
+// mounts keys on the URL as received, not on the path it is given
+// (issue 10, 2); rewrites the key cannot see in the received URL (by a
+// header) and a scheme or host set by an outer middleware make entries of
+// their own.
+func TestSecurity_stripPrefixMounts(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		var renders atomic.Int32
+		page := func(name string) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "n=%d %s %s://%s%s", renders.Add(1), name, r.URL.Scheme, r.URL.Host, r.URL.Path)
+			})
+		}
+		b := newTestBed(t, s, nil, &bedOptions{procs: 2,
+			router: func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle("/admin/", http.StripPrefix("/admin", m.Handler(page("admin"))))
+				mux.Handle("/public/", http.StripPrefix("/public", m.Handler(page("public"))))
+				// An outer middleware that rewrites by a header, and one
+				// that sets the scheme and host (as proxy-header
+				// middlewares do).
+				mux.Handle("/beta/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("X-Beta") == "1" {
+						r.URL.Path = "/beta/new" + strings.TrimPrefix(r.URL.Path, "/beta")
+					}
+					m.Handler(page("beta")).ServeHTTP(w, r)
+				}))
+				mux.Handle("/abs/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("X-Test-Https") == "1" {
+						r.URL.Scheme, r.URL.Host = "https", "secure.example"
+					}
+					m.Handler(page("abs")).ServeHTTP(w, r)
+				}))
+				return mux
+			}})
+		steps := []struct {
+			path   string
+			hdr    []string
+			xcache string
+			body   string
+		}{
+			{"/admin/stats", nil, "MISS", "n=1 admin :///stats"},
+			{"/public/stats", nil, "MISS", "n=2 public :///stats"},
+			{"/public/stats", []string{procHeader, "1"}, "HIT", "n=2 public :///stats"},
+			{"/admin/stats", []string{procHeader, "1"}, "HIT", "n=1 admin :///stats"},
+			{"/beta/x", []string{"X-Beta", "1"}, "MISS", "n=3 beta :///beta/new/x"},
+			{"/beta/x", nil, "MISS", "n=4 beta :///beta/x"},
+			{"/beta/x", []string{"X-Beta", "1", procHeader, "1"}, "HIT", "n=3 beta :///beta/new/x"},
+			{"/abs/x", []string{"X-Test-Https", "1"}, "MISS", "n=5 abs https://secure.example/abs/x"},
+			{"/abs/x", nil, "MISS", "n=6 abs :///abs/x"},
+			{"/abs/x", []string{"X-Test-Https", "1", procHeader, "1"}, "HIT", "n=5 abs https://secure.example/abs/x"},
+		}
+		for _, st := range steps {
+			b.get(t, st.path, st.hdr...).check(t, 200, st.xcache, st.body)
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestSecurity_nonCanonicalResponseHeaders: response header names in
+// any letter case, set straight in the map (net/http sends them as
+// written), are seen by every storage rule and every header drop
+// (issue 10, 3).
+func TestSecurity_nonCanonicalResponseHeaders(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	notStored := []struct {
+		name string
+		hdr  http.Header
+	}{
+		{"set-cookie", http.Header{"Cache-Control": {"public, max-age=60"}, "set-cookie": {"session=secret"}}},
+		{"SET-COOKIE", http.Header{"SET-COOKIE": {"session=secret"}}},
+		{"cache-control private", http.Header{"cache-control": {"private"}}},
+		{"cache-control no-store", http.Header{"cache-control": {"private, no-store"}}},
+		{"both cases", http.Header{"Cache-Control": {"max-age=60"}, "cache-control": {"no-store"}}},
+		{"vary star", http.Header{"vary": {"*"}}},
+		{"expires", http.Header{"expires": {"0"}}},
+		{"pragma", http.Header{"pragma": {"no-cache"}}},
+	}
+	for _, tt := range notStored {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, vs := range tt.hdr {
+					w.Header()[k] = vs
+				}
+				fmt.Fprintf(w, "n=%d for %s", renders.Add(1), r.Header.Get("X-User"))
+			}), &bedOptions{procs: 2})
+			b.get(t, "/nc", "X-User", "alice").check(t, 200, "BYPASS", "n=1 for alice")
+			b.get(t, "/nc", "X-User", "bob", procHeader, "1").check(t, 200, "BYPASS", "n=2 for bob")
+			b.waitGone(t, "/nc")
+		})
+	}
+	t.Run("vary", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["vary"] = []string{"x-user"}
+			fmt.Fprintf(w, "n=%d for %s", renders.Add(1), r.Header.Get("X-User"))
+		}), &bedOptions{procs: 2})
+		b.get(t, "/v", "X-User", "alice").check(t, 200, "MISS", "n=1 for alice")
+		b.get(t, "/v", "X-User", "bob", procHeader, "1").check(t, 200, "MISS", "n=2 for bob")
+		// Process 0 has learnt the Vary and looks under the variants'
+		// keys; alice's first render went to the plain key.
+		b.get(t, "/v", "X-User", "bob").check(t, 200, "HIT", "n=2 for bob")
+		b.get(t, "/v", "X-User", "alice").check(t, 200, "MISS", "n=3 for alice")
+		b.get(t, "/v", "X-User", "alice", procHeader, "1").check(t, 200, "HIT", "n=3 for alice")
+	})
+	t.Run("dropped and replaced headers", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["age"] = []string{"987654"}
+			w.Header()["etag"] = []string{`"h1"`}
+			w.Header()["keep-alive"] = []string{"timeout=987654"}
+			fmt.Fprintf(w, "n=%d", renders.Add(1))
+		}), nil)
+		b.get(t, "/d").check(t, 200, "MISS", "n=1")
+		b.waitStored(t, "/d", "n=1")
+		hit := b.get(t, "/d")
+		hit.check(t, 200, "HIT", "n=1")
+		if got := hit.header.Values("Age"); len(got) != 1 || got[0] == "987654" {
+			t.Errorf("Age on a hit: %q, want only the cache's", got)
+		}
+		if got := hit.header.Values("Etag"); len(got) != 1 || got[0] != `"h1"` {
+			t.Errorf("ETag on a hit: %q, want only the handler's", got)
+		}
+		if raw := b.storedText(t, "/d"); strings.Contains(raw, "987654") {
+			t.Errorf("the stored entry holds a dropped header: %q", raw)
+		}
+		b.get(t, "/d", "If-None-Match", `"h1"`).check(t, 304, "HIT", "")
+	})
 }
