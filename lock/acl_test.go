@@ -67,6 +67,30 @@ func TestACL_lock_leastPrivilege(t *testing.T) {
 				t.Fatalf("second release: %v, want ErrNotHeld", err)
 			}
 		}
+
+		// Fencing adds FencePerms.
+		if _, err := c.Obtain(ctx, prefix+"f", time.Minute, &lock.ObtainOptions{Fencing: true}); !errors.Is(err, lock.ErrPermission) {
+			t.Errorf("fenced obtain without FencePerms: %v, want ErrPermission", err)
+		}
+		fu := s.User(t, append(redistest.LockPerms(s.Kind, prefix+"*"), redistest.FencePerms(prefix+"*")...)...)
+		fc, err := lock.New(fu.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for i := range 2 {
+			l, err := fc.Obtain(ctx, prefix+"fenced", time.Minute, &lock.ObtainOptions{Fencing: true})
+			if err != nil {
+				t.Fatalf("fenced obtain %d: %v", i, err)
+			}
+			if l.Fence() <= last {
+				t.Errorf("fence %d after %d", l.Fence(), last)
+			}
+			last = l.Fence()
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("fenced release: %v", err)
+			}
+		}
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
 

@@ -122,3 +122,10 @@ func CachePerms(kind Kind, ns string) []string {
 	}
 	return p
 }
+
+// FencePerms are what ObtainOptions.Fencing adds to LockPerms on every
+// kind: the fence keys ("{key}:fence" for a key without a hash tag) and
+// the script that draws the number.
+func FencePerms(keyPattern string) []string {
+	return []string{"~{" + keyPattern, "+evalsha", "+eval", "+get", "+set", "+time"}
+}
