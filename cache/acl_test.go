@@ -387,3 +387,27 @@ func TestACL_cache_channelDenied(t *testing.T) {
 		})
 	}
 }
+
+// TestACL_cache_deleteDenied: Delete, Set and Get refused by the ACL
+// return ErrPermission too.
+func TestACL_cache_deleteDenied(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	var perms []string
+	for _, p := range redistest.CachePerms(s.Kind, ns) {
+		if p != "+del" && p != "+set" && p != "+get" {
+			perms = append(perms, p)
+		}
+	}
+	c := aclCache(t, s.User(t, perms...), ns, cache.Options{})
+	if err := c.Delete(ctx, "k"); !errors.Is(err, cache.ErrPermission) {
+		t.Errorf("Delete: %v, want ErrPermission", err)
+	}
+	if err := cache.Set(ctx, c, "k", "v"); !errors.Is(err, cache.ErrPermission) {
+		t.Errorf("Set: %v, want ErrPermission", err)
+	}
+	if _, err := cache.Get[string](ctx, c, "k"); !errors.Is(err, cache.ErrPermission) {
+		t.Errorf("Get: %v, want ErrPermission", err)
+	}
+}

@@ -264,7 +264,7 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	}
 	k := c.keys(key)
 	if err := c.rc.Del(ctx, k.value, k.lock()).Err(); err != nil {
-		return fmt.Errorf("cache: delete %q: %w", key, err)
+		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
 	}
 	// Callers from now on must not join a flight that began before the
 	// Delete: its result may predate it.
@@ -298,7 +298,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 		return zero, ErrMiss
 	}
 	if err != nil {
-		return zero, fmt.Errorf("cache: get %q: %w", key, err)
+		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
 	}
 	e, st, _ := c.classify(raw) // st says all that matters here
 	switch {
@@ -344,7 +344,7 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 		c.ann.refused("PUBLISH", pub.Err())
 	}
 	if err := set.Err(); err != nil {
-		return fmt.Errorf("cache: set %q: %w", key, err)
+		return fmt.Errorf("cache: set %q: %w", key, redisx.Denied("set", err, ""))
 	}
 	c.flights.Forget(k.value) // as in Delete
 	return nil
