@@ -232,3 +232,106 @@ func TestGetOrLoad_callerDeadlineIsNotServerFailure(t *testing.T) {
 		t.Errorf("the impatient callers' loader ran %d times", calls.Load())
 	}
 }
+
+// TestGetOrLoad_readYourDeleteAcrossProcesses (issue 10, #16): a caller
+// that starts after a Delete returned (in any process) does not get a value
+// from before the Delete, even by joining a flight of its process that was
+// waiting for a rebuild which wrote that value just before the Delete and
+// whose announcement arrives after it.
+func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		// Polls are off the table: only the announcement ends B's wait.
+		opts := cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute}
+		rcA := s.Client(t)
+		recA := record(rcA)
+		a := newCacheOn(t, rcA, &opts)         // process 1: rebuilds
+		b := newCacheOn(t, s.Client(t), &opts) // process 2: waits, then reads after the Delete
+		d := newCacheOn(t, s.Client(t), &opts) // process 3: deletes
+
+		// A's announcement is held back until the test lets it go.
+		publishing := make(chan struct{}, 1)
+		announce, letAnnounce := gate(t)
+		recA.onBefore(func(args []string) {
+			if args[0] == "publish" && args[1] == ns+":announce" {
+				publishing <- struct{}{}
+				<-announce
+			}
+		})
+
+		started := make(chan struct{})
+		release, open := gate(t)
+		a1 := goGetOrLoad(ctx, a, "k", heldLoader(started, release, "before the Delete"))
+		redistest.Recv(t, ctx, started, "A's load to start")
+		var calls atomic.Int32
+		b1 := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+		redistest.WaitFor(t, ctx, "B to wait for A's claim", func() bool { return b.Stats().Waits == 1 })
+		open()
+		redistest.Recv(t, ctx, publishing, "A to write and announce")
+		if v, err := cache.Get[string](ctx, d, "k"); err != nil || v != "before the Delete" {
+			t.Fatalf("A's value is not stored: %q, %v", v, err)
+		}
+
+		if err := d.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		b2 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "loaded after the Delete", nil })
+		redistest.WaitFor(t, ctx, "B's second caller to join B's flight", func() bool { return cache.Joined(b, "k") == 2 })
+		letAnnounce()
+
+		if r := redistest.Recv(t, ctx, b2, "B's caller after the Delete"); r.err != nil || r.v != "loaded after the Delete" {
+			t.Errorf("B's caller after the Delete got %q, %v; want a load after the Delete", r.v, r.err)
+		}
+		// The callers that began before the Delete may have either value.
+		if r := redistest.Recv(t, ctx, a1, "A's caller"); r.err != nil || r.v != "before the Delete" {
+			t.Errorf("A's caller got %q, %v", r.v, r.err)
+		}
+		if r := redistest.Recv(t, ctx, b1, "B's caller before the Delete"); r.err != nil {
+			t.Errorf("B's caller before the Delete got %q, %v", r.v, r.err)
+		}
+		if v, err := cache.Get[string](ctx, d, "k"); err != nil || v != "loaded after the Delete" {
+			t.Errorf("stored afterwards: %q, %v; want the load after the Delete", v, err)
+		}
+		if calls.Load() != 0 {
+			t.Errorf("B's first loader ran %d times", calls.Load())
+		}
+	}, redistest.Redis8, redistest.Redis7)
+}
+
+// TestGetOrLoad_readYourDeleteJoiningOwnLoad (issue 10, #16): a caller that
+// starts after a Delete in another process returned does not join a load of
+// its own process that began before the Delete (the Delete removed that
+// load's claim, so its result is not stored): it loads anew.
+func TestGetOrLoad_readYourDeleteJoiningOwnLoad(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := cache.Options{Namespace: namespace(t)}
+		b := newCacheOn(t, s.Client(t), &opts) // the process that loads and reads
+		d := newCacheOn(t, s.Client(t), &opts) // the process that deletes
+
+		started := make(chan struct{})
+		release, open := gate(t)
+		b1 := goGetOrLoad(ctx, b, "k", heldLoader(started, release, "loaded before the Delete"))
+		redistest.Recv(t, ctx, started, "B's load to start")
+		if err := d.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		b2 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "loaded after the Delete", nil })
+		redistest.WaitFor(t, ctx, "B's second caller to join B's load", func() bool { return cache.Joined(b, "k") == 2 })
+		open()
+
+		if r := redistest.Recv(t, ctx, b2, "B's caller after the Delete"); r.err != nil || r.v != "loaded after the Delete" {
+			t.Errorf("B's caller after the Delete got %q, %v; want a load after the Delete", r.v, r.err)
+		}
+		if r := redistest.Recv(t, ctx, b1, "B's caller before the Delete"); r.err != nil || r.v != "loaded before the Delete" {
+			t.Errorf("B's caller before the Delete got %q, %v; want its own load", r.v, r.err)
+		}
+		if v, err := cache.Get[string](ctx, d, "k"); err != nil || v != "loaded after the Delete" {
+			t.Errorf("stored afterwards: %q, %v; want the load after the Delete", v, err)
+		}
+		if st := b.Stats(); st.Misses != 2 || st.Coalesced != 1 || st.Loads != 2 || st.WritesSkipped != 1 {
+			t.Errorf("stats %+v; want 2 misses, 1 coalesced, 2 loads and the first load's write skipped", st)
+		}
+	}, redistest.Redis8, redistest.Redis7)
+}
