@@ -19,7 +19,11 @@ type Options struct {
 	// Namespace prefixes every key the cache writes: a value for key K is
 	// stored at "Namespace:{K}", its rebuild lock at "Namespace:{K}:lock"
 	// (one Redis Cluster slot), and announcements go to the channel
-	// "Namespace:announce". It must not contain braces. Default: "stampede".
+	// "Namespace:announce". A K longer than 128 bytes, starting with "#",
+	// or holding braces, spaces or bytes that are not printable ASCII is
+	// replaced by "#" and the hex SHA-256 of K (a cryptographic hash, so
+	// that nobody who chooses keys can make two share an entry). It must
+	// not contain braces. Default: "stampede".
 	Namespace string
 
 	// TTL is how long a loaded value is fresh. Values above 100 years
