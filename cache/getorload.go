@@ -41,6 +41,12 @@ const writeTimeout = 5 * time.Second
 // loader becomes a *loader.PanicError. If the server cannot be reached,
 // the loader runs without it (fail open).
 //
+// A call that starts after a Delete or Set of key returned, in any
+// process, never returns a value from before it: a caller that joins a
+// flight of its process takes the flight's result only if it is at least
+// as new as what the caller's own read of the key found, and otherwise
+// reads the key again. (While failing open there is no such guarantee.)
+//
 // WARNING: concurrent callers share one load's result and its timeout: the
 // load runs on a context detached from all callers (it keeps the first
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
