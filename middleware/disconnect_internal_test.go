@@ -70,3 +70,45 @@ func TestRenderContext_stop(t *testing.T) {
 		t.Error("the render's context is still live after stop")
 	}
 }
+
+// TestGiveToClient: a render given to its client ends with that client
+// alone, whether the client went before or after.
+func TestGiveToClient(t *testing.T) {
+	tests := []struct {
+		name       string
+		goneBefore bool
+	}{
+		{"client goes after", false},
+		{"client gone before", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wait, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancelWait()
+			client, endClient := context.WithCancel(context.Background())
+			defer endClient()
+			load, endLoad := context.WithCancel(context.Background())
+			defer endLoad()
+			ctx, stop := renderContext(client, load)
+			defer stop()
+			if tt.goneBefore {
+				endClient()
+			}
+			giveToClient(ctx)
+			endClient()
+			select {
+			case <-ctx.Done():
+			case <-wait.Done():
+				t.Fatal("the render's context did not end with its client")
+			}
+			if load.Err() != nil {
+				t.Fatal("the load ended")
+			}
+			if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+				t.Errorf("cause %v, want the client's", cause)
+			}
+		})
+	}
+	// Outside a render (a background render's context): nothing happens.
+	giveToClient(context.Background())
+}

@@ -258,3 +258,31 @@ func TestMiddleware_renderOutlastsLoad(t *testing.T) {
 	b.waitGone(t, "/ol")
 	b.get(t, "/ol").check(t, 200, "MISS", "render-2")
 }
+
+// TestMiddleware_clientGone_streaming: a render that flushes (a stream,
+// passed through to its client and stored for nobody) ends with its
+// client, as without the cache, not with the load's much later timeout.
+func TestMiddleware_clientGone_streaming(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	flushed, ended := make(chan struct{}), make(chan struct{})
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "event: tick\n\n")
+		http.NewResponseController(w).Flush()
+		close(flushed)
+		select {
+		case <-r.Context().Done():
+			close(ended)
+		case <-ctx.Done():
+		}
+	}), &bedOptions{cache: &cache.Options{LoadTimeout: time.Hour}})
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sent := b.goSend(cctx, "GET", "/stream")
+	redistest.Recv(t, ctx, flushed, "the stream to start")
+	cancel()
+	redistest.Recv(t, ctx, ended, "the stream's context to end with its client")
+	if r := redistest.Recv(t, ctx, sent, "the stream's client"); r.err == nil {
+		t.Errorf("the stream's client got %v", r.reply)
+	}
+}

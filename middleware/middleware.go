@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -372,25 +373,61 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 // and ends only when both have ended. A client that goes away does not
 // end the render the waiters share, which then ends with LoadTimeout; a
 // client still connected when LoadTimeout ends the load keeps its own
-// render going, as it would without the cache. stop releases what the
-// context holds; call it once the render is over.
+// render going, as it would without the cache. Once the render passes
+// its response through to the client (it flushed, or outgrew StoreLimit:
+// see giveToClient), nobody else can use it and it ends with its client.
+// stop releases what the context holds; call it once the render is over.
 func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(load))
+	sr := &sharedRender{client: client}
+	ctx, sr.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(load), sharedRenderKey, sr))
 	// Each ends the render if the other has ended already; Err is set
 	// before AfterFunc runs, so whichever ends last sees the other's.
-	endAfter := func(other context.Context) func() {
-		return func() {
-			if other.Err() != nil {
-				cancel(context.Cause(load))
-			}
+	stopClient := context.AfterFunc(client, func() {
+		switch {
+		case load.Err() != nil:
+			sr.cancel(context.Cause(load))
+		case sr.clientOnly.Load():
+			sr.cancel(context.Cause(client))
 		}
-	}
-	stopClient := context.AfterFunc(client, endAfter(load))
-	stopLoad := context.AfterFunc(load, endAfter(client))
+	})
+	stopLoad := context.AfterFunc(load, func() {
+		if client.Err() != nil {
+			sr.cancel(context.Cause(load))
+		}
+	})
 	return ctx, func() {
 		stopClient()
 		stopLoad()
-		cancel(context.Canceled)
+		sr.cancel(context.Canceled)
+	}
+}
+
+// sharedRender is what giveToClient needs of a renderContext.
+type sharedRender struct {
+	client     context.Context
+	cancel     context.CancelCauseFunc
+	clientOnly atomic.Bool // set by giveToClient
+}
+
+type ctxKey struct{ name string }
+
+var sharedRenderKey = &ctxKey{"shared-render"}
+
+// giveToClient makes the render running on ctx, if it runs on a
+// renderContext, end with its client from now on (at once if the client
+// has gone): its response is passed through to that client and stored
+// for nobody, so nobody else waits for it. A streaming handler (one that
+// flushes) thus stops when its client goes, as without the cache.
+func giveToClient(ctx context.Context) {
+	sr, _ := ctx.Value(sharedRenderKey).(*sharedRender)
+	if sr == nil {
+		return
+	}
+	// Either the client's AfterFunc sees clientOnly, or this sees the
+	// client's Err: it is set before that AfterFunc runs.
+	sr.clientOnly.Store(true)
+	if sr.client.Err() != nil {
+		sr.cancel(context.Cause(sr.client))
 	}
 }
 
@@ -404,7 +441,10 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	m.prepareRender(rr)
 	rec := newRecorder(w, m.limit)
-	rec.onPass = func(h http.Header) { m.setStatus(h, statusBypass) }
+	rec.onPass = func(h http.Header) {
+		m.setStatus(h, statusBypass)
+		giveToClient(rr.Context()) // the response is its client's alone now
+	}
 	stored := m.now()
 	next.ServeHTTP(rec, rr)
 	if rec.status == 0 {
