@@ -269,7 +269,8 @@ var errDeclined = errors.New("middleware: render in the background")
 // job is a render requested by the cache's loader from the request's own
 // goroutine. ctx is the loader's: detached from every client (it keeps
 // the request's values, with a copy of its chi routing context) and ended
-// by the cache's LoadTimeout.
+// by the cache's LoadTimeout; for a client's no-cache render, which
+// nobody else waits for, it is the request's own.
 type job struct {
 	ctx  context.Context
 	done chan result
