@@ -216,7 +216,7 @@ func (cn *Conn) TTLIfEqual(ctx context.Context, key, value string) (ttl time.Dur
 	} else {
 		want, mode := cn.expect(value)
 		n, err = cn.scripts.pttlIfEq.Run(ctx, cn.c, []string{key}, want, mode).Int64()
-		if IsNoPerm(err) {
+		if isScriptRefusal(err) {
 			cn.downgrade(func(c *Capabilities) { c.ScriptsDenied = err.Error() })
 			n, err = cn.ttlPipeline(ctx, caps, key, value)
 		}

@@ -41,10 +41,19 @@ func (e *PermissionError) Is(target error) bool { return target == ErrPermission
 // Unwrap returns the server's reply, if there was one.
 func (e *PermissionError) Unwrap() error { return e.err }
 
-// IsNoPerm reports whether err is the server's ACL refusal (a NOPERM
-// reply: command, key or channel not permitted to the user).
+// IsNoPerm reports whether err is the server's ACL refusal: a NOPERM
+// reply (command, key or channel not permitted to the user), or the error
+// of a script whose command the ACL refused, which Redis 7.0 words "ERR
+// The user executing the script can't …" and Redis >= 7.2 and Valkey "ERR
+// ACL failure in script: …".
 func IsNoPerm(err error) bool {
-	return IsReply(err) && strings.HasPrefix(err.Error(), "NOPERM")
+	if !IsReply(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") ||
+		strings.HasPrefix(msg, "ERR The user executing the script can't") ||
+		strings.HasPrefix(msg, "ERR ACL failure in script")
 }
 
 // Denied returns err as a *PermissionError for op if it is a NOPERM reply,
@@ -94,7 +103,7 @@ func (cn *Conn) scriptFor(caps Capabilities, op Op, n int) (name, instead string
 	case OpRelease:
 		if large && caps.Digest != DigestNative {
 			return "release of a large value (compare-and-delete by SHA-1 script)",
-				"use a server with DELEX IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n)
+				"use a server with DELEX IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n, caps.Release != ReleaseLua)
 		}
 		if !large && caps.Release == ReleaseLua {
 			return "release (compare-and-delete script)",
@@ -103,7 +112,7 @@ func (cn *Conn) scriptFor(caps Capabilities, op Op, n int) (name, instead string
 	case OpExtend:
 		if large && caps.Digest != DigestNative {
 			return "refresh of a large value (compare-and-pexpire by SHA-1 script)",
-				"use a server with SET IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n)
+				"use a server with SET IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n, caps.Extend == ExtendSetIfEq)
 		}
 		if !large && caps.Extend == ExtendLua {
 			return "refresh (compare-and-pexpire script)",
@@ -112,7 +121,7 @@ func (cn *Conn) scriptFor(caps Capabilities, op Op, n int) (name, instead string
 	case OpSet:
 		if large && caps.Digest != DigestNative {
 			return "conditional write over a large value (compare-and-set by SHA-1 script)",
-				"use a server with SET IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n)
+				"use a server with SET IFDEQ (Redis >= 8.4), which needs no script" + cn.raise(n, caps.Extend == ExtendSetIfEq)
 		}
 		if !large && caps.Extend == ExtendLua {
 			return "conditional write (compare-and-set script)",
@@ -122,9 +131,13 @@ func (cn *Conn) scriptFor(caps Capabilities, op Op, n int) (name, instead string
 	return "", ""
 }
 
-// raise suggests comparing a value of n bytes as it is.
-func (cn *Conn) raise(n int) string {
-	return fmt.Sprintf(", or raise DigestThreshold to at least %d bytes (the value is then compared as it is, without a script where the server has the IFEQ form)", n)
+// raise suggests comparing a value of n bytes as it is, where the server
+// has a native form for that (native).
+func (cn *Conn) raise(n int, native bool) string {
+	if !native {
+		return ""
+	}
+	return fmt.Sprintf(", or raise DigestThreshold to at least %d bytes (the value is then compared as it is, with this server's native command)", n)
 }
 
 // Check returns a *PermissionError when op on key, for a value of n bytes,
@@ -183,6 +196,18 @@ func (cn *Conn) CheckScripts(ctx context.Context, key, op, instead string) error
 	return &PermissionError{Op: op, Reply: caps.ScriptsDenied, Fix: scriptFix(Capabilities{}, instead)}
 }
 
+// isScriptRefusal reports whether err is the ACL's refusal of EVALSHA or
+// EVAL itself, as opposed to a command or key inside the script (whose
+// reply also mentions the script).
+func isScriptRefusal(err error) bool {
+	if !IsNoPerm(err) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.HasPrefix(msg, "noperm") &&
+		(strings.Contains(msg, "'evalsha' command") || strings.Contains(msg, "'eval' command"))
+}
+
 // scriptErr turns a NOPERM reply to a script into a *PermissionError for
 // op and remembers that scripts are refused, so that the next Check says
 // so before anything is taken. Other errors are returned unchanged.
@@ -191,7 +216,7 @@ func (cn *Conn) scriptErr(caps Capabilities, op Op, n int, err error) error {
 		return err
 	}
 	msg := err.Error()
-	if strings.Contains(strings.ToLower(msg), "eval") || strings.Contains(strings.ToLower(msg), "script") {
+	if isScriptRefusal(err) {
 		cn.downgrade(func(c *Capabilities) { c.ScriptsDenied = msg })
 		name, instead := cn.scriptFor(caps, op, n)
 		if name != "" {
