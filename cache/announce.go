@@ -74,8 +74,9 @@ type announcer struct {
 // PING, and one silent for another pingEvery is replaced.
 const (
 	pingEvery        = 3 * time.Second
-	resubscribeAfter = 100 * time.Millisecond // after a broken connection
-	retryDenied      = 10 * time.Second       // after a refused SUBSCRIBE
+	resubscribeAfter = 100 * time.Millisecond // after a broken connection, doubling while it fails
+	resubscribeMax   = 2 * time.Second
+	retryDenied      = 10 * time.Second // after a refused SUBSCRIBE
 )
 
 func startAnnouncer(rc RedisClient, channel string, denied func(op string, err error, first bool), ok func(op string)) *announcer {
@@ -96,6 +97,7 @@ func startAnnouncer(rc RedisClient, channel string, denied func(op string, err e
 // after a broken connection and, every retryDenied, after a refusal.
 func (a *announcer) loop() {
 	defer close(a.done)
+	backoff := resubscribeAfter
 	for {
 		a.psMu.Lock()
 		if a.ctx.Err() != nil {
@@ -106,14 +108,18 @@ func (a *announcer) loop() {
 		a.ps = ps
 		a.psMu.Unlock()
 
-		err := a.session(ps)
+		confirmed, err := a.session(ps)
 
 		a.psMu.Lock()
 		a.ps = nil
 		a.psMu.Unlock()
 		_ = ps.Close()
 
-		wait := resubscribeAfter
+		if confirmed {
+			backoff = resubscribeAfter
+		}
+		wait := backoff
+		backoff = min(2*backoff, resubscribeMax)
 		if redisx.IsNoPerm(err) {
 			a.refused("SUBSCRIBE", err)
 			wait = retryDenied
@@ -129,10 +135,11 @@ func (a *announcer) loop() {
 }
 
 // session subscribes on ps and delivers its messages until the connection
-// fails, the server refuses the subscription, or close.
-func (a *announcer) session(ps *redis.PubSub) error {
+// fails, the server refuses the subscription, or close. confirmed reports
+// whether the server confirmed the subscription.
+func (a *announcer) session(ps *redis.PubSub) (confirmed bool, err error) {
 	if err := ps.Subscribe(a.ctx, a.channel); err != nil {
-		return err
+		return false, err
 	}
 	pinged := false
 	for {
@@ -142,16 +149,17 @@ func (a *announcer) session(ps *redis.PubSub) error {
 		case err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged && a.ctx.Err() == nil:
 			pinged = true
 			if err := ps.Ping(a.ctx); err != nil {
-				return err
+				return confirmed, err
 			}
 			continue
 		case err != nil:
-			return err
+			return confirmed, err
 		}
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
+				confirmed = true
 				a.worked("SUBSCRIBE")
 			}
 		case *redis.Message:
