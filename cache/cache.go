@@ -258,12 +258,21 @@ func logRand() float64 {
 
 // Delete removes key's value and its rebuild lock. A rebuild in progress
 // for key will not write its result (it started before the Delete).
+// Processes waiting for such a rebuild are told to read the key again.
 func (c *Cache) Delete(ctx context.Context, key string) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
 	k := c.keys(key)
-	if err := c.rc.Del(ctx, k.value, k.lock()).Err(); err != nil {
+	pipe := c.rc.Pipeline()
+	del := pipe.Del(ctx, k.value, k.lock())
+	// As after a Set: waiters elsewhere read the key again now, rather
+	// than wait for the announcement of a rebuild that the Delete overtook
+	// (they would not take its value, but would wait for it). A lost
+	// notice costs them that wait, never correctness.
+	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
+	_, _ = pipe.Exec(ctx)
+	if err := del.Err(); err != nil {
 		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
 	}
 	// Callers from now on must not join a flight that began before the

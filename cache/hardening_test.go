@@ -237,7 +237,9 @@ func TestGetOrLoad_callerDeadlineIsNotServerFailure(t *testing.T) {
 // that starts after a Delete returned (in any process) does not get a value
 // from before the Delete, even by joining a flight of its process that was
 // waiting for a rebuild which wrote that value just before the Delete and
-// whose announcement arrives after it.
+// whose announcement arrives after it. The Delete's own notice, which
+// would wake that flight, is lost here (see TestDelete_wakesWaitersElsewhere
+// for when it arrives).
 func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
@@ -248,7 +250,8 @@ func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
 		recA := record(rcA)
 		a := newCacheOn(t, rcA, &opts)         // process 1: rebuilds
 		b := newCacheOn(t, s.Client(t), &opts) // process 2: waits, then reads after the Delete
-		d := newCacheOn(t, s.Client(t), &opts) // process 3: deletes
+		rcD := s.Client(t)
+		d := newCacheOn(t, rcD, &opts) // process 3: deletes
 
 		// A's announcement is held back until the test lets it go.
 		publishing := make(chan struct{}, 1)
@@ -273,7 +276,9 @@ func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
 			t.Fatalf("A's value is not stored: %q, %v", v, err)
 		}
 
-		if err := d.Delete(ctx, "k"); err != nil {
+		// What Delete does, less its notice to other processes: as if the
+		// notice were lost.
+		if err := rcD.Del(ctx, valueKey(ns, "k"), valueKey(ns, "k")+":lock").Err(); err != nil {
 			t.Fatal(err)
 		}
 		b2 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "loaded after the Delete", nil })
@@ -332,6 +337,60 @@ func TestGetOrLoad_readYourDeleteJoiningOwnLoad(t *testing.T) {
 		}
 		if st := b.Stats(); st.Misses != 2 || st.Coalesced != 1 || st.Loads != 2 || st.WritesSkipped != 1 {
 			t.Errorf("stats %+v; want 2 misses, 1 coalesced, 2 loads and the first load's write skipped", st)
+		}
+	}, redistest.Redis8, redistest.Redis7)
+}
+
+// TestDelete_wakesWaitersElsewhere (issue 10, #16): a Delete tells the
+// other processes, so that a flight there waiting for a rebuild that the
+// Delete overtook reads the key again at once instead of waiting for that
+// rebuild's announcement (or a poll): a caller that starts after the
+// Delete gets a load made after it without that wait.
+func TestDelete_wakesWaitersElsewhere(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		// Polls are off the table, and A's announcement never comes in
+		// time: only the Delete's notice can end B's wait.
+		opts := cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute}
+		rcA := s.Client(t)
+		recA := record(rcA)
+		a := newCacheOn(t, rcA, &opts)
+		b := newCacheOn(t, s.Client(t), &opts)
+		d := newCacheOn(t, s.Client(t), &opts)
+		publishing := make(chan struct{}, 1)
+		announce, letAnnounce := gate(t)
+		recA.onBefore(func(args []string) {
+			if args[0] == "publish" && args[1] == ns+":announce" {
+				publishing <- struct{}{}
+				<-announce
+			}
+		})
+
+		started := make(chan struct{})
+		release, open := gate(t)
+		a1 := goGetOrLoad(ctx, a, "k", heldLoader(started, release, "before the Delete"))
+		redistest.Recv(t, ctx, started, "A's load to start")
+		b1 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "B's load", nil })
+		redistest.WaitFor(t, ctx, "B to wait for A's claim", func() bool { return b.Stats().Waits == 1 })
+		open()
+		redistest.Recv(t, ctx, publishing, "A to write and announce")
+
+		if err := d.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		b2 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "B's load", nil })
+		// A hang here (until the announcement or a poll) is the failure.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for name, ch := range map[string]<-chan result[string]{"B's caller before the Delete": b1, "B's caller after the Delete": b2} {
+			if r := redistest.Recv(t, wctx, ch, name); r.err != nil || r.v != "B's load" {
+				t.Errorf("%s got %q, %v; want B's load, made after the Delete", name, r.v, r.err)
+			}
+		}
+		letAnnounce()
+		if r := redistest.Recv(t, ctx, a1, "A's caller"); r.err != nil || r.v != "before the Delete" {
+			t.Errorf("A's caller got %q, %v", r.v, r.err)
 		}
 	}, redistest.Redis8, redistest.Redis7)
 }
