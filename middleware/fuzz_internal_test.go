@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -69,10 +70,16 @@ func fuzzRequest(target, host string) (*http.Request, bool) {
 }
 
 // FuzzBaseKey: the key builder takes any request without panicking;
-// requests that differ only in the order of their query parameters, the
-// case of the host or a default port share a key; and requests that share
-// a key have the same path and the same query parameters (minus the
-// ignored ones), so one cannot be answered with the other's response.
+// requests that differ only in the order of their query parameters (by
+// name: the values of a repeated name keep their order), the case of the
+// host or a default port share a key; requests that share a key have the
+// same path and the same query parameters (minus those not keyed), so one
+// cannot be answered with the other's response; no part of a request can
+// forge a Vary line; the request the handler renders for the cache has
+// the key of the request it was made from and no parameter outside the
+// key; and a request seen behind a StripPrefix-like rewrite never shares
+// a key with a request sent for the rewritten path. It runs with
+// IgnoreQuery and with a KeyQuery allow-list.
 func FuzzBaseKey(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"/a/b?x=1&y=2", "example.com", "/a/b?y=2&x=1"},
@@ -84,52 +91,121 @@ func FuzzBaseKey(f *testing.F) {
 		{"*", "example.com", "/"},
 		{"/?a=1;b=2&&=&a", "h:0080", "/?=&a&a=1"},
 		{"/a?x=2&x=1", "h", "/a?x=1&x=2"},
+		// Issue 10.
+		{"/admin/stats", "h", "/stats"},
+		{"/public/stats?id=1&utm_source=x", "h", "/stats?id=1"},
+		{"/x?id=2&id=1&utm_source=a", "h", "/x?utm_source=b&id=2&id=1"},
+		{"/x?page=1&id=%31&other=2", "h", "/x?id=1&page=1"},
+		{"/x?utm_source&id=1&&", "h", "/x?id=1"},
+		{"https://h/x?id=1", "h", "/x?id=1"},
+		{"/x?%69d=1", "h", "/x?id=1"},
+		{"/x%0Avary%20X-User:%20alice", "h", "/x"},
+		{"/x?a=%0Avary X-User: alice", "h", "/x?a="},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
-	m := &Middleware{o: Options{IgnoreQuery: []string{"utm_source"}}}
+	ignore := &Middleware{o: Options{IgnoreQuery: []string{"utm_source"}}}
+	allow := &Middleware{o: Options{KeyQuery: []string{"id", "page", ""}}}
 	f.Fuzz(func(t *testing.T, target, host, other string) {
-		r, ok := fuzzRequest(target, host)
-		if !ok {
-			return
-		}
-		key, ok := m.baseKey(r)
-		if !ok {
-			return
-		}
-		if strings.Contains(key, "\n") {
-			t.Errorf("key %q of %q, %q has a line break, which separates the Vary part", key, target, host)
-		}
-
-		// The query's parameters in reverse order.
-		if i := strings.IndexByte(target, '?'); i >= 0 {
-			pairs := strings.Split(target[i+1:], "&")
-			slices.Reverse(pairs)
-			if r2, ok := fuzzRequest(target[:i+1]+strings.Join(pairs, "&"), host); ok {
-				if key2, ok := m.baseKey(r2); !ok || key2 != key {
-					t.Errorf("reordered query: key %q (%v), want %q", key2, ok, key)
-				}
-			}
-		}
-		// The host in other letter case, with the default port.
-		if h := r.Host; r.URL.Host == "" && !strings.ContainsAny(h, ":[]") {
-			if r2, ok := fuzzRequest(target, swapCase(h)+":80"); ok {
-				if key2, ok := m.baseKey(r2); !ok || key2 != key {
-					t.Errorf("host %q: key %q (%v), want %q", swapCase(h)+":80", key2, ok, key)
-				}
-			}
-		}
-		// Another request with the same key asks for the same thing.
-		r2, ok := fuzzRequest(other, host)
-		if !ok {
-			return
-		}
-		if key2, ok := m.baseKey(r2); ok && key2 == key {
-			if r.URL.Path != r2.URL.Path || !sameQuery(r.URL.RawQuery, r2.URL.RawQuery, m.o.IgnoreQuery) {
-				t.Errorf("%q and %q share the key %q", target, other, key)
-			}
+		for _, m := range []*Middleware{ignore, allow} {
+			checkBaseKey(t, m, target, host, other)
 		}
 	})
+}
+
+func checkBaseKey(t *testing.T, m *Middleware, target, host, other string) {
+	r, ok := fuzzRequest(target, host)
+	if !ok {
+		return
+	}
+	key, ok := m.baseKey(r)
+	if !ok {
+		return
+	}
+	first, rest, _ := strings.Cut(key, "\n")
+	if strings.HasPrefix(first, "vary ") || rest != "" && !strings.HasPrefix(rest, "url ") || strings.Contains(rest, "\n") {
+		// A request (not rewritten, without KeyHeaders) has the first
+		// line and, in absolute form, one "url" line: nothing else,
+		// and nothing a Vary line could be read from.
+		t.Errorf("key %q of %q, %q has unexpected lines", key, target, host)
+	}
+
+	// The query's parameters in reverse order, values of a name in
+	// their order.
+	if i := strings.IndexByte(target, '?'); i >= 0 {
+		pairs := strings.Split(target[i+1:], "&")
+		names := make([]string, len(pairs))
+		for j, p := range pairs {
+			n, _, _ := strings.Cut(p, "=")
+			if u, err := url.QueryUnescape(n); err == nil {
+				n = u
+			}
+			names[j] = n
+		}
+		byName := slices.Clone(pairs)
+		order := make([]int, len(pairs))
+		for j := range order {
+			order[j] = j
+		}
+		// Stable: names sorted backwards, each name's pairs in order.
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(names[b], names[a]) })
+		for j, o := range order {
+			byName[j] = pairs[o]
+		}
+		if r2, ok := fuzzRequest(target[:i+1]+strings.Join(byName, "&"), host); ok {
+			if key2, ok := m.baseKey(r2); !ok || key2 != key {
+				t.Errorf("reordered query %q: key %q (%v), want %q", strings.Join(byName, "&"), key2, ok, key)
+			}
+		}
+	}
+	// The host in other letter case, with the default port.
+	if h := r.Host; r.URL.Host == "" && !strings.ContainsAny(h, ":[]") {
+		if r2, ok := fuzzRequest(target, swapCase(h)+":80"); ok {
+			if key2, ok := m.baseKey(r2); !ok || key2 != key {
+				t.Errorf("host %q: key %q (%v), want %q", swapCase(h)+":80", key2, ok, key)
+			}
+		}
+	}
+	// What the handler sees when rendering for the cache.
+	rr := r.Clone(context.Background())
+	m.prepareRender(rr)
+	if key3, ok := m.baseKey(rr); !ok || key3 != key {
+		t.Errorf("render request %q: key %q (%v), want %q", rr.RequestURI, key3, ok, key)
+	}
+	_, sent, _ := strings.Cut(rr.RequestURI, "?")
+	for _, raw := range []string{rr.URL.RawQuery, sent} {
+		q, _ := url.ParseQuery(raw)
+		for name := range q {
+			if !m.keyedParam(name) {
+				t.Errorf("render request %q keeps %q", rr.RequestURI, name)
+			}
+		}
+	}
+	// Behind a rewrite of the path (as http.StripPrefix does).
+	if p := r.URL.Path; strings.HasPrefix(p, "/") && strings.Count(p, "/") > 1 {
+		stripped := p[strings.Index(p[1:], "/")+1:]
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.URL = new(url.URL)
+		*r2.URL = *r.URL
+		r2.URL.Path, r2.URL.RawPath = stripped, ""
+		key2, ok := m.baseKey(r2)
+		if direct, okD := fuzzRequest(r2.URL.RequestURI(), host); ok && okD && r2.URL.Host == "" {
+			if key3, ok := m.baseKey(direct); ok && key3 == key2 {
+				t.Errorf("%q rewritten to %q shares the key %q with a request for %q", target, stripped, key2, direct.RequestURI)
+			}
+		}
+	}
+	// Another request with the same key asks for the same thing.
+	r2, ok := fuzzRequest(other, host)
+	if !ok {
+		return
+	}
+	if key2, ok := m.baseKey(r2); ok && key2 == key {
+		if r.URL.Path != r2.URL.Path || !sameQuery(m, r.URL.RawQuery, r2.URL.RawQuery) {
+			t.Errorf("%q and %q share the key %q", target, other, key)
+		}
+	}
 }
 
 // swapCase swaps the case of ASCII letters.
@@ -146,27 +222,26 @@ func swapCase(s string) string {
 	return string(b)
 }
 
-// sameQuery reports whether two queries hold the same parameters, each
-// with the same values, leaving out ignored names.
-func sameQuery(a, b string, ignore []string) bool {
+// sameQuery reports whether two queries hold the same keyed parameters,
+// each with the same values in the same order.
+func sameQuery(m *Middleware, a, b string) bool {
 	qa, _ := url.ParseQuery(a)
 	qb, _ := url.ParseQuery(b)
-	for _, name := range ignore {
-		delete(qa, name)
-		delete(qb, name)
+	for name := range qa {
+		if !m.keyedParam(name) {
+			delete(qa, name)
+		}
+	}
+	for name := range qb {
+		if !m.keyedParam(name) {
+			delete(qb, name)
+		}
 	}
 	if len(qa) != len(qb) {
 		return false
 	}
 	for name, va := range qa {
-		vb, ok := qb[name]
-		if !ok {
-			return false
-		}
-		va, vb = slices.Clone(va), slices.Clone(vb)
-		slices.Sort(va)
-		slices.Sort(vb)
-		if !slices.Equal(va, vb) {
+		if vb, ok := qb[name]; !ok || !slices.Equal(va, vb) {
 			return false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -45,24 +46,64 @@ func variesOn(vary, header string) bool {
 	return false
 }
 
+// headerValuesFold returns the values of every field of h named name in
+// any letter case.
+func headerValuesFold(h http.Header, name string) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, vs...)
+		}
+	}
+	return out
+}
+
+// Bits of FuzzMiddleware's form argument.
+const (
+	formLowerCase   = 1 << iota // the handler writes its header names in lower case, into the map
+	formSetCookie               // the handler sets a cookie for its user
+	formMounted                 // the users reach the handler through two StripPrefix mounts
+	formIgnoreQuery             // Options.IgnoreQuery is {"utm"}
+	formValidators              // the first user sends If-None-Match and If-Modified-Since
+)
+
 // FuzzMiddleware: for any request target, any Cache-Control and Vary from
-// the handler and any two users asking for the same URL one after the
-// other, nothing panics, each response was rendered for the URL asked
+// the handler (their names in any letter case), with or without a cookie
+// set, and any two users asking for the same URL one after the other (or
+// for the same path through two StripPrefix mounts of one Middleware),
+// nothing panics, each response was rendered for the URL and mount asked
 // for, the first user's for the first user, and the second user gets the
-// first one's response only when it does not vary on X-User.
+// first one's response only when it does not vary on X-User and sets no
+// cookie. Neither a parameter left out of the key nor a client's
+// validators reach a response that came through the cache.
 func FuzzMiddleware(f *testing.F) {
-	for _, seed := range []struct{ target, cc, vary, a, b string }{
-		{"/a?x=1&y=2", "max-age=60", "X-User", "alice", "bob"},
-		{"/a?y=2&x=1", "", "", "alice", "bob"},
-		{"/p", "private", "", "alice", "bob"},
-		{"/v", "max-age=60", "accept-encoding, x-user", "alice", "alice"},
-		{"/v", "s-maxage=10, stale-while-revalidate=5", "*", "", "bob"},
-		{"/q?a=%zz", "max-age=60", "", "a", "b"},
-		{"/%7E/caf%C3%A9", `max-age="60, private`, "X-User,", "\u00a0alice", "alice"},
-		{"/x", "max-age=99999999999999999999", "X-User", "alice ", " alice"},
-		{"/n", "no-cache, max-age=60", "x-user", "a, b", "a"},
+	for _, seed := range []struct {
+		target, cc, vary, a, b string
+		form                   uint8
+	}{
+		{"/a?x=1&y=2", "max-age=60", "X-User", "alice", "bob", 0},
+		{"/a?y=2&x=1", "", "", "alice", "bob", 0},
+		{"/p", "private", "", "alice", "bob", 0},
+		{"/v", "max-age=60", "accept-encoding, x-user", "alice", "alice", 0},
+		{"/v", "s-maxage=10, stale-while-revalidate=5", "*", "", "bob", 0},
+		{"/q?a=%zz", "max-age=60", "", "a", "b", 0},
+		{"/%7E/caf%C3%A9", `max-age="60, private`, "X-User,", "\u00a0alice", "alice", 0},
+		{"/x", "max-age=99999999999999999999", "X-User", "alice ", " alice", 0},
+		{"/n", "no-cache, max-age=60", "x-user", "a, b", "a", 0},
+		// Issue 10: header names in lower case, cookies, mounts, ignored
+		// parameters, revalidating clients, repeated parameters.
+		{"/lc", "private, no-store", "", "alice", "bob", formLowerCase},
+		{"/lc", "max-age=60", "x-user", "alice", "bob", formLowerCase},
+		{"/sc", "public, max-age=60", "", "alice", "bob", formSetCookie | formLowerCase},
+		{"/sc", "public, max-age=60", "", "alice", "alice", formSetCookie},
+		{"/stats", "max-age=60", "", "alice", "bob", formMounted},
+		{"/stats?utm=%3Cscript%3E&id=1", "max-age=60", "", "alice", "bob", formMounted | formIgnoreQuery},
+		{"/landing?utm=evil&id=1&utm=x", "", "", "alice", "bob", formIgnoreQuery},
+		{"/rv", "max-age=60", "", "alice", "bob", formValidators},
+		{"/r?id=2&id=1", "max-age=60", "", "alice", "bob", formValidators | formIgnoreQuery},
+		{"/a%2Fb/c", "", "VARY", "alice", "bob", formMounted | formLowerCase | formSetCookie},
 	} {
-		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b)
+		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}
 	s := redistest.Shared(f, redistest.Miniredis)
 	c, err := cache.New(s.Client(f), &cache.Options{Namespace: "mwfuzz" + strings.TrimPrefix(redistest.Key(f, ""), "test:")})
@@ -72,46 +113,107 @@ func FuzzMiddleware(f *testing.F) {
 	f.Cleanup(func() { _ = c.Close() })
 	var inputs atomic.Int64
 
-	f.Fuzz(func(t *testing.T, target, cc, vary, userA, userB string) {
+	f.Fuzz(func(t *testing.T, target, cc, vary, userA, userB string, form uint8) {
 		if strings.ContainsAny(cc+vary, "\r\n") {
 			return // net/http would not send these headers as they are
 		}
+		mounted := form&formMounted != 0
+		if mounted && !strings.HasPrefix(target, "/") {
+			return // only an origin-form path can be mounted
+		}
+		mountA, mountB := "", ""
+		if mounted {
+			mountA, mountB = "/m1", "/m2"
+		}
 		host := fmt.Sprintf("in%d.fuzz.example", inputs.Add(1)) // keys of its own
-		reqA, okA := fuzzRequest(target, host, userA)
-		reqB, okB := fuzzRequest(target, host, userB)
-		if !okA || !okB {
+		plain, okP := fuzzRequest(target, host, userA)
+		reqA, okA := fuzzRequest(mountA+target, host, userA)
+		reqB, okB := fuzzRequest(mountB+target, host, userB)
+		if !okP || !okA || !okB {
 			return
 		}
-		m, err := middleware.New(c, &middleware.Options{StoreLimit: 1 << 16})
+		if form&formValidators != 0 {
+			reqA.Header.Set("If-None-Match", "*")
+			reqA.Header.Set("If-Modified-Since", "Mon, 02 Jan 2006 15:04:05 GMT")
+		}
+		o := &middleware.Options{StoreLimit: 1 << 16}
+		if form&formIgnoreQuery != 0 {
+			o.IgnoreQuery = []string{"utm"}
+		}
+		m, err := middleware.New(c, o)
 		if err != nil {
 			t.Fatal(err)
 		}
+		name := func(n string) string {
+			if form&formLowerCase != 0 {
+				return strings.ToLower(n)
+			}
+			return n
+		}
 		var renders atomic.Int32
-		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if cc != "" {
-				w.Header().Set("Cache-Control", cc)
-			}
-			if vary != "" {
-				w.Header().Set("Vary", vary)
-			}
-			fmt.Fprintf(w, "path=%s user=%s n=%d", r.URL.EscapedPath(), r.Header.Get("X-User"), renders.Add(1))
-		}))
-		serve := func(r *http.Request) string {
+		handler := func(mount string) http.Handler {
+			return m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if cc != "" {
+					w.Header()[name("Cache-Control")] = []string{cc}
+				}
+				if vary != "" {
+					w.Header()[name("Vary")] = []string{vary}
+				}
+				if form&formSetCookie != 0 {
+					w.Header()[name("Set-Cookie")] = []string{"u=" + url.QueryEscape(r.Header.Get("X-User"))}
+				}
+				fmt.Fprintf(w, "mount=%s path=%s user=%s n=%d cond=%s q=%s", mount, r.URL.EscapedPath(), r.Header.Get("X-User"), renders.Add(1),
+					r.Header.Get("If-None-Match")+r.Header.Get("If-Modified-Since"), r.URL.RawQuery)
+			}))
+		}
+		hA, hB := handler(mountA), handler(mountB)
+		if mounted {
+			hA, hB = http.StripPrefix(mountA, hA), http.StripPrefix(mountB, hB)
+		} else {
+			hB = hA
+		}
+		serve := func(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, r)
 			if rec.Code != http.StatusOK && rec.Code != http.StatusNotModified {
 				t.Fatalf("status %d for %q", rec.Code, target)
 			}
-			return rec.Body.String()
+			return rec
 		}
-		for _, r := range []*http.Request{reqA, reqB} {
-			body := serve(r)
-			want := fmt.Sprintf("path=%s user=", r.URL.EscapedPath())
-			if r == reqA || variesOn(vary, "X-User") {
-				want += r.Header.Get("X-User") + " n="
+		for _, tt := range []struct {
+			r     *http.Request
+			h     http.Handler
+			mount string
+		}{{reqA, hA, mountA}, {reqB, hB, mountB}} {
+			rec := serve(tt.h, tt.r)
+			if rec.Code == http.StatusNotModified {
+				if tt.r != reqA || rec.Body.Len() > 0 || rec.Header().Get("X-Cache") == "BYPASS" {
+					t.Errorf("GET %q: 304 (X-Cache %s) with %d bytes for a request without validators", target, rec.Header().Get("X-Cache"), rec.Body.Len())
+				}
+				continue
+			}
+			body := rec.Body.String()
+			user := tt.r.Header.Get("X-User")
+			want := fmt.Sprintf("mount=%s path=%s user=", tt.mount, plain.URL.EscapedPath())
+			if tt.r == reqA || variesOn(vary, "X-User") || form&formSetCookie != 0 {
+				want += user + " n="
 			}
 			if !strings.HasPrefix(body, want) {
-				t.Errorf("GET %q by %q (Cache-Control %q, Vary %q): got %q, want %q...", target, r.Header.Get("X-User"), cc, vary, body, want)
+				t.Errorf("GET %q by %q (Cache-Control %q, Vary %q, form %#x): got %q, want %q...", tt.mount+target, user, cc, vary, form, body, want)
+			}
+			if form&formSetCookie != 0 {
+				cookies := headerValuesFold(rec.Header(), "Set-Cookie")
+				if len(cookies) != 1 || cookies[0] != "u="+url.QueryEscape(user) {
+					t.Errorf("GET %q by %q: Set-Cookie %q, want the user's own", tt.mount+target, user, cookies)
+				}
+			}
+			if rec.Header().Get("X-Cache") != "BYPASS" && !strings.Contains(body, " cond= q=") {
+				t.Errorf("GET %q: the handler saw a client's validators in a cached response: %q", target, body)
+			}
+			if _, q, _ := strings.Cut(body, " q="); form&formIgnoreQuery != 0 && rec.Header().Get("X-Cache") != "BYPASS" {
+				if v, err := url.ParseQuery(q); err == nil && v.Has("utm") {
+					t.Errorf("GET %q: the handler saw the ignored parameter in a cached response: %q", target, body)
+				}
 			}
 		}
 	})
