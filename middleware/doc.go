@@ -18,25 +18,33 @@
 //
 // Only what a shared cache may store (RFC 9111): GET and HEAD requests
 // without Authorization (and, by default, without Cookie), responses with
-// a storable status that are not no-store, private or no-cache, set no
-// cookie and do not say Vary: *. s-maxage, then max-age, then Options.TTL
-// give the freshness; stale-while-revalidate and stale-if-error (RFC 5861)
-// the stale window. Responses that flush, hijack, panic or answer 5xx are
-// passed through and never stored; bodies over Options.StoreLimit stream
+// a storable status that are not no-store, private or no-cache (nor,
+// without Cache-Control, Pragma: no-cache), set no cookie and do not say
+// Vary: *, header names read in any letter case. s-maxage, then max-age,
+// then Expires, then Options.TTL give the freshness (an Expires that is
+// invalid or not in the future is not stored); stale-while-revalidate and
+// stale-if-error (RFC 5861) the stale window. Responses that flush,
+// hijack, panic or answer 5xx are passed through and never stored; bodies
+// over Options.StoreLimit (which must fit the cache's MaxValueSize) stream
 // through without being buffered whole.
 //
 // # The key
 //
 // "GET " + scheme (from the connection) + "://" + host (lower case, no
-// default port) + escaped path + "?" + query sorted by name and value
-// (minus Options.IgnoreQuery), then Options.KeyHeaders, then the request's
-// values of the headers the response named in Vary. Nothing else of the
-// request reaches the key; headers that rewrite hosts, URLs or methods
-// (X-Forwarded-Host, X-Original-URL, X-HTTP-Method-Override, ...) are
-// removed from the request the handler renders for the cache, so they
-// cannot shape what others receive.
+// default port) + escaped path and query as the client sent them
+// (r.RequestURI, not a path an outer http.StripPrefix shortened), the
+// query sorted by name with each name's values in their order, minus
+// Options.IgnoreQuery (or only Options.KeyQuery); then r.URL's scheme and
+// host if an outer middleware set them, r.URL's path and query if it
+// rewrote them, Options.KeyHeaders, and the request's values of the
+// headers the response named in Vary. The handler rendering for the cache
+// sees no query parameter outside the key, no conditional or range header
+// (If-None-Match, If-Modified-Since, ...) and no header that rewrites
+// hosts, URLs or methods (X-Forwarded-Host, X-Original-URL,
+// X-HTTP-Method-Override, ...), so none of them can shape what others
+// receive.
 //
 // Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
-// and an ETag (the handler's, or a digest of the body); If-None-Match is
-// answered with 304.
+// and an ETag (the handler's, or a digest of the body); for a stored 2xx,
+// If-None-Match (or, without it, If-Modified-Since) is answered with 304.
 package middleware
