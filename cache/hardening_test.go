@@ -394,3 +394,26 @@ func TestDelete_wakesWaitersElsewhere(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Redis7)
 }
+
+// TestGetOrLoad_foreverFailOpenCooldown (issue 10, #13): a FailOpenCooldown
+// set huge to mean "never retry the server" does not overflow the end of
+// the cool-down (Unix nanoseconds) into the past: after the first failure
+// no call goes to the server again.
+func TestGetOrLoad_foreverFailOpenCooldown(t *testing.T) {
+	ctx := testCtx(t)
+	rc, rec := deadClient(t)
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: time.Duration(math.MaxInt64)})
+	var loads atomic.Int32
+	load := func(context.Context) (int32, error) { return loads.Add(1), nil }
+	for i := range 3 {
+		if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != int32(i+1) {
+			t.Fatalf("call %d: %d, %v; want a fail-open load", i, v, err)
+		}
+	}
+	if cmds := rec.reset(); len(cmds) != 1 {
+		t.Errorf("3 calls sent %q; want the one GET that failed", cmds)
+	}
+	if st := c.Stats(); st.ServerErrors != 1 || st.FailOpenLoads != 3 {
+		t.Errorf("stats %+v; want 1 server error and 3 fail-open loads", st)
+	}
+}

@@ -14,7 +14,8 @@ import (
 // RedisClient is what New accepts: any go-redis v9 UniversalClient.
 type RedisClient = redisx.Client
 
-// Options configure a Cache. A nil *Options means all defaults.
+// Options configure a Cache. A nil *Options means all defaults. Durations
+// above 100 years (math.MaxInt64 is a common "forever") count as 100 years.
 type Options struct {
 	// Namespace prefixes every key the cache writes: a value for key K is
 	// stored at "Namespace:{K}", its rebuild lock at "Namespace:{K}:lock"
@@ -75,8 +76,8 @@ type Options struct {
 	RefreshBackoff time.Duration
 
 	// FailOpenCooldown is how long the cache stops talking to a server
-	// that could not be reached; loaders run directly meanwhile.
-	// Default: 1s.
+	// that could not be reached; loaders run directly meanwhile (at most
+	// 100 years: "never again until restarted"). Default: 1s.
 	FailOpenCooldown time.Duration
 
 	// EarlyRefresh is the XFetch beta: with beta > 0 a fresh hit refreshes
@@ -117,6 +118,8 @@ type Options struct {
 // "forever"), per call or by Expire, are clamped to it, and so is the
 // server's expiry TTL+StaleTTL; the server refuses expiries that overflow
 // when added to its clock, and a Duration sum would wrap around first.
+// LockTTL, RefreshBackoff and FailOpenCooldown are clamped to it too (the
+// end of a cool-down must fit in Unix nanoseconds, which end in 2262).
 const maxExpiry = 100 * 365 * 24 * time.Hour
 
 // addSat returns the sum of non-negative durations, saturating at the
@@ -164,12 +167,12 @@ func (o *Options) settings() (settings, error) {
 		ttl:               or(o.TTL, time.Minute),
 		stale:             o.StaleTTL,
 		negative:          o.NegativeTTL,
-		lockTTL:           or(o.LockTTL, 5*time.Second),
+		lockTTL:           min(or(o.LockTTL, 5*time.Second), maxExpiry),
 		loadTimeout:       or(o.LoadTimeout, 10*time.Second),
 		waitTimeout:       or(o.WaitTimeout, 10*time.Second),
 		poll:              o.PollInterval,
-		backoff:           or(o.RefreshBackoff, time.Second),
-		off:               or(o.FailOpenCooldown, time.Second),
+		backoff:           min(or(o.RefreshBackoff, time.Second), maxExpiry),
+		off:               min(or(o.FailOpenCooldown, time.Second), maxExpiry), // its end must fit Unix nanoseconds
 		jitter:            o.TTLJitter,
 		beta:              o.EarlyRefresh,
 		loadOnWaitTimeout: o.LoadOnWaitTimeout,
