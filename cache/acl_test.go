@@ -377,8 +377,21 @@ func TestACL_cache_channelDenied(t *testing.T) {
 			if tc.drop != "&" {
 				logs.waitLog(t, ctx, "WARN", channel)
 			}
-			if n := a.Stats().AnnounceDenied; n == 0 {
+			n := a.Stats().AnnounceDenied
+			if n == 0 {
 				t.Errorf("a: Stats.AnnounceDenied = 0")
+			}
+			if tc.drop == "+publish" {
+				// Set and Delete announce too.
+				if err := cache.Set(ctx, a, "k2", "v"); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Delete(ctx, "k2"); err != nil {
+					t.Fatal(err)
+				}
+				if m := a.Stats().AnnounceDenied; m != n+2 {
+					t.Errorf("Stats.AnnounceDenied went from %d to %d after a Set and a Delete, want +2", n, m)
+				}
 			}
 			caps, err := a.Capabilities(ctx)
 			if err != nil || caps.AnnounceDenied == "" || !strings.Contains(caps.String(), "announcements=denied") {

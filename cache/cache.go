@@ -270,8 +270,11 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	// than wait for the announcement of a rebuild that the Delete overtook
 	// (they would not take its value, but would wait for it). A lost
 	// notice costs them that wait, never correctness.
-	pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
+	pub := pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
 	_, _ = pipe.Exec(ctx)
+	if redisx.IsNoPerm(pub.Err()) {
+		c.ann.refused("PUBLISH", pub.Err())
+	}
 	if err := del.Err(); err != nil {
 		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
 	}
