@@ -10,7 +10,8 @@ import (
 // Options configure a Middleware. A nil *Options means all defaults.
 type Options struct {
 	// TTL is how long a response is fresh when its Cache-Control has
-	// neither s-maxage nor max-age. Default: 1 minute.
+	// neither s-maxage nor max-age and it has no Expires. Default: 1
+	// minute.
 	TTL time.Duration
 
 	// StaleTTL is how long after that a response may be served while one
@@ -48,7 +49,9 @@ type Options struct {
 	// handler (e.g. "X-Forwarded-Proto" behind a TLS proxy). Other
 	// URL-rewriting headers (X-Forwarded-Host, X-Original-URL,
 	// X-HTTP-Method-Override and the like) are removed from the request
-	// the handler renders for the cache. Default: none.
+	// the handler renders for the cache, and so are conditional and range
+	// headers (If-None-Match, If-Modified-Since, ...) even if named here:
+	// the middleware answers those itself. Default: none.
 	KeyHeaders []string
 
 	// StoreLimit is the largest body stored; larger bodies stream through
