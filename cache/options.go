@@ -68,7 +68,9 @@ type Options struct {
 	LoadOnWaitTimeout bool
 
 	// PollInterval is how often a waiter re-reads the key in case an
-	// announcement was lost. Default: 200ms, or WaitTimeout if shorter.
+	// announcement was lost; it is also how long waiters take to notice a
+	// rebuild when the server refuses the announcement channel (see
+	// Stats.AnnounceDenied). Default: 200ms, or WaitTimeout if shorter.
 	PollInterval time.Duration
 
 	// RefreshBackoff is how long no process retries a background refresh
@@ -96,7 +98,8 @@ type Options struct {
 	// Codec encodes values. Default: Msgpack.
 	Codec Codec
 
-	// Logger receives server errors and failed background refreshes.
+	// Logger receives server errors, failed background refreshes, and
+	// refusals of the announcement channel (a warning naming the channel).
 	// Default: nil, no logging.
 	Logger *slog.Logger
 

@@ -54,5 +54,8 @@
 //
 // The lock lives on one server (or one cluster shard, with its replica).
 // A failover to a replica that had not yet received the lock can let a
-// second holder in; use fencing where that matters.
+// second holder in; use fencing where that matters. Fencing numbers come
+// from the server's clock when the counter is lost or behind, so they keep
+// growing across such a failover as long as the replica's clock is not
+// behind its old master's (see Lock.Fence).
 package lock

@@ -227,10 +227,10 @@ func runRound(ctx context.Context, store *Store, env []string) (outcome, error) 
 	if err != nil {
 		return o, err
 	}
-	fmt.Printf("\n  ledger of %s:\n     #  operation  amount  fence  by\n", order)
+	fmt.Printf("\n  ledger of %s:\n     #  operation  amount             fence  by\n", order)
 	charges := 0
 	for i, e := range entries {
-		fmt.Printf("    %2d  %-9s %7s  %5d  %s\n", i+1, e.Op, money(e.Amount), e.Fence, e.Worker)
+		fmt.Printf("    %2d  %-9s %7s  %16d  %s\n", i+1, e.Op, money(e.Amount), e.Fence, e.Worker)
 		switch e.Op {
 		case "charge":
 			charges++
