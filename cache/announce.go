@@ -89,31 +89,47 @@ func startAnnouncer(rc RedisClient, channel string, denied func(op string, err e
 		waiters: map[string]map[*waiter]struct{}{},
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	go a.loop()
+	// The first SUBSCRIBE is sent before New returns, as the waits that
+	// follow assume: an announcement published after New returned reaches
+	// this process (unless the connection fails). Its reply, a refusal
+	// included, is read by the loop.
+	ps := rc.Subscribe(a.ctx)
+	subErr := ps.Subscribe(a.ctx, channel)
+	a.ps = ps
+	go a.loop(ps, subErr)
 	return a
 }
 
 // loop subscribes and delivers messages until close, subscribing again
 // after a broken connection and, every retryDenied, after a refusal.
-func (a *announcer) loop() {
+//
+// ps is the first subscription, its SUBSCRIBE already sent (subErr is
+// what sending it returned).
+func (a *announcer) loop(ps *redis.PubSub, subErr error) {
 	defer close(a.done)
 	backoff := resubscribeAfter
 	for {
-		a.psMu.Lock()
-		if a.ctx.Err() != nil {
+		if ps == nil {
+			a.psMu.Lock()
+			if a.ctx.Err() != nil {
+				a.psMu.Unlock()
+				return
+			}
+			ps = a.rc.Subscribe(a.ctx)
+			a.ps = ps
 			a.psMu.Unlock()
-			return
+			// Outside psMu: close must not wait for a slow server. A close
+			// meanwhile closes ps, which fails this or the session's read.
+			subErr = ps.Subscribe(a.ctx, a.channel)
 		}
-		ps := a.rc.Subscribe(a.ctx)
-		a.ps = ps
-		a.psMu.Unlock()
 
-		confirmed, err := a.session(ps)
+		confirmed, err := a.session(ps, subErr)
 
 		a.psMu.Lock()
 		a.ps = nil
 		a.psMu.Unlock()
 		_ = ps.Close()
+		ps = nil
 
 		if confirmed {
 			backoff = resubscribeAfter
@@ -134,12 +150,12 @@ func (a *announcer) loop() {
 	}
 }
 
-// session subscribes on ps and delivers its messages until the connection
+// session reads the reply to ps's SUBSCRIBE and delivers its messages until the connection
 // fails, the server refuses the subscription, or close. confirmed reports
 // whether the server confirmed the subscription.
-func (a *announcer) session(ps *redis.PubSub) (confirmed bool, err error) {
-	if err := ps.Subscribe(a.ctx, a.channel); err != nil {
-		return false, err
+func (a *announcer) session(ps *redis.PubSub, subErr error) (confirmed bool, err error) {
+	if subErr != nil {
+		return false, subErr
 	}
 	pinged := false
 	for {
