@@ -1,0 +1,119 @@
+package middleware_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-chi/chi/v5"
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/middleware"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleCache starts an in-process server and a Cache on it for the
+// examples; a real program connects to its Redis, Valkey or cluster instead.
+func exampleCache() (*cache.Cache, func()) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	c, err := cache.New(rdb, nil)
+	if err != nil {
+		panic(err)
+	}
+	return c, func() { c.Close(); rdb.Close(); mr.Close() }
+}
+
+// One route cached with chi's r.With; the second request is answered from
+// the cache without running the handler.
+func ExampleCache() {
+	c, stop := exampleCache()
+	defer stop()
+
+	renders := 0
+	r := chi.NewRouter()
+	r.With(middleware.Cache(c, time.Minute)).Get("/report", func(w http.ResponseWriter, r *http.Request) {
+		renders++
+		fmt.Fprint(w, "daily report")
+	})
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/report", nil))
+		fmt.Println(w.Code, w.Header().Get("X-Cache"), w.Body.String())
+	}
+	fmt.Println("renders:", renders)
+	// Output:
+	// 200 MISS daily report
+	// 200 HIT daily report
+	// renders: 1
+}
+
+// A configured Middleware for every route of a router, with chi's r.Use.
+func ExampleMiddleware_Handler() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{TTL: 5 * time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	renders := 0
+	r := chi.NewRouter()
+	r.Use(m.Handler)
+	r.Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		renders++
+		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for _, path := range []string{"/users/1", "/users/1", "/users/2"} {
+		res, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			panic(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		fmt.Println(path, res.Header.Get("X-Cache"), string(body))
+	}
+	fmt.Println("renders:", renders)
+	// Output:
+	// /users/1 MISS user 1
+	// /users/1 HIT user 1
+	// /users/2 MISS user 2
+	// renders: 2
+}
+
+// With KeyQuery only the named query parameters are keyed and passed to the
+// handler, so tracking parameters neither make new entries nor reach it.
+func ExampleOptions_keyQuery() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{KeyQuery: []string{"q"}})
+	if err != nil {
+		panic(err)
+	}
+	search := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("  handler sees", r.URL.RawQuery)
+		fmt.Fprint(w, "results for ", r.URL.Query().Get("q"))
+	}))
+
+	for _, target := range []string{"/search?q=go", "/search?q=go&utm_source=x", "/search?q=rust&utm_source=x"} {
+		w := httptest.NewRecorder()
+		search.ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+		fmt.Println(target, w.Header().Get("X-Cache"), w.Body.String())
+	}
+	// Output:
+	//   handler sees q=go
+	// /search?q=go MISS results for go
+	// /search?q=go&utm_source=x HIT results for go
+	//   handler sees q=rust
+	// /search?q=rust&utm_source=x MISS results for rust
+}
