@@ -160,3 +160,49 @@ func ExampleLock_Refresh() {
 	// importing; stopped early: false
 	// release: <nil>
 }
+
+// While one instance holds the lock, another's Do returns ErrNotObtained at
+// once, without running its work.
+func ExampleClient_Do_notObtained() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	a, _ := lock.New(rdb, nil) // two instances, e.g. two pods
+	b, _ := lock.New(rdb, nil)
+
+	err := a.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
+		fmt.Println("a builds the report")
+		err := b.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
+			fmt.Println("b builds the report") // not reached
+			return nil
+		}, nil)
+		fmt.Println("b:", err, errors.Is(err, lock.ErrNotObtained))
+		return nil
+	}, nil)
+	fmt.Println("a:", err)
+	// Output:
+	// a builds the report
+	// b: lock: not obtained true
+	// a: <nil>
+}
+
+// Do refreshes the lock while the work runs. When it finds the lock gone
+// (here deleted, as when it expired during a long pause), it cancels the
+// work's context with cause ErrLost, and the work stops.
+func ExampleClient_Do_lost() {
+	rdb, stop := embedded()
+	defer stop()
+	c, _ := lock.New(rdb, nil)
+
+	// A short TTL to keep the example fast: refreshed every 100ms.
+	err := c.Do(context.Background(), "import:big-file", 300*time.Millisecond, func(ctx context.Context) error {
+		rdb.Del(ctx, "import:big-file")
+		<-ctx.Done() // the work, watching ctx
+		fmt.Println("work stopped, lost:", errors.Is(context.Cause(ctx), lock.ErrLost))
+		return ctx.Err()
+	}, nil)
+	fmt.Println("Do lost:", errors.Is(err, lock.ErrLost))
+	// Output:
+	// work stopped, lost: true
+	// Do lost: true
+}
