@@ -82,3 +82,58 @@ func ExampleStats_Add() {
 	fmt.Printf("hits %d, misses %d, loads %d\n", total.Hits, total.Misses, total.Loads)
 	// Output: hits 185, misses 15, loads 1
 }
+
+// A loader wrapped with loader.WithRetry rides out a transient failure; the
+// waiters of that load see only its success.
+func ExampleGetOrLoad_retry() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, _ := cache.New(rdb, &cache.Options{TTL: time.Minute})
+	defer c.Close()
+
+	calls := 0
+	query := func(ctx context.Context) (string, error) {
+		calls++
+		if calls == 1 {
+			return "", errors.New("connection reset")
+		}
+		return "Ada", nil
+	}
+	load := loader.WithRetry(query, &loader.RetryOptions{Attempts: 3, Backoff: 10 * time.Millisecond})
+
+	v, err := cache.GetOrLoad(context.Background(), c, "user:42", load)
+	fmt.Println(v, err, "after", calls, "calls")
+	// Output: Ada <nil> after 2 calls
+}
+
+func ExampleSet() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, _ := cache.New(rdb, &cache.Options{TTL: time.Minute})
+	defer c.Close()
+	ctx := context.Background()
+
+	// e.g. after an update, store the new value instead of waiting for a load
+	fmt.Println(cache.Set(ctx, c, "user:42", "Ada Lovelace"))
+	name, err := cache.Get[string](ctx, c, "user:42")
+	fmt.Println(name, err)
+
+	fmt.Println(c.Delete(ctx, "user:42"))
+	_, err = cache.Get[string](ctx, c, "user:42")
+	fmt.Println(errors.Is(err, cache.ErrMiss))
+	// Output:
+	// <nil>
+	// Ada Lovelace <nil>
+	// <nil>
+	// true
+}
