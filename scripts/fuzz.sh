@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# fuzz.sh runs every fuzz target of the module for FUZZTIME each (default
-# 20s), one after another; any crash fails the run and leaves the input
-# under the package's testdata/fuzz for go test to replay.
+# fuzz.sh runs every fuzz target outside compare/ (today all in the library
+# module) for FUZZTIME each (default 20s), one after another, from the
+# repository root: go.work makes a package of any module reachable from
+# there. Any crash fails the run and leaves the input under the package's
+# testdata/fuzz for go test to replay.
 #
 # Go 1.26's fuzz coordinator can end a clean run with a bare "context
 # deadline exceeded" at the -fuzztime boundary (golang/go#75804, fixed in
