@@ -221,16 +221,15 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		// Register before reading, so that an announcement sent between the
 		// read and the wait is not missed.
 		w := c.ann.register(k.value)
-		res, done, wait, claim, err := c.step(ctx, k, it, load, bad)
-		if done || err != nil {
+		v := c.step(ctx, k, it, load, bad)
+		switch v.next {
+		case answered:
 			c.ann.unregister(k.value, w)
-			return res, err
-		}
-		if !wait {
+			return v.res, v.err
+		case readAgain:
 			c.ann.unregister(k.value, w)
 			continue
 		}
-		seen := res.seen // when the read that found the claim was sent
 		if waitStart.IsZero() {
 			waitStart = time.Now()
 			c.n.waits.Add(1)
@@ -243,7 +242,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			if c.s.loadOnWaitTimeout {
 				started := time.Now()
 				res, err := c.run(ctx, k, load)
-				res.claim, res.seen = claim, started
+				res.claim, res.seen = v.claim, started
 				return res, err
 			}
 			return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, it.wait)
@@ -253,7 +252,7 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		if err != nil {
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
-		if claim == "" || n.token != claim {
+		if v.claim == "" || n.token != v.claim {
 			// A poll, a Set, or news of a rebuild this caller did not see
 			// claim the key (it may predate a Delete): read the key again.
 			continue
@@ -265,11 +264,11 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			}
 			if e, st, err := c.classify([]byte(n.text)); err == nil && st != stateBuilding {
 				c.emit(EventWait, k.user, time.Since(waitStart), nil)
-				return outcome{payload: e.Payload, notFound: e.NotFound, claim: claim, seen: seen}, nil
+				return outcome{payload: e.Payload, notFound: e.NotFound, claim: v.claim, seen: v.seen}, nil
 			}
 		case noticeNotFound:
 			c.emit(EventWait, k.user, time.Since(waitStart), nil)
-			return outcome{notFound: true, claim: claim, seen: seen}, nil
+			return outcome{notFound: true, claim: v.claim, seen: v.seen}, nil
 		case noticeError:
 			err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
 			if strings.Contains(n.text, ErrPermission.Error()) {
@@ -283,12 +282,10 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 	}
 }
 
-// step reads the key once and acts on what it finds. done: res/err is the
-// answer; wait: another process is rebuilding; neither: read again.
-//
-// claim is the token of the rebuild claim found on the key when waiting for
-// it, "" otherwise.
-func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (res outcome, done, wait bool, claim string, err error) {
+// step reads the key once and decides what fill does next: answer with
+// what it found (or loaded, having claimed the key), read again, or wait
+// for another process's rebuild.
+func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) verdict {
 	sent := time.Now() // outcome.seen of what this read finds
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
 	switch {
@@ -299,75 +296,78 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		// becomes a no-op. No claim is taken that could not be written or
 		// released (an ACL refusing the scripts that needs).
 		if err := c.permitted(ctx, k, nil); err != nil {
-			return c.stepError(ctx, k, load, err)
+			return c.serverFailed(ctx, k, load, err)
 		}
 		claimed := time.Now()
 		l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL, nil)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):
 			c.n.contention.Add(1)
-			return outcome{}, false, false, "", nil
+			return verdict{next: readAgain}
 		case err != nil:
-			return c.stepError(ctx, k, load, err)
+			return c.serverFailed(ctx, k, load, err)
 		}
 		res, err := c.rebuild(ctx, k, it, load, l, nil, false)
 		res.claim, res.seen = l.Token(), claimed
-		return res, true, false, "", err
+		return answer(res, err)
 	case err != nil:
-		return c.stepError(ctx, k, load, err)
+		return c.serverFailed(ctx, k, load, err)
 	}
 	e, st, _ := c.classify(raw)
 	switch {
 	case st == stateBuilding:
 		info, _ := lock.ParseValue(string(raw))
-		return outcome{claim: info.Token, seen: sent}, false, true, info.Token, nil
+		return waitFor(info.Token, sent)
 	case st == stateFresh && e.NotFound:
-		return outcome{notFound: true, seen: sent}, true, false, "", nil
+		return answer(outcome{notFound: true, seen: sent}, nil)
 	case (st == stateFresh || st == stateStale) && !e.NotFound && (bad == nil || !bytes.Equal(raw, bad)):
 		if st == stateStale {
 			c.refresh(ctx, k, it, raw, load)
 		}
-		return outcome{payload: e.Payload, seen: sent}, true, false, "", nil
+		return answer(outcome{payload: e.Payload, seen: sent}, nil)
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
 	// not decode: replace it under the separate rebuild lock.
 	if err := c.permitted(ctx, k, raw); err != nil {
-		return c.stepError(ctx, k, load, err)
+		return c.serverFailed(ctx, k, load, err)
 	}
 	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)
-		return outcome{}, false, true, "", nil
+		return waitFor("", time.Time{})
 	case err != nil:
-		return c.stepError(ctx, k, load, err)
+		return c.serverFailed(ctx, k, load, err)
 	}
-	res, err = c.rebuild(ctx, k, it, load, l, raw, false)
+	res, err := c.rebuild(ctx, k, it, load, l, raw, false)
 	if err == errRetry {
-		return outcome{}, false, false, "", nil
+		return verdict{next: readAgain}
 	}
 	res.seen = sent
-	return res, true, false, "", err
+	return answer(res, err)
 }
 
 // errRetry is rebuild's signal that the key changed before the load began:
 // read it again.
 var errRetry = errors.New("cache: key changed; read again")
 
-func (c *Cache) stepError(ctx context.Context, k keys, load loader.Func[[]byte], err error) (outcome, bool, bool, string, error) {
+// serverFailed decides what a failed server call during fill means for the
+// caller: its own cancellation or deadline ends its call; a refusal (an
+// error reply, an ACL) is its answer, since failing open would load on
+// every call; anything else is a failed server, and the loader runs
+// without it (fail open).
+func (c *Cache) serverFailed(ctx context.Context, k keys, load loader.Func[[]byte], err error) verdict {
 	if redisx.CallerDone(ctx) {
-		return outcome{}, true, false, "", fmt.Errorf("cache: load %q: %w", k.user, callerErr(ctx))
+		return answer(outcome{}, fmt.Errorf("cache: load %q: %w", k.user, callerErr(ctx)))
 	}
 	c.serverError(k.user, err)
 	if redisx.IsNoPerm(err) && !errors.Is(err, ErrPermission) {
 		err = redisx.Denied("server call", err, "")
 	}
 	if redisx.IsReply(err) || errors.Is(err, ErrPermission) {
-		// Not a server failure: failing open would load on every call.
-		return outcome{}, true, false, "", fmt.Errorf("cache: %q: %w", k.user, err)
+		return answer(outcome{}, fmt.Errorf("cache: %q: %w", k.user, err))
 	}
-	res, err := c.loadAlone(ctx, k, load)
-	return res, true, false, "", err
+	return answer(c.loadAlone(ctx, k, load))
 }
 
 // await waits for a notice for w, at most d.

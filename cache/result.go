@@ -1,0 +1,52 @@
+package cache
+
+import "time"
+
+// The results that travel inside a GetOrLoad: outcome (cache.go) is what a
+// flight hands to every caller in it; verdict is what one read of the key
+// decided for the flight's loop (fill).
+
+// next is what fill does after one read of the key.
+type next uint8
+
+const (
+	// answered: the verdict's res and err are the flight's result.
+	answered next = iota
+	// readAgain: read the key again at once. The key changed between the
+	// read and the lock, or another caller claimed the key first (the
+	// next read finds its claim, or its value).
+	readAgain
+	// waitRebuild: another process is rebuilding the key; wait for its
+	// announcement, or for the poll interval, then read again.
+	waitRebuild
+)
+
+// verdict is what one read of the key decided (see Cache.step).
+//
+// Invariant: res and err are set only when next is answered; claim and
+// seen only when next is waitRebuild.
+type verdict struct {
+	next next
+	res  outcome
+	err  error
+
+	// claim is the token of the rebuild claim found on the value key, ""
+	// when the rebuild holds the separate rebuild lock instead: then no
+	// announcement can be matched to what this caller read, and any
+	// notice or poll sends it back to reading the key.
+	claim string
+	// seen is when the read that found the claim was sent: the outcome
+	// of that rebuild is at least that new (see outcome.accepts).
+	seen time.Time
+}
+
+// answer is the verdict that ends the flight with res and err.
+func answer(res outcome, err error) verdict {
+	return verdict{next: answered, res: res, err: err}
+}
+
+// waitFor is the verdict to wait for the rebuild whose claim (token claim,
+// or "" for the rebuild lock) a read sent at seen found.
+func waitFor(claim string, seen time.Time) verdict {
+	return verdict{next: waitRebuild, claim: claim, seen: seen}
+}
