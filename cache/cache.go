@@ -65,13 +65,13 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	locks, err := lock.New(rc, &lock.Options{DigestThreshold: s.digest, Capabilities: s.caps})
+	locks, err := lock.New(rc, &lock.Options{DigestThreshold: s.digest})
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	c := &Cache{
 		rc:    rc,
-		conn:  redisx.NewConn(rc, s.caps, s.digest),
+		conn:  redisx.NewConn(rc, nil, s.digest),
 		locks: locks,
 		s:     s,
 	}

@@ -9,10 +9,25 @@ import (
 
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
 )
 
-// RedisClient is what New accepts: any go-redis v9 UniversalClient.
-type RedisClient = redisx.Client
+// RedisClient is what New accepts: the go-redis v9 methods a Cache uses,
+// those of lock.RedisClient and publish/subscribe for announcements. Every
+// go-redis UniversalClient satisfies it: *redis.Client (also when made by
+// redis.NewFailoverClient), *redis.ClusterClient and *redis.Ring.
+type RedisClient interface {
+	lock.RedisClient
+	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = (*redis.Ring)(nil)
+	_ RedisClient = (redis.UniversalClient)(nil)
+)
 
 // Options configure a Cache. A nil *Options means all defaults. Durations
 // above 100 years (math.MaxInt64 is a common "forever") count as 100 years.
@@ -110,10 +125,6 @@ type Options struct {
 
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
-
-	// Capabilities forces the server strategies (see lock.Options); for
-	// tests. Default: nil, probe the server.
-	Capabilities *lock.Capabilities
 }
 
 // maxExpiry is the longest expiry the cache gives an entry: 100 years.
@@ -150,7 +161,6 @@ type settings struct {
 	logger                                       *slog.Logger
 	observer                                     func(Event)
 	now                                          func() time.Time
-	caps                                         *lock.Capabilities
 }
 
 func or[T comparable](v, def T) T {
@@ -185,7 +195,6 @@ func (o *Options) settings() (settings, error) {
 		logger:            o.Logger,
 		observer:          o.Observer,
 		now:               o.Now,
-		caps:              o.Capabilities,
 	}
 	if s.codec == nil {
 		s.codec = Msgpack

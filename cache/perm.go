@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -18,7 +19,8 @@ import (
 func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 	// Probe (if nobody has yet) on a key in the namespace, which the
 	// user may access.
-	caps, err := c.conn.CapabilitiesFor(ctx, c.s.ns+":{probe}")
+	probed, err := c.conn.CapabilitiesFor(ctx, c.s.ns+":{probe}")
+	caps := lockx.Capabilities(probed)
 	if err != nil {
 		return caps, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
@@ -51,7 +52,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 					var cnt cmdCounter
 					rc := s.Client(b)
 					rc.AddHook(&cnt)
-					c, err := lock.New(rc, &lock.Options{Capabilities: &caps})
+					c, err := lock.New(lockx.Force(rc, caps), nil)
 					if err != nil {
 						b.Fatal(err)
 					}

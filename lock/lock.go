@@ -31,12 +31,8 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	var forced *Capabilities
-	if opts != nil {
-		forced = opts.Capabilities
-	}
 	return &Client{
-		conn:         redisx.NewConn(rc, forced, opts.digestThreshold()),
+		conn:         redisx.NewConn(rc, nil, opts.digestThreshold()),
 		maxMetadata:  opts.maxMetadata(),
 		obtainFenced: redis.NewScript(obtainFencedSrc),
 	}, nil
@@ -45,7 +41,8 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 // Capabilities returns the strategies in use on the client's server,
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
-	return c.conn.Capabilities(ctx)
+	caps, err := c.conn.Capabilities(ctx)
+	return fromConn(caps), err
 }
 
 // ObtainOptions configure one Obtain. A nil *ObtainOptions means all

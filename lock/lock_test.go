@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,18 @@ func newClient(tb testing.TB, s *redistest.Server, opts *lock.Options) (*lock.Cl
 	tb.Helper()
 	rc := s.Client(tb)
 	c, err := lock.New(rc, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c, rc
+}
+
+// newForced is newClient with the strategies fixed to caps instead of
+// probed.
+func newForced(tb testing.TB, s *redistest.Server, caps lock.Capabilities) (*lock.Client, redis.UniversalClient) {
+	tb.Helper()
+	rc := s.Client(tb)
+	c, err := lock.New(lockx.Force(rc, caps), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -108,7 +121,7 @@ func TestLock_lifecycle(t *testing.T) {
 
 func testLifecycle(t *testing.T, s *redistest.Server, caps lock.Capabilities, meta string) {
 	ctx := testCtx(t)
-	c, rc := newClient(t, s, &lock.Options{Capabilities: &caps})
+	c, rc := newForced(t, s, caps)
 	other, _ := newClient(t, s, nil)
 	key := redistest.Key(t, "lock")
 
@@ -197,7 +210,7 @@ func TestLock_runtimeDowngrade(t *testing.T) {
 			s := redistest.Shared(t, tt.kind)
 			ctx := testCtx(t)
 			forced := lock.Capabilities{Release: lock.ReleaseDelex, Extend: lock.ExtendSetIfEq, Digest: lock.DigestNative, DelIfEq: tt.want.DelIfEq}
-			c, _ := newClient(t, s, &lock.Options{Capabilities: &forced})
+			c, _ := newForced(t, s, forced)
 			key := redistest.Key(t, "lock")
 			l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: tt.meta})
 			if err != nil {

@@ -4,33 +4,6 @@ import (
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// RedisClient is what New accepts: any go-redis v9 UniversalClient
-// (*redis.Client, including failover clients, *redis.ClusterClient,
-// *redis.Ring) or anything else with these methods.
-type RedisClient = redisx.Client
-
-// Capabilities reports which command the client uses for each operation on
-// its server; see (*Client).Capabilities.
-type Capabilities = redisx.Capabilities
-
-// Strategies, for reading Capabilities and for forcing one with
-// Options.Capabilities.
-type (
-	ReleaseStrategy = redisx.ReleaseStrategy
-	ExtendStrategy  = redisx.ExtendStrategy
-	DigestStrategy  = redisx.DigestStrategy
-)
-
-const (
-	ReleaseLua     = redisx.ReleaseLua
-	ReleaseDelIfEq = redisx.ReleaseDelIfEq
-	ReleaseDelex   = redisx.ReleaseDelex
-	ExtendLua      = redisx.ExtendLua
-	ExtendSetIfEq  = redisx.ExtendSetIfEq
-	DigestLua      = redisx.DigestLua
-	DigestNative   = redisx.DigestNative
-)
-
 // DefaultMaxMetadata is the default limit on ObtainOptions.Metadata.
 const DefaultMaxMetadata = 64 << 10
 
@@ -44,12 +17,6 @@ type Options struct {
 	// MaxMetadata is the largest ObtainOptions.Metadata accepted; larger
 	// metadata is refused before any server call. Default: 64 KiB.
 	MaxMetadata int
-
-	// Capabilities, when non-nil, fixes the strategies instead of probing
-	// the server. Meant for tests (to run every strategy on every server)
-	// and for servers whose probe answers cannot be trusted. A strategy the
-	// server refuses at run time is still downgraded. Default: nil (probe).
-	Capabilities *Capabilities
 }
 
 func (o *Options) digestThreshold() int {

@@ -84,7 +84,7 @@ func tables(r *Results) []table {
 	if len(r.Lock) > 0 {
 		t := table{
 			title:  "Lock",
-			about:  "Obtain + Release cycles on distinct keys, one release strategy forced at a time (lock.Options.Capabilities).",
+			about:  "Obtain + Release cycles on distinct keys, one release strategy forced at a time (internal/lockx.Force).",
 			header: []string{"release strategy", "goroutines", "cycles/s", "p50", "p99", "errors / note"},
 		}
 		for _, x := range r.Lock {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/bench/report"
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/lock"
 )
 
@@ -27,7 +28,7 @@ func releaseStrategies() []releaseStrategy {
 }
 
 // Lock measures Obtain + Release cycles per second with each release
-// strategy the server offers, forced through lock.Options.Capabilities.
+// strategy the server offers, forced through internal/lockx.Force.
 // It runs in this process: it measures the server commands, not
 // coordination between processes. Each goroutine locks a key of its own,
 // so no cycle waits for another.
@@ -45,7 +46,7 @@ func Lock(ctx context.Context, e *Env, r *report.Results) error {
 		}
 		forced := e.Caps
 		forced.Release = rs.s
-		lc, err := lock.New(e.RDB, &lock.Options{Capabilities: &forced})
+		lc, err := lock.New(lockx.Force(e.RDB, forced), nil)
 		if err != nil {
 			return err
 		}

@@ -8,9 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client is the part of a go-redis v9 client that stampede uses. Every
-// go-redis UniversalClient satisfies it: *redis.Client (also when made by
-// redis.NewFailoverClient), *redis.ClusterClient and *redis.Ring.
+// Client is the part of a go-redis v9 client that a Conn uses; it has the
+// method set of lock.RedisClient (the public packages declare their own
+// interfaces, which convert to this one). Every go-redis UniversalClient
+// satisfies it: *redis.Client (also when made by redis.NewFailoverClient),
+// *redis.ClusterClient and *redis.Ring.
 type Client interface {
 	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
@@ -19,13 +21,14 @@ type Client interface {
 	PTTL(ctx context.Context, key string) *redis.DurationCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Pipeline() redis.Pipeliner
-	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 // IsNilClient reports whether c is nil, including a typed nil such as a
 // nil *redis.Client, which is not == nil but panics when used.
 func IsNilClient(c Client) bool {
+	if f, ok := c.(*Forced); ok {
+		c = f.Client
+	}
 	if c == nil {
 		return true
 	}

@@ -27,11 +27,12 @@ type Conn struct {
 	probeM sync.Mutex                   // serialises probes; never held across other calls
 }
 
-// NewConn wraps c. A non-nil forced fixes the strategies instead of probing
-// the server (tests use it to run every strategy on every server). Values
-// longer than threshold bytes are compared by digest; threshold <= 0 means
-// DefaultDigestThreshold.
+// NewConn wraps c. A non-nil forced, or c being a *Forced, fixes the
+// strategies instead of probing the server (tests use it to run every
+// strategy on every server). Values longer than threshold bytes are
+// compared by digest; threshold <= 0 means DefaultDigestThreshold.
 func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
+	c, forced = unforce(c, forced)
 	if threshold <= 0 {
 		threshold = DefaultDigestThreshold
 	}
