@@ -61,17 +61,3 @@ func ExampleWithTimeout() {
 	fmt.Println(err, "after", calls, "call")
 	// Output: context deadline exceeded after 1 call
 }
-
-// A panic becomes a *PanicError, which WithRetry does not retry either.
-func ExampleRecover() {
-	load := loader.Recover(func(ctx context.Context) (int, error) {
-		panic("row without id") // a bug
-	})
-
-	_, err := load(context.Background())
-	var pe *loader.PanicError
-	if errors.As(err, &pe) {
-		fmt.Println("recovered:", pe.Value)
-	}
-	// Output: recovered: row without id
-}

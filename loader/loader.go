@@ -1,13 +1,12 @@
 // Package loader holds the loader function type used by the cache, the
 // errors a loader may return, and helpers that wrap a loader with a time
-// limit, retries or panic recovery.
+// limit or retries.
 package loader
 
 import (
 	"context"
 	"errors"
-
-	"github.com/hotkv/stampede/internal/flight"
+	"fmt"
 )
 
 // Func loads the value for a key, e.g. by running a query. It receives a
@@ -20,7 +19,21 @@ type Func[V any] func(ctx context.Context) (V, error)
 // errors.Is) instead of running the loader again. It is never retried.
 var ErrNotFound = errors.New("loader: not found")
 
-// PanicError is what a panicking loader becomes: every caller waiting for
-// that load gets it, and the process goes on. It carries the panic value
-// and stack, and unwraps to the value when that is an error.
-type PanicError = flight.PanicError
+// PanicError is what a panicking loader becomes (cache.GetOrLoad recovers
+// the panic): every caller waiting for that load gets it, and the process
+// goes on. WithRetry does not retry it.
+type PanicError struct {
+	Value any    // what the loader panicked with
+	Stack []byte // the stack of the goroutine that panicked
+}
+
+// Error returns the panic value and the stack.
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack) }
+
+// Unwrap returns the panic value if it is an error, else nil.
+func (p *PanicError) Unwrap() error {
+	if err, ok := p.Value.(error); ok {
+		return err
+	}
+	return nil
+}

@@ -59,12 +59,19 @@ func TestWithRetry_contextEndsWait(t *testing.T) {
 	}
 }
 
-func TestRecover(t *testing.T) {
-	fn := loader.Recover(func(context.Context) (int, error) { panic("boom") })
+// A *PanicError (what cache.GetOrLoad makes of a panicking loader) is not
+// retried, and unwraps to the panic value when that is an error.
+func TestWithRetry_panicError(t *testing.T) {
+	boom := errors.New("boom")
+	calls := 0
+	fn := loader.WithRetry(func(context.Context) (int, error) {
+		calls++
+		return 0, &loader.PanicError{Value: boom, Stack: []byte("stack")}
+	}, &loader.RetryOptions{Backoff: time.Millisecond})
 	_, err := fn(context.Background())
 	var pe *loader.PanicError
-	if !errors.As(err, &pe) || pe.Value != "boom" {
-		t.Errorf("err = %v, want *PanicError(boom)", err)
+	if !errors.As(err, &pe) || pe.Value != boom || !errors.Is(err, boom) || calls != 1 {
+		t.Errorf("err = %v after %d calls, want the *PanicError unwrapping to boom after 1", err, calls)
 	}
 }
 

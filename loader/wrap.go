@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/hotkv/stampede/internal/flight"
 )
 
 // WithTimeout limits each call of fn to d. A d of zero or less returns fn
@@ -21,11 +19,6 @@ func WithTimeout[V any](fn Func[V], d time.Duration) Func[V] {
 		defer cancel()
 		return fn(ctx)
 	}
-}
-
-// Recover turns a panic in fn into a *PanicError.
-func Recover[V any](fn Func[V]) Func[V] {
-	return func(ctx context.Context) (V, error) { return flight.Call(ctx, fn) }
 }
 
 // RetryOptions configure WithRetry. A nil *RetryOptions means defaults.

@@ -11,27 +11,16 @@ package flight
 
 import (
 	"context"
-	"fmt"
 	"runtime/debug"
 	"sync"
+
+	"github.com/hotkv/stampede/loader"
 )
 
-// PanicError is the error a panicking function turns into. It carries the
-// panic value and the stack of the goroutine that panicked.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack) }
-
-// Unwrap returns the panic value if it is an error.
-func (p *PanicError) Unwrap() error {
-	if err, ok := p.Value.(error); ok {
-		return err
-	}
-	return nil
-}
+// PanicError is the error a panicking function turns into: loader's, which
+// is what callers of cache.GetOrLoad match. It carries the panic value and
+// the stack of the goroutine that panicked.
+type PanicError = loader.PanicError
 
 // Call runs fn and turns a panic into a *PanicError.
 func Call[V any](ctx context.Context, fn func(context.Context) (V, error)) (v V, err error) {
