@@ -1,0 +1,82 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hotkv/stampede/internal/lockx"
+	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
+)
+
+// The miss path: nothing is stored under the key. One caller in the
+// cluster claims the key, loads, and replaces its claim with the entry;
+// the others find the claim and wait for its announcement (wait.go).
+//
+// The claim is a lock whose value sits where the entry goes. So:
+//   - a Delete or Set during the load removes the claim, and the load's
+//     write, conditional on the claim, becomes a no-op;
+//   - a reader finds either nothing, the claim, or the entry, never an
+//     entry older than a Delete or Set it saw;
+//   - a claim whose owner died expires after LockTTL and is taken over.
+
+// claimMiss decides what a caller that found nothing under the key does:
+// it claims the key and loads (the verdict is the load's outcome), or,
+// when another caller claimed it first, reads the key again (finding the
+// claim, or the value already).
+//
+// No claim is taken that could not be written or released (an ACL
+// refusing the scripts that needs): that refusal is the caller's answer.
+func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte]) verdict {
+	if err := c.permitted(ctx, k, nil); err != nil {
+		return c.serverFailed(ctx, k, load, err)
+	}
+	claimed := time.Now()
+	l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL, nil)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		c.n.contention.Add(1)
+		return verdict{next: readAgain}
+	case err != nil:
+		return c.serverFailed(ctx, k, load, err)
+	}
+	res, err := c.loadClaimed(ctx, k, it, load, l)
+	// The result rests on this claim, taken after the read that found
+	// nothing: callers that found the claim may take it (outcome.accepts).
+	res.claim, res.seen = l.Token(), claimed
+	return answer(res, err)
+}
+
+// loadClaimed loads while holding the claim l on the value key, replaces
+// the claim with the entry (or frees it when there is nothing to store),
+// and announces the outcome. A write refused by the ACL is announced as an
+// error but is not this caller's error: it has its value.
+func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) (outcome, error) {
+	ld := c.loadHolding(ctx, k, it, load, l)
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	if !ld.storable() {
+		c.release(wctx, k, l)
+		c.announceNothing(wctx, k, l, ld.err)
+		return ld.res, ld.err
+	}
+	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
+	// Replace writes only while the claim is still there: a claim that is
+	// gone (a Delete or Set, or it expired) means the key moved on.
+	werr := lockx.Replace(wctx, l, val, ttl)
+	wrote := werr == nil
+	if errors.Is(werr, lock.ErrNotHeld) {
+		werr = nil
+	}
+	c.noteWrite(k, wrote, werr)
+	if refused(werr) {
+		// The claim goes if the server lets it (it does not where the
+		// refused write was a script, and the release is one too).
+		_ = l.Release(wctx)
+		c.announce(wctx, k, l, noticeError, werr.Error())
+		return ld.res, nil
+	}
+	c.announceWrite(wctx, k, l, wrote, val)
+	return ld.res, nil
+}

@@ -1,0 +1,153 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
+)
+
+// The stale path: something is stored under the key and must be replaced
+// while it stays there: a stale value (refreshed in the background while
+// it goes on being served), an expired negative entry, or a value nobody
+// can use (undecodable, or of another type than the caller's).
+//
+// The rebuild holds the separate rebuild lock (k.lock()), not a claim on
+// the value key, and every write is conditional on the key still holding
+// the value read (compared by digest when it is large): a Delete or Set
+// made since that read stands, and the rebuild's write is skipped.
+
+// replaceUnusable decides what a caller does with a stored value it cannot
+// return (old): it takes the rebuild lock, loads and replaces old (the
+// verdict is the load's outcome); or, when another process holds the lock,
+// waits for it; or, when the key changed before the load began, reads it
+// again. sent is when the read that found old was sent.
+func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte, sent time.Time) verdict {
+	if err := c.permitted(ctx, k, old); err != nil {
+		return c.serverFailed(ctx, k, load, err)
+	}
+	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		c.n.contention.Add(1)
+		return waitFor("", time.Time{})
+	case err != nil:
+		return c.serverFailed(ctx, k, load, err)
+	}
+	if !c.stillHolds(ctx, k, l, old) {
+		return verdict{next: readAgain}
+	}
+	ld := c.loadHolding(ctx, k, it, load, l)
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	c.replaceOld(wctx, k, l, old, ld)
+	ld.res.seen = sent
+	return answer(ld.res, ld.err)
+}
+
+// refresh starts a background refresh of a stale (or nearly expired)
+// value unless this process already runs one for the key. Across
+// processes the rebuild lock lets one through; the others keep serving
+// what they have.
+func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte, load loader.Func[[]byte]) {
+	if c.refreshes.Joined(k.value) > 0 {
+		return
+	}
+	old = append([]byte(nil), old...)
+	c.refreshes.Start(k.value, c.background(ctx, it.wait), func(ctx context.Context) (struct{}, error) {
+		c.refreshStale(ctx, k, it, load, old)
+		return struct{}{}, nil
+	})
+}
+
+// refreshStale replaces old, a value callers go on being served meanwhile,
+// if this process gets the rebuild lock. Nothing it meets is anyone's
+// error: a failure is logged and counted, and a failed load keeps the
+// lock for RefreshBackoff so that nobody retries at once.
+func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte) {
+	if err := c.permitted(ctx, k, old); err != nil {
+		c.serverError(k.user, err) // the stale value goes on being served
+		return
+	}
+	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+	switch {
+	case errors.Is(err, lock.ErrNotObtained):
+		c.n.contention.Add(1)
+		return
+	case err != nil:
+		c.serverError(k.user, err)
+		return
+	}
+	if !c.stillHolds(ctx, k, l, old) {
+		return
+	}
+	c.n.refreshes.Add(1)
+	c.emit(EventRefresh, k.user, 0, nil)
+	ld := c.loadHolding(ctx, k, it, load, l)
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	if ld.err != nil {
+		err := l.Refresh(wctx, c.s.backoff)
+		c.log(slog.LevelWarn, "background refresh failed; serving stale", "key", k.user, "err", ld.err)
+		if err != nil && !errors.Is(err, lock.ErrNotHeld) {
+			c.serverError(k.user, err)
+		}
+		c.announceNothing(wctx, k, l, ld.err)
+		return
+	}
+	c.replaceOld(wctx, k, l, old, ld)
+}
+
+// stillHolds reports whether the key still holds old now that l is held.
+// Between the read and the lock another process may have rebuilt the
+// value and released the lock: then there is nothing to do, and l is
+// released. A failed read is no evidence of a change: the conditional
+// write that follows the load decides.
+func (c *Cache) stillHolds(ctx context.Context, k keys, l *lock.Lock, old []byte) bool {
+	cur, err := c.rc.Get(ctx, k.value).Bytes()
+	if err == nil && !bytes.Equal(cur, old) || redisx.IsNil(err) {
+		c.release(ctx, k, l)
+		return false
+	}
+	return true
+}
+
+// replaceOld ends the rebuild that holds the rebuild lock l over old, with
+// ld: it writes the new entry if the key still holds old, deletes old
+// when the loader found nothing and nothing is to be stored, frees l and
+// announces the outcome. ctx is the write context.
+func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte, ld loaded) {
+	if !ld.storable() {
+		if ld.err == nil {
+			// The loader found nothing where old (a stale value, or one
+			// nobody could use) is stored: end it, or it would be served
+			// and refreshed again and again.
+			c.endOld(ctx, k, old)
+		}
+		c.release(ctx, k, l)
+		c.announceNothing(ctx, k, l, ld.err)
+		return
+	}
+	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
+	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
+	if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrNotHeld) && werr == nil {
+		werr = rerr
+	}
+	c.noteWrite(k, wrote, werr)
+	if refused(werr) {
+		c.announce(ctx, k, l, noticeError, werr.Error())
+		return
+	}
+	c.announceWrite(ctx, k, l, wrote, val)
+}
+
+// endOld deletes the value key if it still holds old.
+func (c *Cache) endOld(ctx context.Context, k keys, old []byte) {
+	deleted, err := c.conn.DeleteIfEqual(ctx, k.value, string(old))
+	c.noteWrite(k, deleted, err)
+}
