@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/flight"
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -224,7 +225,7 @@ const (
 func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
 	e, err := codec.Decode(raw)
 	if err != nil {
-		if _, ok := lock.ParseValue(string(raw)); ok && !codec.IsEntry(raw) {
+		if _, ok := lockx.ParseValue(string(raw)); ok && !codec.IsEntry(raw) {
 			return e, stateBuilding, nil
 		}
 		return e, stateCorrupt, err

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 )
@@ -195,7 +196,7 @@ func TestLock_Replace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Replace(ctx, "result", time.Hour); err != nil {
+		if err := lockx.Replace(ctx, l, "result", time.Hour); err != nil {
 			t.Fatalf("Replace: %v", err)
 		}
 		if v, err := rc.Get(ctx, key).Result(); err != nil || v != "result" {
@@ -204,7 +205,7 @@ func TestLock_Replace(t *testing.T) {
 		if ttl := rc.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
 			t.Errorf("TTL after Replace = %v, want about 1h", ttl)
 		}
-		if err := l.Replace(ctx, "again", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+		if err := lockx.Replace(ctx, l, "again", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("second Replace = %v, want ErrNotHeld", err)
 		}
 		// Deleted behind the holder's back: Replace must not recreate it.
@@ -213,7 +214,7 @@ func TestLock_Replace(t *testing.T) {
 			t.Fatal(err)
 		}
 		rc.Del(ctx, key+":2")
-		if err := l.Replace(ctx, "late", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+		if err := lockx.Replace(ctx, l, "late", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("Replace after Delete = %v, want ErrNotHeld", err)
 		}
 		if n := rc.Exists(ctx, key+":2").Val(); n != 0 {
@@ -227,7 +228,7 @@ func FuzzParseValue(f *testing.F) {
 	f.Add("0123456789abcdef0123456789abcdef;;")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, v string) {
-		info, ok := lock.ParseValue(v)
+		info, ok := lockx.ParseValue(v)
 		if !ok {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -135,8 +136,8 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		deadline = start.Add(ttl)
 	}
 
-	token := newToken()
-	value := encodeValue(token, start, opts.Metadata)
+	token := lockvalue.NewToken()
+	value := lockvalue.Encode(token, start, opts.Metadata)
 	// Take no lock that could not be released: where the server refuses the
 	// scripts that releasing (or fencing) needs here, say so first.
 	if err := c.permitted(ctx, key, value, opts.Fencing); err != nil {
@@ -308,12 +309,19 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
-// Replace ends the lock by replacing its value with value, expiring after
+func init() {
+	lockvalue.RegisterReplace(func(ctx context.Context, l any, value string, ttl time.Duration) error {
+		return l.(*Lock).replace(ctx, value, ttl)
+	})
+}
+
+// replace ends the lock by replacing its value with value, expiring after
 // ttl, if the key still holds this acquisition; otherwise it returns
 // ErrNotHeld and changes nothing. It lets a lock on a key stand for "this
 // key is being computed" and hand the key over to the result in one atomic
-// step: whoever deleted or overwrote the key meanwhile wins.
-func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) error {
+// step: whoever deleted or overwrote the key meanwhile wins. Package cache
+// calls it through internal/lockx.Replace.
+func (l *Lock) replace(ctx context.Context, value string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return invalid("replace ttl %v for key %q is below 1ms", ttl, l.key)
 	}
@@ -326,11 +334,6 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 	}
 	return nil
 }
-
-// ParseValue reports whether v is a lock value written by this package,
-// and if so what it holds (Info.TTL is zero). Other code sharing keys with
-// locks uses it to tell a lock from its own data.
-func ParseValue(v string) (Info, bool) { return decodeValue(v) }
 
 // FenceKey returns the key holding the fencing counter of the lock on key
 // (see ObtainOptions.Fencing), in the same cluster slot as key; ok is false
