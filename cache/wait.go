@@ -1,0 +1,161 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hotkv/stampede/loader"
+)
+
+// The waiting path: a caller waits for a rebuild that another process (or
+// another caller's flight in this process) runs, rather than load itself.
+//
+// Across processes, it waits for the rebuild's announcement (announce.go),
+// reading the key again every PollInterval in case the announcement is
+// lost, and gives up after WaitTimeout. Within a process, callers join one
+// flight per key (Cache.flights) and each takes the flight's result only if
+// it is at least as new as what its own read of the key found
+// (outcome.accepts), so that a call that starts after a Delete or Set
+// returned never returns a value from before it.
+
+// fill gets a value for a key that had none usable: it claims the rebuild
+// and loads, or waits for the process that claimed it. It runs once per
+// key per process at a time, on a background context.
+//
+// bad is a stored value the caller found but could not decode: finding it
+// again means replacing it, not returning it.
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (outcome, error) {
+	var waitStart time.Time // zero until the first wait; WaitTimeout counts from it
+	for {
+		if c.down() {
+			return c.loadAlone(ctx, k, load)
+		}
+		// Register before reading, so that an announcement sent between the
+		// read and the wait is not missed.
+		w := c.ann.register(k.value)
+		v := c.step(ctx, k, it, load, bad)
+		switch v.next {
+		case answered:
+			c.ann.unregister(k.value, w)
+			return v.res, v.err
+		case readAgain:
+			c.ann.unregister(k.value, w)
+			continue
+		}
+		if waitStart.IsZero() {
+			waitStart = time.Now()
+			c.n.waits.Add(1)
+		}
+		left := it.wait - time.Since(waitStart)
+		if left <= 0 {
+			c.ann.unregister(k.value, w)
+			return c.waitTimedOut(ctx, k, it, load, v.claim, waitStart)
+		}
+		n, err := c.await(ctx, w, min(left, c.s.poll))
+		c.ann.unregister(k.value, w)
+		if err != nil {
+			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
+		}
+		if h := c.heard(k, n, v, waitStart); h.next == answered {
+			return h.res, h.err
+		}
+	}
+}
+
+// await waits for a notice for w, at most d. A zero notice means the poll
+// interval passed: read the key again.
+func (c *Cache) await(ctx context.Context, w *waiter, d time.Duration) (notice, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case n := <-w.ch:
+		return n, nil
+	case <-t.C:
+		return notice{}, nil // poll: read again
+	case <-ctx.Done():
+		return notice{}, ctx.Err()
+	}
+}
+
+// heard decides whether the notice n (zero after a poll) ends the wait for
+// the rebuild that v found: it does only when n is that very rebuild's
+// outcome, matched by its claim's token. The verdict is then the outcome
+// (a value, a not-found, or the rebuild's error), or else to read the key
+// again.
+func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict {
+	if v.claim == "" || n.token != v.claim {
+		// A poll, a Set, or news of a rebuild this caller did not see
+		// claim the key (it may predate a Delete): read the key again.
+		return verdict{next: readAgain}
+	}
+	switch n.kind {
+	case noticeValue:
+		if n.text == "" {
+			return verdict{next: readAgain} // too large to come along: read it
+		}
+		if e, st, err := c.classify([]byte(n.text)); err == nil && st != stateBuilding {
+			c.emit(EventWait, k.user, time.Since(waitStart), nil)
+			return answer(outcome{payload: e.Payload, notFound: e.NotFound, claim: v.claim, seen: v.seen}, nil)
+		}
+	case noticeNotFound:
+		c.emit(EventWait, k.user, time.Since(waitStart), nil)
+		return answer(outcome{notFound: true, claim: v.claim, seen: v.seen}, nil)
+	case noticeError:
+		err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
+		if strings.Contains(n.text, ErrPermission.Error()) {
+			// The rebuild's write was refused by the ACL: so would
+			// this caller's be; tell it so.
+			err = remotePermission{err}
+		}
+		c.emit(EventWait, k.user, time.Since(waitStart), err)
+		return answer(outcome{}, err)
+	}
+	return verdict{next: readAgain}
+}
+
+// waitTimedOut decides what a caller that waited WaitTimeout for another
+// process's rebuild (the claim with token claim, or the rebuild lock when
+// claim is "") does: load itself when LoadOnWaitTimeout is set, else fail
+// with ErrWaitTimeout. Its own load rests on that claim, for the callers of
+// this process that join its flight (outcome.accepts).
+func (c *Cache) waitTimedOut(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], claim string, waitStart time.Time) (outcome, error) {
+	c.n.waitTimeouts.Add(1)
+	c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout)
+	if c.s.loadOnWaitTimeout {
+		started := time.Now()
+		res, err := c.run(ctx, k, load)
+		res.claim, res.seen = claim, started
+		return res, err
+	}
+	return outcome{}, fmt.Errorf("%w (key %q, waited %v)", ErrWaitTimeout, k.user, it.wait)
+}
+
+// observation is what a caller's own read of the key found, for deciding
+// whether it may take the result of a flight it joined.
+type observation struct {
+	read  bool      // the caller read the key (not while failing open)
+	claim string    // the token of the rebuild claim it found, if any
+	done  time.Time // when the read's reply arrived
+}
+
+// accepts reports whether a caller that read the key (obs) and then joined
+// a flight started by another caller may take the flight's result o: when
+// o is at least as new as what the caller read. That holds when o comes
+// from the rebuild whose claim the caller found (a claim's token is never
+// used twice, so the key did not change in between), and when the flight
+// sent the read or claim that o rests on after the caller's read returned.
+// Otherwise the flight may have learned o before a Delete or Set, made in
+// any process, that the caller's read already saw (a rebuild that wrote
+// just before a Delete, its announcement arriving after it): the caller
+// must read the key again, or it would not read its own writes.
+func (o outcome) accepts(obs observation) bool {
+	switch {
+	case !obs.read || o.seen.IsZero():
+		return true // failing open: no server to compare with
+	case obs.claim != "" && o.claim == obs.claim:
+		return true
+	}
+	return o.seen.After(obs.done)
+}
