@@ -31,9 +31,11 @@ var ErrValueTooLarge = errors.New("cache: value too large")
 // ErrClosed is returned by operations on a closed Cache.
 var ErrClosed = errors.New("cache: closed")
 
-// ErrInvalid is wrapped by every error about bad arguments or options;
-// such errors are returned before any server call.
-var ErrInvalid = errors.New("invalid argument")
+// ErrInvalid is lock.ErrInvalid: it is wrapped by every error about bad
+// arguments or options, from cache or from lock, so errors.Is matches
+// either against any stampede package's error; such errors are returned
+// before any server call.
+var ErrInvalid = lock.ErrInvalid
 
 // ErrPermission is lock.ErrPermission: it is matched by errors caused by
 // the server's ACL refusing the client's user a command, key or channel

@@ -27,8 +27,10 @@ var ErrLost = errors.New("lock: lost")
 var ErrForeignValue = errors.New("lock: key holds a value not written by a stampede lock")
 
 // ErrInvalid is wrapped by every error about bad arguments or options; such
-// errors are returned before any server call.
-var ErrInvalid = errors.New("invalid argument")
+// errors are returned before any server call. It is the same value as
+// cache.ErrInvalid, so errors.Is matches either against any stampede
+// package's error.
+var ErrInvalid = redisx.ErrInvalid
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("lock: %w: "+format, append([]any{ErrInvalid}, args...)...)
