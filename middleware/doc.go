@@ -14,31 +14,41 @@
 // that won, so it can stream to its client; after WaitTimeout the others
 // render for themselves, as nginx's proxy_cache_lock_timeout does.
 //
+// The render's context has the request's values and deadline but not its
+// client's cancellation: a client that goes away does not end the render
+// the others wait for (it ends with the cache's LoadTimeout then), while
+// the application's own deadline for the request (http.TimeoutHandler,
+// chi's middleware.Timeout, a context.WithTimeout) ends it, and what it
+// wrote then is not stored.
+//
 // # What is stored
 //
 // Only what a shared cache may store (RFC 9111): GET and HEAD requests
-// without Authorization (and, by default, without Cookie), responses with
-// a storable status that are not no-store, private or no-cache (nor,
-// without Cache-Control, Pragma: no-cache), set no cookie and do not say
-// Vary: *, header names read in any letter case. s-maxage, then max-age,
-// then Expires, then Options.TTL give the freshness (an Expires that is
-// invalid or not in the future is not stored); stale-while-revalidate and
-// stale-if-error (RFC 5861) the stale window. Responses that flush,
-// hijack, panic or answer 5xx are passed through and never stored; bodies
-// over Options.StoreLimit (which must fit the cache's MaxValueSize) stream
+// without Authorization (and, by default, without Cookie), without a body
+// and with a target in origin form or absolute form with "//" and no user
+// information; responses with a storable status that are not no-store,
+// private or no-cache (nor, without Cache-Control, Pragma: no-cache), set
+// no cookie, declare or set no trailer and do not say Vary: *, header
+// names read in any letter case. s-maxage, then max-age, then Expires,
+// then Options.TTL give the freshness (an Expires that is invalid or not
+// in the future is not stored); stale-while-revalidate and stale-if-error
+// (RFC 5861) the stale window. Responses that flush, hijack, panic or
+// answer 5xx are passed through and never stored; bodies over
+// Options.StoreLimit (which must fit the cache's MaxValueSize) stream
 // through without being buffered whole.
 //
 // # The key
 //
 // "GET " + scheme (from the connection) + "://" + host (lower case, no
-// default port) + escaped path and query as the client sent them
-// (r.RequestURI, not a path an outer http.StripPrefix shortened), the
-// query sorted by name with each name's values in their order, minus
-// Options.IgnoreQuery (or only Options.KeyQuery); then r.URL's scheme and
-// host if an outer middleware set them, r.URL's path and query if it
-// rewrote them, Options.KeyHeaders, and the request's values of the
+// default port unless bracketed) + escaped path and query as the client
+// sent them (r.RequestURI, not a path an outer http.StripPrefix
+// shortened), the query sorted by name with each name's values in their
+// order, minus Options.IgnoreQuery (or only Options.KeyQuery); then
+// r.URL's scheme and host if an outer middleware set them, r.URL's path
+// and query if it rewrote them, Options.KeyHeaders, and the request's values of the
 // headers the response named in Vary. The handler rendering for the cache
-// sees no query parameter outside the key, no conditional or range header
+// sees no body (nor Content-Type or Content-Length, nor a parsed form),
+// no query parameter outside the key, no conditional or range header
 // (If-None-Match, If-Modified-Since, ...) and no header that rewrites
 // hosts, URLs or methods (X-Forwarded-Host, X-Original-URL,
 // X-HTTP-Method-Override, ...), so none of them can shape what others

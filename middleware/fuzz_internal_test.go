@@ -101,6 +101,12 @@ func FuzzBaseKey(f *testing.F) {
 		{"/x?%69d=1", "h", "/x?id=1"},
 		{"/x%0Avary%20X-User:%20alice", "h", "/x"},
 		{"/x?a=%0Avary X-User: alice", "h", "/x?a="},
+		// The hostile review of issue 10.
+		{"http:first-resource", "example.com", "/"},
+		{"http://user:pw@example.com/x", "example.com", "/x"},
+		{"/", "[example.com]:80", "/"},
+		{"/", "[::1]:80", "/"},
+		{"/", "::1:80", "/"},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
@@ -155,6 +161,19 @@ func checkBaseKey(t *testing.T, m *Middleware, target, host, other string) {
 		if r2, ok := fuzzRequest(target[:i+1]+strings.Join(byName, "&"), host); ok {
 			if key2, ok := m.baseKey(r2); !ok || key2 != key {
 				t.Errorf("reordered query %q: key %q (%v), want %q", strings.Join(byName, "&"), key2, ok, key)
+			}
+		}
+	}
+	// Opaque targets and user information are not keyed: they bypass.
+	if r.URL.Opaque != "" || r.URL.User != nil {
+		t.Errorf("target %q (opaque %q, user %v) has key %q, want a bypass", target, r.URL.Opaque, r.URL.User, key)
+	}
+	// The host in square brackets is another host than the handler sees
+	// without them.
+	if h := r.Host; r.URL.Host == "" && !strings.ContainsAny(h, ":[]") {
+		if r2, ok := fuzzRequest(target, "["+h+"]:80"); ok {
+			if key2, ok := m.baseKey(r2); ok && key2 == key {
+				t.Errorf("host [%s]:80 has the key of host %q: %q", h, h, key)
 			}
 		}
 	}

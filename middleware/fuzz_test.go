@@ -60,11 +60,12 @@ func headerValuesFold(h http.Header, name string) []string {
 
 // Bits of FuzzMiddleware's form argument.
 const (
-	formLowerCase   = 1 << iota // the handler writes its header names in lower case, into the map
-	formSetCookie               // the handler sets a cookie for its user
-	formMounted                 // the users reach the handler through two StripPrefix mounts
-	formIgnoreQuery             // Options.IgnoreQuery is {"utm"}
-	formValidators              // the first user sends If-None-Match and If-Modified-Since
+	formLowerCase     = 1 << iota // the handler writes its header names in lower case, into the map
+	formSetCookie                 // the handler sets a cookie for its user
+	formMounted                   // the users reach the handler through two StripPrefix mounts
+	formIgnoreQuery               // Options.IgnoreQuery is {"utm"}
+	formValidators                // the first user sends If-None-Match and If-Modified-Since
+	formTrailerCookie             // the handler sets a cookie for its user as a trailer (http.TrailerPrefix)
 )
 
 // FuzzMiddleware: for any request target, any Cache-Control and Vary from
@@ -102,6 +103,12 @@ func FuzzMiddleware(f *testing.F) {
 		{"/rv", "max-age=60", "", "alice", "bob", formValidators},
 		{"/r?id=2&id=1", "max-age=60", "", "alice", "bob", formValidators | formIgnoreQuery},
 		{"/a%2Fb/c", "", "VARY", "alice", "bob", formMounted | formLowerCase | formSetCookie},
+		// The hostile review of issue 10: opaque and user-info targets,
+		// cookies sent as trailers.
+		{"http:first-resource", "max-age=60", "", "alice", "bob", 0},
+		{"http://alice@h.example/x", "max-age=60", "", "alice", "bob", 0},
+		{"/tc", "public, max-age=60", "", "alice", "bob", formTrailerCookie},
+		{"/tc", "public, max-age=60", "", "alice", "bob", formTrailerCookie | formLowerCase},
 	} {
 		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}
@@ -162,6 +169,9 @@ func FuzzMiddleware(f *testing.F) {
 				if form&formSetCookie != 0 {
 					w.Header()[name("Set-Cookie")] = []string{"u=" + url.QueryEscape(r.Header.Get("X-User"))}
 				}
+				if form&formTrailerCookie != 0 {
+					w.Header()[name(http.TrailerPrefix+"Set-Cookie")] = []string{"u=" + url.QueryEscape(r.Header.Get("X-User"))}
+				}
 				fmt.Fprintf(w, "mount=%s path=%s user=%s n=%d cond=%s q=%s", mount, r.URL.EscapedPath(), r.Header.Get("X-User"), renders.Add(1),
 					r.Header.Get("If-None-Match")+r.Header.Get("If-Modified-Since"), r.URL.RawQuery)
 			}))
@@ -195,7 +205,7 @@ func FuzzMiddleware(f *testing.F) {
 			body := rec.Body.String()
 			user := tt.r.Header.Get("X-User")
 			want := fmt.Sprintf("mount=%s path=%s user=", tt.mount, plain.URL.EscapedPath())
-			if tt.r == reqA || variesOn(vary, "X-User") || form&formSetCookie != 0 {
+			if tt.r == reqA || variesOn(vary, "X-User") || form&(formSetCookie|formTrailerCookie) != 0 {
 				want += user + " n="
 			}
 			if !strings.HasPrefix(body, want) {

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -31,7 +30,8 @@ import (
 //	"\nrewritten /items?a=1"         r.URL's path and query, if not those received
 //
 // then one line per KeyHeaders name. ok is false for a query that does not
-// parse: such requests bypass the cache.
+// parse, and for a target in the absolute form without "//" (URL.Opaque)
+// or with user information: such requests bypass the cache.
 func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	if m.o.KeyFunc != nil {
 		return m.o.KeyFunc(r)
@@ -43,6 +43,12 @@ func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 			return "", false
 		}
 		received = u
+	}
+	if received.Opaque != "" || received.User != nil {
+		// "GET http:x" (no "//": the rest is URL.Opaque) and user
+		// information in the target: rare, and nothing a page would be
+		// cached for. They bypass rather than be keyed.
+		return "", false
 	}
 	query, ok := m.keyQuery(received.RawQuery)
 	if !ok {
@@ -100,11 +106,24 @@ func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	return b.String(), true
 }
 
-// keyHost is host lower-cased, without the default port of scheme.
+// keyHost is host lower-cased, without the default port of scheme. It
+// is otherwise the host as the handler sees it (r.Host, from which pages
+// build their links): the port is cut off as a suffix, never with
+// net.SplitHostPort, which also strips square brackets and so gave
+// "[example.com]:80" the key of "example.com". It is cut only from a
+// plain name: a bracketed host ("[::1]:80", "[example.com]:80") is keyed
+// as it is, so "[::1]:80" and "[::1]" are two entries (one render more
+// for a host nobody types), and "::1:80" is not "::1".
 func keyHost(host, scheme string) string {
 	host = strings.ToLower(host)
-	if h, port, err := net.SplitHostPort(host); err == nil &&
-		(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
+	var port string
+	switch scheme {
+	case "http":
+		port = ":80"
+	case "https":
+		port = ":443"
+	}
+	if h, ok := strings.CutSuffix(host, port); ok && port != "" && !strings.ContainsAny(h, ":[]") {
 		host = h
 	}
 	return host
@@ -187,6 +206,14 @@ func (m *Middleware) filterQuery(raw string) string {
 //   - query parameters left out of the key (IgnoreQuery, or not in
 //     KeyQuery) are removed from rr.URL.RawQuery and rr.RequestURI, and
 //     rr.Form is reset so that it is parsed again without them;
+//   - the body is no part of the key, so the handler gets none: rr.Body
+//     is http.NoBody, rr.ContentLength 0, the headers of bodyHeaders
+//     (Content-Type, Content-Length, ...) are removed, and rr.Form,
+//     rr.PostForm and rr.MultipartForm are reset, so that r.FormValue
+//     parses the (keyed) query only. A GET or HEAD that says it has a
+//     body bypasses the cache (see bypass); this covers the rest, such as
+//     a request served in-process with a Body but no length, or a form
+//     an outer middleware parsed already;
 //   - the URL-rewriting headers of unkeyedHeaders are removed unless
 //     KeyHeaders names them;
 //   - conditional and range headers (perClientHeaders) are removed: the
@@ -206,11 +233,12 @@ func (m *Middleware) prepareRender(rr *http.Request) {
 			}
 			rr.RequestURI = path
 		}
-		rr.Form = nil
 	}
+	rr.Body, rr.GetBody, rr.ContentLength, rr.TransferEncoding, rr.Trailer = http.NoBody, nil, 0, nil, nil
+	rr.Form, rr.PostForm, rr.MultipartForm = nil, nil, nil
 	for name := range rr.Header {
 		canon := http.CanonicalHeaderKey(name)
-		if slices.Contains(perClientHeaders(), canon) ||
+		if slices.Contains(perClientHeaders(), canon) || slices.Contains(bodyHeaders(), canon) ||
 			slices.Contains(unkeyedHeaders(), canon) && !containsFold(m.keyHeaders, canon) {
 			delete(rr.Header, name)
 		}
@@ -292,4 +320,10 @@ func unkeyedHeaders() []string {
 // and If-Range are listed only for completeness.
 func perClientHeaders() []string {
 	return []string{"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range", "Range"}
+}
+
+// bodyHeaders lists the request headers that describe a body; the
+// handler rendering for the cache gets no body, so none of them either.
+func bodyHeaders() []string {
+	return []string{"Content-Type", "Content-Length", "Content-Encoding", "Transfer-Encoding", "Trailer"}
 }

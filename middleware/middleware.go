@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -114,6 +115,14 @@ func (m *Middleware) bypass(r *http.Request) string {
 		return "cookie"
 	case r.Header.Get("Range") != "", r.Header.Get("Upgrade") != "":
 		return "range or upgrade"
+	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
+		// A body is no part of the key, and the render for the cache gets
+		// none (see prepareRender); a GET or HEAD that sends one is served
+		// by next as it is, with its body, and shares nothing.
+		return "request body"
+	case r.URL.Opaque != "" || r.URL.User != nil:
+		// "GET http:x" and user information: see baseKey.
+		return "opaque or user-info target"
 	case strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Cache-Control"), ",")), "no-store"):
 		return "no-store"
 	}
@@ -267,10 +276,10 @@ func (e errNotStored) Error() string { return "middleware: response not stored: 
 var errDeclined = errors.New("middleware: render in the background")
 
 // job is a render requested by the cache's loader from the request's own
-// goroutine. ctx is the loader's: detached from every client (it keeps
-// the request's values, with a copy of its chi routing context) and ended
-// by the cache's LoadTimeout; for a client's no-cache render, which
-// nobody else waits for, it is the request's own.
+// goroutine. ctx is the loader's: detached from every client and ended by
+// the cache's LoadTimeout; for a client's no-cache render, which nobody
+// else waits for, it is the request's own. The render takes its values
+// from the request's context, not from ctx (see renderContext).
 type job struct {
 	ctx  context.Context
 	done chan result
@@ -325,6 +334,15 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func
 				return response{}, ctx.Err()
 			}
 		}
+		// In the background, on the load's context (the request's values
+		// with a copy of its chi routing context, see detachRoute), and
+		// within the request's own deadline, as a render in the request's
+		// goroutine would be (see renderContext).
+		if d, ok := r.Context().Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			defer cancel()
+		}
 		res := m.render(nil, r.Clone(ctx), next)
 		if res.err == nil {
 			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
@@ -340,7 +358,7 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func
 // The render is shared: it runs on renderContext(r's, j's), so a client
 // that goes away does not end it. It goes on (writes to the gone client
 // are discarded), is stored and answers the waiters, unless j's context
-// ends too.
+// ends too or r's deadline passes.
 func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
 	delivered := false
 	ctx, stop := renderContext(r.Context(), j.ctx)
@@ -369,10 +387,16 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 }
 
 // renderContext returns the context for a render that both the request's
-// client (client) and the cache's load (load) may be waiting for: it has
-// load's values (the request's, with a copy of its chi routing context)
-// and ends only when both have ended. A client that goes away does not
-// end the render the waiters share, which then ends with LoadTimeout; a
+// client (client) and the cache's load (load) may be waiting for. It has
+// client's values (its own chi routing context too: the render runs in
+// the request's goroutine, before the request ends, so outer middlewares
+// see the route it took) and client's deadline, if it has one: an
+// application's own limit for the request (http.TimeoutHandler, chi's
+// middleware.Timeout, a context.WithTimeout) ends the render at that
+// deadline, shared or not, and the handler sees it as ctx.Deadline.
+// Otherwise it ends only when both have ended: a client that goes away
+// (its context cancelled before its deadline) does not end the render
+// the waiters share, which then ends with the load (LoadTimeout); a
 // client still connected when LoadTimeout ends the load keeps its own
 // render going, as it would without the cache. Once the render passes
 // its response through to the client (it flushed, or outgrew StoreLimit:
@@ -380,10 +404,17 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 // stop releases what the context holds; call it once the render is over.
 func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
 	sr := &sharedRender{client: client}
-	ctx, sr.cancel = context.WithCancelCause(context.WithValue(context.WithoutCancel(load), sharedRenderKey, sr))
+	ctx = context.WithValue(context.WithoutCancel(client), sharedRenderKey, sr)
+	stopDeadline := context.CancelFunc(func() {})
+	if d, ok := client.Deadline(); ok {
+		ctx, stopDeadline = context.WithDeadline(ctx, d)
+	}
+	ctx, sr.cancel = context.WithCancelCause(ctx)
 	// Each ends the render if the other has ended already; Err is set
 	// before AfterFunc runs, so whichever ends last sees the other's.
 	stopClient := context.AfterFunc(client, func() {
+		// A deadline (DeadlineExceeded) is not the client going: ctx
+		// carries it and ends at it by itself, with ctx.Err() saying so.
 		switch {
 		case load.Err() != nil:
 			sr.cancel(context.Cause(load))
@@ -400,6 +431,7 @@ func renderContext(client, load context.Context) (ctx context.Context, stop func
 		stopClient()
 		stopLoad()
 		sr.cancel(context.Canceled)
+		stopDeadline()
 	}
 }
 
@@ -513,6 +545,10 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 		return "no-cache (would need revalidation)", 0, 0
 	case len(h.Values("Set-Cookie")) > 0:
 		return "sets a cookie", 0, 0
+	case hasTrailers(h):
+		// Trailers are sent after the body, where none of these rules
+		// would see them (a "Trailer:Set-Cookie" is a cookie too).
+		return "declares or sets trailers", 0, 0
 	case star:
 		return "Vary: *", 0, 0
 	case cc.broken:
@@ -554,6 +590,21 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 	return "", fresh, stale
 }
 
+// hasTrailers reports whether a response header declares trailers
+// (Trailer) or sets one the way net/http allows without declaring it (a
+// name with http.TrailerPrefix, in any letter case).
+func hasTrailers(h http.Header) bool {
+	if len(h["Trailer"]) > 0 {
+		return true
+	}
+	for k := range h {
+		if len(k) >= len(http.TrailerPrefix) && strings.EqualFold(k[:len(http.TrailerPrefix)], http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 func containsFold(list []string, s string) bool {
 	for _, v := range list {
 		if strings.EqualFold(v, s) {
@@ -566,28 +617,33 @@ func containsFold(list []string, s string) bool {
 // varyIndex remembers, per base key, the header names responses vary on,
 // so requests go straight to their variant's key. It is bounded: when
 // full it forgets everything, which costs one extra lookup per resource.
+// Entries are keyed by the SHA-256 of the base key, so the index holds
+// at most varyIndexMax times 32 bytes of keys however long the base keys
+// (up to a whole request target and header values) are.
 type varyIndex struct {
 	mu    sync.Mutex
-	names map[string][]string
+	names map[[sha256.Size]byte][]string
 }
 
 const varyIndexMax = 10000
 
 func (v *varyIndex) get(base string) []string {
+	k := sha256.Sum256([]byte(base))
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.names[base]
+	return v.names[k]
 }
 
 func (v *varyIndex) put(base string, names []string) {
+	k := sha256.Sum256([]byte(base))
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(names) == 0 {
-		delete(v.names, base)
+		delete(v.names, k)
 		return
 	}
 	if v.names == nil || len(v.names) >= varyIndexMax {
-		v.names = make(map[string][]string)
+		v.names = make(map[[sha256.Size]byte][]string)
 	}
-	v.names[base] = names
+	v.names[k] = names
 }
