@@ -298,7 +298,9 @@ type expiry struct {
 // Expire sets, from inside a loader, how long the value it is about to
 // return stays fresh and then stale, overriding the TTL and StaleTTL of the
 // call; for values whose lifetime is only known once loaded (an HTTP
-// response's max-age, a token's expiry). It reports whether ctx belongs to
+// response's max-age, a token's expiry). LoadWithExpiry, where the loader
+// returns the Expiry with its value, is the typed and preferred way; Expire
+// suits code that only has the loader's context. It reports whether ctx belongs to
 // a load whose result will be stored; elsewhere it does nothing. A fresh
 // duration below 1ms is raised to 1ms, a negative stale one to 0, and both
 // are clamped as Options.TTL and Options.StaleTTL are.
