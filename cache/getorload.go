@@ -65,6 +65,8 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		first := round == 0
 		var bad []byte // a stored value this caller could not decode
 		var obs observation
+		// The hit path: one GET, and a fresh or stale entry is decoded and
+		// returned here; everything else goes to the flight (join).
 		if !c.down() {
 			raw, err := c.rc.Get(ctx, k.value).Bytes()
 			obs = observation{read: true, done: time.Now()}
@@ -121,26 +123,11 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 				obs = observation{}
 			}
 		}
-		if first {
-			c.n.misses.Add(1)
-			c.emit(EventMiss, key, 0, nil)
-		} else if round > 2 {
-			// The key keeps changing under the flights this caller joins:
-			// start one of its own (the others' flights go on).
-			c.flights.Forget(k.value)
-		}
-
-		enc := encoded(c, key, load)
-		res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-			return c.fill(ctx, k, it, enc, bad)
-		})
-		if shared && first {
-			c.n.coalesced.Add(1)
-		}
+		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), bad, obs, round)
 		if err != nil {
 			return zero, err
 		}
-		if shared && !res.accepts(obs) {
+		if !taken {
 			continue
 		}
 		if res.notFound {

@@ -20,6 +20,34 @@ import (
 // (outcome.accepts), so that a call that starts after a Delete or Set
 // returned never returns a value from before it.
 
+// join runs fill for the key in this process's flight, or joins the flight
+// already running, on behalf of a caller that found no usable value; bad
+// and obs are what its own read of the key found, round how many times it
+// came back because a joined flight's result was older than that read.
+// taken reports whether the caller may return res (outcome.accepts);
+// otherwise it reads the key again. Only the first round counts in Stats.
+func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, obs observation, round int) (res outcome, taken bool, err error) {
+	first := round == 0
+	if first {
+		c.n.misses.Add(1)
+		c.emit(EventMiss, k.user, 0, nil)
+	} else if round > 2 {
+		// The key keeps changing under the flights this caller joins:
+		// start one of its own (the others' flights go on).
+		c.flights.Forget(k.value)
+	}
+	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
+		return c.fill(ctx, k, it, load, bad)
+	})
+	if shared && first {
+		c.n.coalesced.Add(1)
+	}
+	if err != nil {
+		return outcome{}, false, err
+	}
+	return res, !shared || res.accepts(obs), nil
+}
+
 // fill gets a value for a key that had none usable: it claims the rebuild
 // and loads, or waits for the process that claimed it. It runs once per
 // key per process at a time, on a background context.
