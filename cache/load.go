@@ -60,7 +60,7 @@ type loaded struct {
 	res  outcome
 	err  error
 	it   itemSettings  // the item's settings, with the TTLs the loader set through Expire
-	took time.Duration // how long the loader ran; stored for early refresh (Beta)
+	took time.Duration // how long the loader ran; stored for EarlyRefresh
 }
 
 // storable reports whether the load left something to write: a value, or a
