@@ -17,8 +17,7 @@ import (
 // The claim is a lock whose value sits where the entry goes. So:
 //   - a Delete or Set during the load removes the claim, and the load's
 //     write, conditional on the claim, becomes a no-op;
-//   - a reader finds either nothing, the claim, or the entry, never an
-//     entry older than a Delete or Set it saw;
+//   - so a load that began before a Delete or Set never writes after it;
 //   - a claim whose owner died expires after LockTTL and is taken over.
 
 // claimMiss decides what a caller that found nothing under the key does:
