@@ -260,47 +260,6 @@ func headerValue(h http.Header, name string) string {
 	return b.String()
 }
 
-// variantKey extends base with the request's values of the headers a
-// response for base said it varies on.
-func variantKey(base string, vary []string, r *http.Request) string {
-	if len(vary) == 0 {
-		return base
-	}
-	var b strings.Builder
-	b.WriteString(base)
-	for _, name := range vary {
-		b.WriteString("\nvary ")
-		b.WriteString(name)
-		b.WriteString(": ")
-		b.WriteString(headerValue(r.Header, name))
-	}
-	return b.String()
-}
-
-// parseVary returns the canonical header names of a response's Vary
-// fields, sorted and without duplicates; star reports "Vary: *".
-func parseVary(h http.Header) (names []string, star bool) {
-	seen := map[string]bool{}
-	for _, v := range h.Values("Vary") {
-		for _, n := range strings.Split(v, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" {
-				continue
-			}
-			if n == "*" {
-				return nil, true
-			}
-			n = http.CanonicalHeaderKey(n)
-			if !seen[n] {
-				seen[n] = true
-				names = append(names, n)
-			}
-		}
-	}
-	sort.Strings(names)
-	return names, false
-}
-
 // unkeyedHeaders lists request headers that frameworks and proxies use to
 // rewrite URLs, hosts, schemes and methods. A response shaped by one of
 // them must not be stored for requests without it, so they are removed

@@ -1,0 +1,205 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+)
+
+// errDeclined is a request's answer to a job it will not render: the
+// loader renders in the background instead.
+var errDeclined = errors.New("middleware: render in the background")
+
+// job is a render requested by the cache's loader from the request's own
+// goroutine. ctx is the loader's: detached from every client and ended by
+// the cache's LoadTimeout; for a client's no-cache render, which nobody
+// else waits for, it is the request's own. The render takes its values
+// from the request's context, not from ctx (see renderContext).
+type job struct {
+	ctx  context.Context
+	done chan result
+}
+
+// handoff lets the loader of one request's GetOrLoad call have the render
+// done by that request's goroutine (which can stream to its client and
+// whose panics reach net/http) while it waits, or do it itself in the
+// background once the request is gone or has been answered otherwise (a
+// stale refresh).
+type handoff struct {
+	mu      sync.Mutex
+	waiting bool // the request still waits and can take a job
+	jobs    chan *job
+}
+
+func newHandoff() *handoff { return &handoff{waiting: true, jobs: make(chan *job, 1)} }
+
+// close stops the request taking jobs and returns one sent meanwhile.
+func (h *handoff) close() *job {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting = false
+	select {
+	case j := <-h.jobs:
+		return j
+	default:
+		return nil
+	}
+}
+
+func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func(context.Context) (response, error) {
+	return func(ctx context.Context) (response, error) {
+		h.mu.Lock()
+		var j *job
+		if h.waiting {
+			h.waiting = false
+			j = &job{ctx: ctx, done: make(chan result, 1)}
+			h.jobs <- j
+		}
+		h.mu.Unlock()
+		if j != nil {
+			select {
+			case res := <-j.done:
+				if !errors.Is(res.err, errDeclined) {
+					if res.err == nil {
+						cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+					}
+					return res.resp, res.err
+				}
+			case <-ctx.Done():
+				return response{}, ctx.Err()
+			}
+		}
+		// In the background, on the load's context (the request's values
+		// with a copy of its chi routing context, see detachRoute), and
+		// within the request's own deadline, as a render in the request's
+		// goroutine would be (see renderContext).
+		if d, ok := r.Context().Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			defer cancel()
+		}
+		res := m.render(nil, r.Clone(ctx), next)
+		if res.err == nil {
+			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
+		}
+		return res.resp, res.err
+	}
+}
+
+// renderFor renders r in its own goroutine for job j, answering the
+// client as it goes (or streaming, for what cannot be stored), and hands
+// the result to j.
+//
+// The render is shared: it runs on renderContext(r's, j's), so a client
+// that goes away does not end it. It goes on (writes to the gone client
+// are discarded), is stored and answers the waiters, unless j's context
+// ends too or r's deadline passes.
+func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
+	delivered := false
+	ctx, stop := renderContext(r.Context(), j.ctx)
+	defer func() {
+		stop()
+		if !delivered {
+			j.done <- result{err: errNotStored{"the handler panicked"}}
+		}
+	}()
+	res := m.render(w, r.WithContext(ctx), next)
+	if res.err == nil && j.ctx.Err() != nil {
+		// The load timed out (its waiters have been told) while the client
+		// kept waiting: this response is the client's alone.
+		res.err = errNotStored{"the render outlasted the load timeout"}
+		j.done <- result{err: res.err}
+		delivered = true
+		m.write(w, r, &res.resp, statusBypass)
+		return res
+	}
+	j.done <- res
+	delivered = true
+	if res.err == nil {
+		m.write(w, r, &res.resp, statusMiss)
+	} // else it was passed through to w already
+	return res
+}
+
+// renderContext returns the context for a render that both the request's
+// client (client) and the cache's load (load) may be waiting for. It has
+// client's values (its own chi routing context too: the render runs in
+// the request's goroutine, before the request ends, so outer middlewares
+// see the route it took) and client's deadline, if it has one: an
+// application's own limit for the request (http.TimeoutHandler, chi's
+// middleware.Timeout, a context.WithTimeout) ends the render at that
+// deadline, shared or not, and the handler sees it as ctx.Deadline.
+// Otherwise it ends only when both have ended: a client that goes away
+// (its context cancelled before its deadline) does not end the render
+// the waiters share, which then ends with the load (LoadTimeout); a
+// client still connected when LoadTimeout ends the load keeps its own
+// render going, as it would without the cache. Once the render passes
+// its response through to the client (it flushed, or outgrew StoreLimit:
+// see giveToClient), nobody else can use it and it ends with its client.
+// stop releases what the context holds; call it once the render is over.
+func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
+	sr := &sharedRender{client: client}
+	ctx = context.WithValue(context.WithoutCancel(client), sharedRenderKey, sr)
+	stopDeadline := context.CancelFunc(func() {})
+	if d, ok := client.Deadline(); ok {
+		ctx, stopDeadline = context.WithDeadline(ctx, d)
+	}
+	ctx, sr.cancel = context.WithCancelCause(ctx)
+	// Each ends the render if the other has ended already; Err is set
+	// before AfterFunc runs, so whichever ends last sees the other's.
+	stopClient := context.AfterFunc(client, func() {
+		// A deadline (DeadlineExceeded) is not the client going: ctx
+		// carries it and ends at it by itself, with ctx.Err() saying so.
+		switch {
+		case load.Err() != nil:
+			sr.cancel(context.Cause(load))
+		case sr.clientOnly.Load():
+			sr.cancel(context.Cause(client))
+		}
+	})
+	stopLoad := context.AfterFunc(load, func() {
+		if client.Err() != nil {
+			sr.cancel(context.Cause(load))
+		}
+	})
+	return ctx, func() {
+		stopClient()
+		stopLoad()
+		sr.cancel(context.Canceled)
+		stopDeadline()
+	}
+}
+
+// sharedRender is what giveToClient needs of a renderContext.
+type sharedRender struct {
+	client     context.Context
+	cancel     context.CancelCauseFunc
+	clientOnly atomic.Bool // set by giveToClient
+}
+
+type ctxKey struct{ name string }
+
+var sharedRenderKey = &ctxKey{"shared-render"}
+
+// giveToClient makes the render running on ctx, if it runs on a
+// renderContext, end with its client from now on (at once if the client
+// has gone): its response is passed through to that client and stored
+// for nobody, so nobody else waits for it. A streaming handler (one that
+// flushes) thus stops when its client goes, as without the cache.
+func giveToClient(ctx context.Context) {
+	sr, _ := ctx.Value(sharedRenderKey).(*sharedRender)
+	if sr == nil {
+		return
+	}
+	// Either the client's AfterFunc sees clientOnly, or this sees the
+	// client's Err: it is set before that AfterFunc runs.
+	sr.clientOnly.Store(true)
+	if sr.client.Err() != nil {
+		sr.cancel(context.Cause(sr.client))
+	}
+}

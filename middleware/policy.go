@@ -1,0 +1,150 @@
+package middleware
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// This file holds the storage policy: which requests may use the cache
+// (bypass) and which responses may be stored (storable), each refusal
+// with its reason.
+
+// bypass says why r must not use the cache, or "".
+func (m *Middleware) bypass(r *http.Request) string {
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		return "method"
+	case r.Header.Get("Authorization") != "":
+		return "authorization"
+	case r.Header.Get("Cookie") != "" && !m.o.CacheRequestsWithCookies:
+		return "cookie"
+	case r.Header.Get("Range") != "", r.Header.Get("Upgrade") != "":
+		return "range or upgrade"
+	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
+		// A body is no part of the key, and the render for the cache gets
+		// none (see prepareRender); a GET or HEAD that sends one is served
+		// by next as it is, with its body, and shares nothing.
+		return "request body"
+	case r.URL.Opaque != "" || r.URL.User != nil:
+		// "GET http:x" and user information: see baseKey.
+		return "opaque or user-info target"
+	case strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Cache-Control"), ",")), "no-store"):
+		return "no-store"
+	}
+	return ""
+}
+
+func clientNoCache(r *http.Request) bool {
+	cc := parseCacheControl(r.Header.Values("Cache-Control"))
+	return cc.noCache || strings.EqualFold(r.Header.Get("Pragma"), "no-cache")
+}
+
+// errNotStored is the loader's error for a response that must not be
+// stored or shared; every other waiter renders for itself.
+type errNotStored struct{ reason string }
+
+func (e errNotStored) Error() string { return "middleware: response not stored: " + e.reason }
+
+// storable applies the rules of a shared cache (RFC 9111 section 3) and
+// the options to a recorded response. It returns why it may not be
+// stored, or its fresh and stale durations.
+//
+// It first merges header fields the handler set in another letter case
+// than the canonical one (w.Header()["set-cookie"]) into rec's canonical
+// names, so that these rules and the header drops of storedHeader see
+// them.
+func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fresh, stale time.Duration) {
+	canonicalHeader(rec.header)
+	h := rec.header
+	cc := parseCacheControl(h.Values("Cache-Control"))
+	_, star := parseVary(h)
+	switch {
+	case rec.status >= 500 && rec.status != http.StatusNotImplemented:
+		return "server error", 0, 0
+	case rec.status == http.StatusNotModified || rec.status == http.StatusPreconditionFailed:
+		// Answers to this request's conditions, not a response that other
+		// requests (without them) may be given.
+		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0
+	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
+		return "ShouldCache said no", 0, 0
+	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
+		return fmt.Sprintf("status %d", rec.status), 0, 0
+	case cc.noStore:
+		return "no-store", 0, 0
+	case cc.private:
+		return "private", 0, 0
+	case cc.noCache:
+		return "no-cache (would need revalidation)", 0, 0
+	case len(h.Values("Set-Cookie")) > 0:
+		return "sets a cookie", 0, 0
+	case hasTrailers(h):
+		// Trailers are sent after the body, where none of these rules
+		// would see them (a "Trailer:Set-Cookie" is a cookie too).
+		return "declares or sets trailers", 0, 0
+	case star:
+		return "Vary: *", 0, 0
+	case cc.broken:
+		return "malformed Cache-Control", 0, 0
+	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
+		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
+		// 9111 5.4 leaves Pragma in responses undefined; where there is
+		// no Cache-Control to say otherwise, take it at its word.
+		return "Pragma: no-cache", 0, 0
+	case storedSize(r, rec) > m.maxValue:
+		return "larger than the cache's MaxValueSize", 0, 0
+	}
+	fresh = m.o.TTL
+	switch {
+	case cc.hasSMaxAge:
+		fresh = cc.sMaxAge
+	case cc.hasMaxAge:
+		fresh = cc.maxAge
+	case h["Expires"] != nil:
+		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
+		// max-age; an invalid one means already expired.
+		if fresh = expiresIn(h, m.now()); fresh <= 0 {
+			return "Expires is not in the future", 0, 0
+		}
+	}
+	if fresh <= 0 {
+		return "max-age=0", 0, 0
+	}
+	stale = m.o.StaleTTL
+	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
+		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
+	}
+	if cc.mustRevalidate || cc.proxyRevalidate {
+		stale = 0
+	}
+	// The entry lives fresh+stale: keep that from overflowing when the
+	// options are set huge to mean "forever".
+	stale = min(stale, math.MaxInt64-fresh)
+	return "", fresh, stale
+}
+
+// hasTrailers reports whether a response header declares trailers
+// (Trailer) or sets one the way net/http allows without declaring it (a
+// name with http.TrailerPrefix, in any letter case).
+func hasTrailers(h http.Header) bool {
+	if len(h["Trailer"]) > 0 {
+		return true
+	}
+	for k := range h {
+		if len(k) >= len(http.TrailerPrefix) && strings.EqualFold(k[:len(http.TrailerPrefix)], http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
