@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -78,17 +79,22 @@ func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time
 		lost := errors.Is(cause, ErrLost)
 
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		rerr := l.Release(rctx)
+		rerr := l.release(rctx, false) // a lock not held is reported below, as lost
 		rcancel()
 
+		var expired error
+		if !lost && errors.Is(rerr, ErrNotHeld) {
+			expired = fmt.Errorf("%w: %q expired before release", ErrLost, l.key)
+			l.lost(expired, false)
+		}
 		if r := recover(); r != nil {
 			panic(r)
 		}
 		switch {
 		case lost:
 			err = errors.Join(cause, err)
-		case errors.Is(rerr, ErrNotHeld):
-			err = errors.Join(fmt.Errorf("%w: %q expired before release", ErrLost, l.key), err)
+		case expired != nil:
+			err = errors.Join(expired, err)
 		case rerr != nil:
 			err = errors.Join(err, rerr)
 		}
@@ -102,6 +108,10 @@ func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time
 // lock is lost or could not be refreshed before it would expire. stop ends
 // the refreshing, waits for it to finish, cancels the context and returns
 // its cause (nil if the lock was never lost); it does not release l.
+//
+// Each refresh is reported to Options.Observer as EventRefreshed or
+// EventRefreshFailed, and a loss as EventLost, from the keep-alive's own
+// goroutine; a loss and failed refreshes are logged at Warn.
 func (l *Lock) KeepAlive(ctx context.Context, ttl, interval time.Duration) (held context.Context, stop func() error) {
 	if interval <= 0 || interval >= ttl {
 		interval = max(ttl/3, time.Millisecond)
@@ -157,12 +167,21 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 			<-result // no refresh outlives the keep-alive
 		}
 	}()
+	// lose cancels the work first, whatever the Observer does, then
+	// reports the refresh that failed, if one did, and the loss.
+	lose := func(cause, refreshErr error) {
+		cancel(cause)
+		if refreshErr != nil {
+			l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), refreshErr)
+		}
+		l.lost(cause, true)
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-expiring.C:
-			cancel(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key))
+			lose(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key), nil)
 			return
 		case <-timer.C:
 			sent = time.Now()
@@ -171,7 +190,7 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 			go func(result chan<- error) {
 				ctx, done := context.WithDeadline(context.Background(), cutoff)
 				defer done()
-				result <- l.Refresh(ctx, ttl)
+				result <- l.extend(ctx, ttl) // reported below, not on this goroutine
 			}(result)
 		case err := <-result:
 			result = nil
@@ -180,13 +199,16 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 				validUntil = sent.Add(ttl)
 				expiring.Reset(time.Until(validUntil.Add(-margin)))
 				timer.Reset(every)
+				l.c.emitOwned(EventRefreshed, l.key, time.Since(l.sent), nil)
 			case errors.Is(err, ErrNotHeld):
-				cancel(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key))
+				lose(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key), err)
 				return
 			default:
 				// A transient failure: try again soon; expiring ends the
 				// attempts at the cutoff.
 				timer.Reset(max(time.Millisecond, min(every/4, time.Until(validUntil.Add(-margin)))))
+				l.c.log(slog.LevelWarn, "refresh failed; retrying until the lock would expire", "key", l.key, "err", err)
+				l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), err)
 			}
 		}
 	}

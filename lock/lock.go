@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/hotkv/stampede/internal/lockvalue"
@@ -21,6 +22,8 @@ type Client struct {
 	conn         *redisx.Conn
 	maxMetadata  int
 	obtainFenced *redis.Script
+	logger       *slog.Logger
+	observer     func(Event) // called outside any lock; see Options.Observer
 }
 
 // New returns a Client using rc. It makes no server call: the server's
@@ -36,6 +39,8 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 		conn:         redisx.NewConn(rc, nil, opts.digestThreshold()),
 		maxMetadata:  opts.maxMetadata(),
 		obtainFenced: redis.NewScript(obtainFencedSrc),
+		logger:       opts.logger(),
+		observer:     opts.observer(),
 	}, nil
 }
 
@@ -127,8 +132,24 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
 		}
 	}
-
 	start := time.Now()
+	l, err := c.obtain(ctx, key, fenceKey, ttl, opts, start)
+	d := time.Since(start)
+	switch {
+	case err == nil:
+		c.emit(EventObtained, key, d, nil)
+	case errors.Is(err, ErrNotObtained):
+		c.emit(EventNotObtained, key, d, err)
+	default:
+		c.serverError(ctx, "obtain", key, err)
+		c.emit(EventObtainFailed, key, d, err)
+	}
+	return l, err
+}
+
+// obtain is Obtain after its arguments were checked, without reporting.
+// Its errors match ErrNotObtained unless a server call failed.
+func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) (*Lock, error) {
 	deadline, hasDeadline := ctx.Deadline()
 	if opts.MaxWait > 0 && (!hasDeadline || start.Add(opts.MaxWait).Before(deadline)) {
 		deadline = start.Add(opts.MaxWait)
@@ -240,14 +261,27 @@ func (c *Client) try(ctx context.Context, key, fenceKey, value string, ttl time.
 // Release deletes the lock if it is still this acquisition's, in one round
 // trip. It returns ErrNotHeld, and leaves the key alone, if the lock
 // expired or is now someone else's.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) }
+
+// release is Release; warnNotHeld says whether finding the lock not held
+// is logged here (Do and RunOnce log it once, as a lost lock).
+func (l *Lock) release(ctx context.Context, warnNotHeld bool) error {
 	ok, err := l.c.conn.DeleteIfEqual(ctx, l.key, l.value)
-	if err != nil {
-		return fmt.Errorf("lock: release %q: %w", l.key, err)
-	}
-	if !ok {
+	d := time.Since(l.sent)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("lock: release %q: %w", l.key, err)
+		l.c.serverError(ctx, "release", l.key, err)
+		l.c.emit(EventReleaseFailed, l.key, d, err)
+		return err
+	case !ok:
+		if warnNotHeld {
+			l.c.log(slog.LevelWarn, "lock expired or was taken before release", "key", l.key, "held", d)
+		}
+		l.c.emit(EventReleaseFailed, l.key, d, ErrNotHeld)
 		return ErrNotHeld
 	}
+	l.c.emit(EventReleased, l.key, d, nil)
 	return nil
 }
 
@@ -255,9 +289,35 @@ func (l *Lock) Release(ctx context.Context) error {
 // acquisition's. Otherwise it returns ErrNotHeld at once and changes
 // nothing.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	return l.refresh(ctx, ttl, true)
+}
+
+// refresh is Refresh; warnNotHeld says whether finding the lock not held
+// is logged here (RunOnce logs it once, as a lost lock).
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration, warnNotHeld bool) error {
 	if ttl < time.Millisecond {
 		return invalid("refresh ttl %v for key %q is below 1ms", ttl, l.key)
 	}
+	err := l.extend(ctx, ttl)
+	d := time.Since(l.sent)
+	switch {
+	case err == nil:
+		l.c.emit(EventRefreshed, l.key, d, nil)
+	case errors.Is(err, ErrNotHeld):
+		if warnNotHeld {
+			l.c.log(slog.LevelWarn, "refresh failed: the lock expired or was taken", "key", l.key, "held", d)
+		}
+		l.c.emit(EventRefreshFailed, l.key, d, err)
+	default:
+		l.c.serverError(ctx, "refresh", l.key, err)
+		l.c.emit(EventRefreshFailed, l.key, d, err)
+	}
+	return err
+}
+
+// extend is the refresh itself, reporting nothing: the keep-alive reports
+// its refreshes from its own goroutine.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) error {
 	ok, err := l.c.conn.ExpireIfEqual(ctx, l.key, l.value, ttl)
 	if err != nil {
 		return fmt.Errorf("lock: refresh %q: %w", l.key, err)

@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"log/slog"
+
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
@@ -17,6 +19,24 @@ type Options struct {
 	// MaxMetadata is the largest ObtainOptions.Metadata accepted; larger
 	// metadata is refused before any server call. Default: 64 KiB.
 	MaxMetadata int
+
+	// Logger receives warnings about locks lost while their work ran (Do,
+	// RunOnce, KeepAlive), locks found expired or taken at Release or
+	// Refresh, failed refreshes and failed server calls, each naming the
+	// key. Obtaining and releasing a lock log nothing. Default: nil, no
+	// logging.
+	Logger *slog.Logger
+
+	// Observer, if set, is called for every Event (see Event for which),
+	// synchronously and outside any lock; it must be fast and must not
+	// block, since Obtain, Release and Refresh wait for it, and so does the
+	// keep-alive, which must refresh before the lock expires. As in package
+	// cache, a panic in Observer is not recovered and reaches the caller of
+	// the method that reported the event (after Obtain took the lock, the
+	// lock is then left to expire); on the keep-alive's own goroutine it is
+	// recovered and logged at Error, and the refreshing goes on.
+	// Default: nil.
+	Observer func(Event)
 }
 
 func (o *Options) digestThreshold() int {
@@ -31,6 +51,20 @@ func (o *Options) maxMetadata() int {
 		return DefaultMaxMetadata
 	}
 	return o.MaxMetadata
+}
+
+func (o *Options) logger() *slog.Logger {
+	if o == nil {
+		return nil
+	}
+	return o.Logger
+}
+
+func (o *Options) observer() func(Event) {
+	if o == nil {
+		return nil
+	}
+	return o.Observer
 }
 
 func (o *Options) validate() error {

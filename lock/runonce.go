@@ -50,6 +50,7 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 	start := time.Now()
 	l, err := c.Obtain(ctx, key, maxHold, &ObtainOptions{Metadata: opts.Metadata, Fencing: opts.Fencing})
 	if errors.Is(err, ErrNotObtained) && !ctxEnded(err) {
+		c.emit(EventSkipped, key, 0, nil)
 		return false, nil // another instance holds it: it runs or ran the job
 	}
 	if err != nil {
@@ -59,27 +60,34 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 	work, cancel := context.WithDeadlineCause(context.WithValue(ctx, lockKey, l), start.Add(maxHold),
 		fmt.Errorf("%w: maxHold %v passed for %q", ErrLost, maxHold, key))
 	defer func() {
+		var lost error // the loss, reported once to the Logger and Observer
 		if cause := context.Cause(work); errors.Is(cause, ErrLost) {
 			err = errors.Join(cause, err)
+			lost = cause
 		}
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		var herr error
+		// A lock not held is reported below, as lost.
 		if rest := opts.MinHold - time.Since(start); rest >= time.Millisecond {
-			herr = l.Refresh(rctx, rest)
+			herr = l.refresh(rctx, rest, false)
 		} else {
-			herr = l.Release(rctx)
+			herr = l.release(rctx, false)
 		}
 		rcancel()
-		if r := recover(); r != nil {
-			panic(r)
-		}
 		if errors.Is(herr, ErrNotHeld) {
 			if errors.Is(err, ErrLost) {
 				herr = nil // already reported
 			} else {
 				herr = fmt.Errorf("%w: %q expired before the job ended", ErrLost, key)
+				lost = herr
 			}
+		}
+		if lost != nil {
+			l.lost(lost, false)
+		}
+		if r := recover(); r != nil {
+			panic(r)
 		}
 		err = errors.Join(err, herr)
 	}()

@@ -1,0 +1,115 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	EventObtained      EventKind = iota + 1 // Obtain took the lock; Duration is the time it took, retries included
+	EventNotObtained                        // the lock was held elsewhere until Obtain gave up, or ctx ended; Err matches ErrNotObtained
+	EventObtainFailed                       // a server call of Obtain failed (refused by the ACL: Err matches ErrPermission)
+	EventReleased                           // Release deleted the lock
+	EventReleaseFailed                      // Release found the lock expired or taken (Err matches ErrNotHeld), or its server call failed
+	EventRefreshed                          // Refresh, or a keep-alive, extended the lock
+	EventRefreshFailed                      // a refresh found the lock expired or taken (Err matches ErrNotHeld), or its server call failed
+	EventLost                               // Do, RunOnce or KeepAlive lost the lock while the work ran; Err matches ErrLost
+	EventSkipped                            // RunOnce did not run its job: another instance holds the lock
+)
+
+var eventNames = [...]string{"", "obtained", "not-obtained", "obtain-failed", "released", "release-failed",
+	"refreshed", "refresh-failed", "lost", "skipped"}
+
+// String returns the kind's name in lower case, e.g. "not-obtained", or
+// "unknown".
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k > 0 {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is what Options.Observer receives: enough to feed a metrics system
+// without the lock importing one. Its shape is shared by package cache
+// (cache.Event) and package middleware (middleware.Event): Kind, Key,
+// Duration and Err mean the same in all three. For a lock:
+//
+//   - Key is the lock's key.
+//   - Duration is, for EventObtained, EventNotObtained and
+//     EventObtainFailed, the time Obtain spent, retries included; for events
+//     about a lock that was obtained, the time since it was obtained (so
+//     EventReleased carries how long the lock was held); 0 for EventSkipped.
+//   - Err is nil for EventObtained, EventReleased, EventRefreshed and
+//     EventSkipped, and otherwise says why: ErrNotObtained (joined with the
+//     context's error when ctx ended), ErrNotHeld, ErrLost, or the server's
+//     error (matching ErrPermission when its ACL refused a command).
+//
+// Obtain, Release and Refresh each report one event per call. Do and
+// RunOnce report the events of the Obtain, Refresh and Release they make,
+// and add EventLost (once per loss) and EventSkipped; Do's keep-alive and
+// KeepAlive report one EventRefreshed or EventRefreshFailed per refresh.
+// Arguments rejected with ErrInvalid report nothing.
+type Event struct {
+	Kind     EventKind
+	Key      string // the lock's key
+	Duration time.Duration
+	Err      error
+}
+
+// emit reports an event to the Observer, on the caller's goroutine; a panic
+// in the Observer reaches the caller, as in package cache.
+func (c *Client) emit(kind EventKind, key string, d time.Duration, err error) {
+	if c.observer != nil {
+		c.observer(Event{Kind: kind, Key: key, Duration: d, Err: err})
+	}
+}
+
+// emitOwned is emit on a goroutine this package owns (the keep-alive),
+// where nobody could receive a panic: one in the Observer is recovered and
+// logged, and the keep-alive goes on.
+func (c *Client) emitOwned(kind EventKind, key string, d time.Duration, err error) {
+	if c.observer == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			c.log(slog.LevelError, "Observer panicked", "key", key, "event", kind.String(), "panic", fmt.Sprint(r))
+		}
+	}()
+	c.emit(kind, key, d, err)
+}
+
+func (c *Client) log(level slog.Level, msg string, args ...any) {
+	if c.logger != nil {
+		c.logger.Log(context.Background(), level, "lock: "+msg, args...)
+	}
+}
+
+// serverError logs err, the failure of a server call op on key, at Warn
+// as package cache does, unless the call ended because its caller's ctx
+// did: that says nothing about the server.
+func (c *Client) serverError(ctx context.Context, op, key string, err error) {
+	if !redisx.CallerDone(ctx) {
+		c.log(slog.LevelWarn, "server call failed", "op", op, "key", key, "err", err)
+	}
+}
+
+// lost reports the loss of l, described by err (matching ErrLost): an
+// EventLost and a warning. from says whether the caller's goroutine is
+// one this package owns.
+func (l *Lock) lost(err error, owned bool) {
+	d := time.Since(l.sent)
+	l.c.log(slog.LevelWarn, "lock lost while its work ran", "key", l.key, "held", d, "err", err)
+	if owned {
+		l.c.emitOwned(EventLost, l.key, d, err)
+	} else {
+		l.c.emit(EventLost, l.key, d, err)
+	}
+}
