@@ -206,3 +206,27 @@ func ExampleClient_Do_lost() {
 	// work stopped, lost: true
 	// Do lost: true
 }
+
+// An Observer feeds a metrics system: here it prints each event. It runs
+// synchronously, so it must be quick (a counter, a histogram).
+func ExampleOptions_observer() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+
+	c, _ := lock.New(rdb, &lock.Options{Observer: func(e lock.Event) {
+		// e.Duration is how long obtaining took, or how long the lock was held.
+		fmt.Println(e.Kind, e.Key, e.Err)
+	}})
+
+	l, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, nil)
+	_, _ = c.RunOnce(ctx, "invoice:42", time.Minute, func(ctx context.Context) error { return nil }, nil)
+	_ = l.Release(ctx)
+	_ = l.Release(ctx)
+	// Output:
+	// obtained invoice:42 <nil>
+	// not-obtained invoice:42 lock: not obtained
+	// skipped invoice:42 <nil>
+	// released invoice:42 <nil>
+	// release-failed invoice:42 lock: not held
+}
