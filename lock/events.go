@@ -37,9 +37,12 @@ func (k EventKind) String() string {
 }
 
 // Event is what Options.Observer receives: enough to feed a metrics system
-// without the lock importing one. Its shape is shared by package cache
-// (cache.Event) and package middleware (middleware.Event): Kind, Key,
-// Duration and Err mean the same in all three. For a lock:
+// without the lock importing one. Its shape is shared by packages cache
+// (cache.Event) and middleware (middleware.Event), so that one metrics
+// adapter fits all three: Kind (whose String is a lower-case label),
+// Duration and Err mean the same in each, Key the same as in cache
+// (middleware.Event has a Route instead, and a Reason, which lock's kinds
+// make unnecessary). For a lock:
 //
 //   - Key is the lock's key.
 //   - Duration is, for EventObtained, EventNotObtained and
