@@ -300,7 +300,9 @@ func (c *Cache) check(key string) error {
 // Get returns the stored value for key without loading it: ErrMiss if
 // there is none (or it is being rebuilt, or cannot be decoded),
 // loader.ErrNotFound for a remembered not-found, and a stale value together
-// with ErrStale.
+// with ErrStale. What it finds counts in Stats as a hit (a value or a
+// not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
+// counts nothing.
 func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	var zero V
 	if err := c.check(key); err != nil {
@@ -308,22 +310,31 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	}
 	raw, err := c.rc.Get(ctx, c.keys(key).value).Bytes()
 	if redisx.IsNil(err) {
+		c.countGet(ctx, key, EventMiss)
 		return zero, ErrMiss
 	}
 	if err != nil {
 		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
 	}
 	e, st, _ := c.classify(raw) // st says all that matters here
+	found := EventHit
+	if st == stateStale {
+		found = EventStale
+	}
 	switch {
 	case st == stateBuilding || st == stateCorrupt:
+		c.countGet(ctx, key, EventMiss)
 		return zero, ErrMiss
 	case e.NotFound:
+		c.countGet(ctx, key, found)
 		return zero, ErrNotFound
 	}
 	v, err := decode[V](c, key, e.Payload)
 	if err != nil {
+		c.countGet(ctx, key, EventMiss)
 		return zero, ErrMiss
 	}
+	c.countGet(ctx, key, found)
 	if st == stateStale {
 		return v, ErrStale
 	}

@@ -1,11 +1,22 @@
 package cache
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/hotkv/stampede/internal/peek"
 )
 
 // Stats counts what a Cache has done since New.
+//
+// Hits, StaleHits and Misses count what the calls of Get and GetOrLoad
+// found, one per call (each caller that joins a load is a miss); a call
+// that fails before it reads a value counts in none of them. Package
+// middleware looks with Get before it asks GetOrLoad, yet counts once per
+// request: a HIT or STALE answered from the stored response is a hit or a
+// stale hit, a request that renders, or waits for another's render (its
+// X-Cache then says HIT), is a miss.
 type Stats struct {
 	Hits           uint64 // fresh values served
 	StaleHits      uint64 // stale values served while one process refreshes
@@ -100,4 +111,28 @@ func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
 	if c.s.observer != nil {
 		c.s.observer(Event{Kind: kind, Key: key, Duration: d, Err: err})
 	}
+}
+
+// countGet counts what Get found (EventHit, EventStale or EventMiss) in
+// Stats and as an Event. When ctx carries a peek.Probe (package
+// middleware's first look, which asks GetOrLoad next unless it answers with
+// what Get found) the counting is left to the probe.
+func (c *Cache) countGet(ctx context.Context, key string, kind EventKind) {
+	if p := peek.From(ctx); p != nil {
+		p.Defer(func() { c.count(kind, key) })
+		return
+	}
+	c.count(kind, key)
+}
+
+func (c *Cache) count(kind EventKind, key string) {
+	switch kind {
+	case EventHit:
+		c.n.hits.Add(1)
+	case EventStale:
+		c.n.staleHits.Add(1)
+	case EventMiss:
+		c.n.misses.Add(1)
+	}
+	c.emit(kind, key, 0, nil)
 }
