@@ -255,8 +255,7 @@ func runWorker(cfg workerConfig, stdin *os.File, stdout *os.File) error {
 
 func (w *worker) name() string { return "w" + strconv.Itoa(w.cfg.Index) }
 
-// open starts the proxies and clients. Clients behind proxies time out
-// fast, so faults turn into errors (and fail-open loads) quickly.
+// open starts the proxies and clients (see openFaulty).
 func (w *worker) open() error {
 	opts, err := redis.ParseURL(w.cfg.URL)
 	if err != nil {
@@ -265,21 +264,9 @@ func (w *worker) open() error {
 	direct := *opts
 	direct.PoolSize = 64
 	w.direct = redis.NewClient(&direct)
-	if w.cacheP, err = faultproxy.Start(opts.Addr); err != nil {
+	if err := w.openFaulty(opts); err != nil {
 		return err
 	}
-	if w.lockP, err = faultproxy.Start(opts.Addr); err != nil {
-		return err
-	}
-	faulty := func(addr string) *redis.Client {
-		o := *opts
-		o.Addr = addr
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 250*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
-		o.PoolSize, o.PoolTimeout, o.MaxRetries = 32, 300*time.Millisecond, 1
-		o.ContextTimeoutEnabled = true
-		return redis.NewClient(&o)
-	}
-	w.cacheC, w.lockC = faulty(w.cacheP.Addr()), faulty(w.lockP.Addr())
 	w.cacheC.AddHook(probe{w})
 	if w.locks, err = lock.New(w.lockC, nil); err != nil {
 		return err
@@ -546,61 +533,6 @@ var (
 	errLateWrite = errors.New("fenced write refused: a newer holder has read")
 )
 
-// faultSchedule injects a random fault every 0.3 to 2 s on one or both
-// proxies, until ctx ends.
-func (w *worker) faultSchedule(ctx context.Context, r *rand.Rand) {
-	for pause(ctx, time.Duration(300+r.IntN(1700))*time.Millisecond) {
-		var ps []*faultproxy.Proxy
-		switch r.IntN(3) {
-		case 0:
-			ps = []*faultproxy.Proxy{w.cacheP}
-		case 1:
-			ps = []*faultproxy.Proxy{w.lockP}
-		default:
-			ps = []*faultproxy.Proxy{w.cacheP, w.lockP}
-		}
-		var kind string
-		switch r.IntN(5) {
-		case 0:
-			kind = "latency spikes"
-			d := time.Duration(50+r.IntN(250)) * time.Millisecond
-			for _, p := range ps {
-				p.SetSpikes(0.05, d)
-			}
-			pause(ctx, time.Duration(500+r.IntN(2000))*time.Millisecond)
-		case 1:
-			kind = "latency"
-			d := time.Duration(5+r.IntN(100)) * time.Millisecond
-			for _, p := range ps {
-				p.SetLatency(d)
-			}
-			pause(ctx, time.Duration(500+r.IntN(1500))*time.Millisecond)
-		case 2:
-			kind = "reset"
-			for _, p := range ps {
-				p.Reset()
-			}
-		case 3:
-			kind = "drop"
-			for _, p := range ps {
-				p.Drop()
-			}
-		case 4:
-			kind = "black hole"
-			for _, p := range ps {
-				p.BlackHole()
-			}
-			pause(ctx, time.Duration(100+r.IntN(900))*time.Millisecond)
-		}
-		for _, p := range ps {
-			p.Resume()
-		}
-		w.mu.Lock()
-		w.faults[kind]++
-		w.mu.Unlock()
-	}
-}
-
 // quiesce waits for the goroutines the traffic left (background writes,
 // announcements) to end, and returns a snapshot.
 func (w *worker) quiesce() (snapshot, string) {
@@ -666,8 +598,6 @@ func (w *worker) report() workerReport {
 	r.StaleSets = int64(len(w.staleSets))
 	r.Cache = w.c.Stats()
 	r.HTTP = w.web.report()
-	a, b := w.cacheP.Stats(), w.lockP.Stats()
-	r.Proxy = faultproxy.Stats{Accepted: a.Accepted + b.Accepted, Refused: a.Refused + b.Refused, Dropped: a.Dropped + b.Dropped,
-		Reset: a.Reset + b.Reset, Spikes: a.Spikes + b.Spikes, Chunks: a.Chunks + b.Chunks}
+	r.Proxy = w.proxyStats()
 	return r
 }
