@@ -57,4 +57,14 @@
 // Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
 // and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
+//
+// # Observing
+//
+// Options.Observer receives an Event for every request answered (hit,
+// stale, miss, bypass with its reason, canceled) and every render finished
+// in the background, labelled with the chi route pattern where there is
+// one; Options.Logger gets the reasons at debug level. The cache's Stats
+// count the same requests: HITs and STALEs as hits and stale hits, the
+// rest that reached the cache as misses. The shape is the one of package
+// cache (and lock): see Event.
 package middleware

@@ -117,3 +117,42 @@ func ExampleOptions_keyQuery() {
 	//   handler sees q=rust
 	// /search?q=rust&utm_source=x MISS results for rust
 }
+
+// Options.Observer sees every request the middleware answers, with the
+// route it matched and why a request was not cached.
+func ExampleOptions_observer() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{
+		Observer: func(e middleware.Event) {
+			// A metrics adapter would count e.Kind.String() by e.Route and
+			// observe e.Duration; here the events are printed.
+			fmt.Printf("event: %s %s %q\n", e.Kind, e.Route, e.Reason)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	r := chi.NewRouter()
+	r.With(m.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
+	})
+
+	for _, auth := range []string{"", "", "Bearer x"} {
+		req := httptest.NewRequest(http.MethodGet, "/users/7", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(w.Header().Get("X-Cache"), w.Body.String())
+	}
+	// Output:
+	// event: miss /users/{id} ""
+	// MISS user 7
+	// event: hit /users/{id} ""
+	// HIT user 7
+	// event: bypass /users/{id} "authorization"
+	// BYPASS user 7
+}

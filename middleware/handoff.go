@@ -51,7 +51,8 @@ func (h *handoff) close() *job {
 	}
 }
 
-func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func(context.Context) (response, error) {
+// loader is the loader of r's GetOrLoad call; route is r's Event.Route.
+func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, route string) func(context.Context) (response, error) {
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
 		var j *job
@@ -83,11 +84,94 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request) func
 			ctx, cancel = context.WithDeadline(ctx, d)
 			defer cancel()
 		}
+		start := time.Now()
 		res := m.render(nil, r.Clone(ctx), next)
+		if m.observing() {
+			o := rendered(res)
+			o.kind = EventBackground
+			m.observe(route, time.Since(start), o)
+		}
 		if res.err == nil {
 			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
 		}
 		return res.resp, res.err
+	}
+}
+
+// lookup is one GetOrLoad call for a request, as far as the request has
+// waited for it: a render job its loader handed over, or its result.
+type lookup struct {
+	job    *job               // the render the loader handed to the request, if any
+	res    result             // what GetOrLoad returned, if got
+	got    bool               // res is set
+	cancel context.CancelFunc // ends the call's context; call it once the request is answered
+}
+
+// look starts GetOrLoad for key in the background, with a loader that
+// hands the render to r's goroutine, and waits for the first of: that
+// job, GetOrLoad's result, or r's client going away.
+func (m *Middleware) look(r *http.Request, next http.Handler, key, route string) lookup {
+	h := newHandoff()
+	results := make(chan result, 1)
+	ctx := r.Context()
+	// WaitTimeout bounds the wait for a render in this process too
+	// (the cache's own limit is for other processes). The loader may
+	// render in the background after this request has ended: give it
+	// routing state of its own (see detachRoute).
+	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
+	go func() {
+		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, route), cache.WithWaitTimeout(m.wait))
+		results <- result{resp: resp, err: err}
+	}()
+
+	l := lookup{cancel: cancel}
+	select {
+	case l.job = <-h.jobs:
+	case l.res = <-results:
+		l.got = true
+	case <-ctx.Done():
+	}
+	if !l.got { // select picks at random when both are ready
+		select {
+		case l.res = <-results:
+			l.got = true
+		default:
+		}
+	}
+	if sent := h.close(); sent != nil {
+		l.job = sent
+	}
+	return l
+}
+
+// take decides what r does with the render job l holds: render it, or
+// decline it (the loader then renders in the background) and answer with
+// the stale response found (stale, cached) or, done false, with l's
+// result.
+func (m *Middleware) take(w http.ResponseWriter, r *http.Request, next http.Handler, base string, l lookup, stale bool, cached *response) (o outcome, done bool) {
+	j := l.job
+	switch {
+	case r.Context().Err() != nil:
+		// The client went before taking the render: the loader does it in
+		// the background, for the waiters and the cache, as it does when
+		// it asks after the client went.
+		j.done <- result{err: errDeclined}
+		return outcome{kind: EventCanceled, err: r.Context().Err()}, true
+	case l.got && l.res.err == nil, stale:
+		// GetOrLoad answers (or, having found the stale response, will
+		// answer) without our render: the job is the refresh it started,
+		// which the loader does in the background.
+		j.done <- result{err: errDeclined}
+		if !l.got {
+			m.write(w, r, cached, statusStale)
+			return outcome{kind: EventStale}, true
+		}
+		return outcome{}, false
+	default:
+		// Our loader was chosen to render this response.
+		res := m.renderFor(w, r, next, j)
+		m.vary.put(base, res.resp.Vary)
+		return rendered(res), true
 	}
 }
 

@@ -1,13 +1,13 @@
 package middleware
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/peek"
 )
 
 // Middleware caches HTTP responses in a cache.Cache. It is safe for
@@ -79,110 +79,75 @@ func Cache(c *cache.Cache, ttl time.Duration) func(http.Handler) http.Handler {
 // others wait for its response; everything else goes straight to next.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if reason := m.bypass(r); reason != "" {
-			m.setStatus(w.Header(), statusBypass)
-			next.ServeHTTP(w, r)
+		if !m.observing() {
+			m.answer(w, r, next, "")
 			return
 		}
-		base, ok := m.baseKey(r)
-		if !ok {
-			m.setStatus(w.Header(), statusBypass)
-			next.ServeHTTP(w, r)
-			return
-		}
-		if m.o.AllowNoCache && clientNoCache(r) {
-			m.renderAndStore(w, r, next, base)
-			return
-		}
-		m.serve(w, r, next, base)
+		start := time.Now()
+		route := m.route(r) // before next runs: chi fills its pattern in as it routes
+		o := m.answer(w, r, next, route)
+		m.observe(route, time.Since(start), o)
 	})
 }
 
+// answer answers r, from the cache or not, and says how.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Handler, route string) outcome {
+	reason := m.bypass(r)
+	base, ok := "", false
+	if reason == "" {
+		if base, ok = m.baseKey(r); !ok {
+			reason = "no key for the request"
+		}
+	}
+	if reason != "" {
+		m.setStatus(w.Header(), statusBypass)
+		next.ServeHTTP(w, r)
+		return outcome{kind: EventBypass, reason: reason}
+	}
+	if m.o.AllowNoCache && clientNoCache(r) {
+		return m.renderAndStore(w, r, next, base)
+	}
+	return m.serve(w, r, next, base, route)
+}
+
 // serve answers r through the cache; see Handler.
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
 	for attempt := 0; attempt < 2; attempt++ {
 		vary := m.vary.get(base)
 		key := variantKey(base, vary, r)
 
-		// Fresh hits first, without the machinery a render needs.
-		cached, err := cache.Get[response](r.Context(), m.c, key)
+		// Fresh hits first, without the machinery a render needs. The
+		// cache counts this look only if it answers r: otherwise
+		// GetOrLoad counts what it finds (see peek).
+		probe := new(peek.Probe)
+		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
 		if err == nil && cached.matches(r) {
+			probe.Count()
 			m.write(w, r, &cached, statusHit)
-			return
+			return outcome{kind: EventHit}
 		}
 		// A stale response for r: GetOrLoad answers with it and starts a
 		// refresh, whose job may reach us before that answer does.
 		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
 
-		h := newHandoff()
-		results := make(chan result, 1)
-		ctx := r.Context()
-		// WaitTimeout bounds the wait for a render in this process too
-		// (the cache's own limit is for other processes). The loader may
-		// render in the background after this request has ended: give it
-		// routing state of its own (see detachRoute).
-		gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
-		defer cancel()
-		go func() {
-			resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r), cache.WithWaitTimeout(m.wait))
-			results <- result{resp: resp, err: err}
-		}()
-
-		var (
-			res result
-			got bool // res holds what GetOrLoad returned
-			j   *job
-		)
-		select {
-		case j = <-h.jobs:
-		case res = <-results:
-			got = true
-		case <-ctx.Done():
-		}
-		if !got { // select picks at random when both are ready
-			select {
-			case res = <-results:
-				got = true
-			default:
+		l := m.look(r, next, key, route)
+		defer l.cancel()
+		if l.job != nil {
+			if o, done := m.take(w, r, next, base, l, stale, &cached); done {
+				return o
 			}
 		}
-		if sent := h.close(); sent != nil {
-			j = sent
+		if err := r.Context().Err(); err != nil {
+			return outcome{kind: EventCanceled, err: err} // the client is gone
 		}
-		if j != nil {
-			switch {
-			case ctx.Err() != nil:
-				// The client went before taking the render: the loader
-				// does it in the background, for the waiters and the
-				// cache, as it does when it asks after the client went.
-				j.done <- result{err: errDeclined}
-				return
-			case got && res.err == nil, stale:
-				// GetOrLoad answers (or, having found the stale response,
-				// will answer) without our render: the job is the refresh
-				// it started, which the loader does in the background.
-				j.done <- result{err: errDeclined}
-				if !got {
-					m.write(w, r, &cached, statusStale)
-					return
-				}
-			default:
-				// Our loader was chosen to render this response.
-				m.vary.put(base, m.renderFor(w, r, next, j).resp.Vary)
-				return
-			}
-		}
-		if ctx.Err() != nil {
-			return // the client is gone
-		}
-		if res.err != nil {
+		if l.res.err != nil {
 			// The render failed, could not be stored, or took longer than
 			// WaitTimeout: render for this request alone.
 			m.setStatus(w.Header(), statusBypass)
 			next.ServeHTTP(w, r)
-			return
+			return unshared(l.res.err)
 		}
-		resp := &res.resp
+		resp := &l.res.resp
 		if !slices.Equal(resp.Vary, vary) {
 			m.vary.put(base, resp.Vary)
 		}
@@ -196,15 +161,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		// This request did not render: a hit, even when it waited for
 		// another request's render.
-		status := statusHit
 		if !resp.fresh(m.now()) {
-			status = statusStale
+			m.write(w, r, resp, statusStale)
+			return outcome{kind: EventStale}
 		}
-		m.write(w, r, resp, status)
-		return
+		m.write(w, r, resp, statusHit)
+		return outcome{kind: EventHit}
 	}
 	m.setStatus(w.Header(), statusBypass)
 	next.ServeHTTP(w, r)
+	return outcome{kind: EventBypass, reason: "no stored variant matches the request"}
 }
 
 // result is what a render or a cache lookup produced.

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -100,6 +101,19 @@ type Options struct {
 	// BYPASS; "-" leaves it out. Cache-Status (RFC 9211) is always set.
 	// Default: "X-Cache".
 	StatusHeader string
+
+	// Logger receives, at debug level, every request that bypassed the
+	// cache and every render whose response was not stored, with the
+	// reason; at warning level, stores of a no-cache render that failed;
+	// and, at error level, panics of Observer. Default: nil, no logging.
+	Logger *slog.Logger
+
+	// Observer, if set, is called with an Event for every request the
+	// middleware answers and every render it finishes in the background,
+	// synchronously, outside any lock and after the response was written;
+	// it must be fast. A panic in it is recovered (and logged to Logger),
+	// so it cannot break the response. Default: nil.
+	Observer func(Event)
 
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time

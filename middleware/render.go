@@ -58,15 +58,16 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 
 // renderAndStore renders r itself (a client's no-cache) and stores the
 // response if it may be stored.
-func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) {
+func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) outcome {
 	// Nobody waits for this render: it lives and dies with its client.
 	j := &job{ctx: r.Context(), done: make(chan result, 1)}
 	res := m.renderFor(w, r, next, j)
 	if res.err != nil {
-		return
+		return rendered(res)
 	}
 	m.vary.put(base, res.resp.Vary)
 	key := variantKey(base, res.resp.Vary, r)
 	fresh := time.Duration(res.resp.FreshUntil-res.resp.Stored) * time.Millisecond
-	_ = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+	err := cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+	return outcome{kind: EventMiss, reason: "the client's no-cache", err: err}
 }

@@ -1,0 +1,4 @@
+package middleware
+
+// RoutePattern lets the tests see the route pattern Event.Route reports.
+var RoutePattern = routePattern

@@ -1,0 +1,205 @@
+package middleware_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
+)
+
+// observeHandler answers /cookie with a cookie, /err with a 500 and
+// everything else with its path.
+var observeHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/cookie":
+		http.SetCookie(w, &http.Cookie{Name: "s", Value: "1"})
+	case "/err":
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	fmt.Fprint(w, r.URL.Path)
+})
+
+// Every request answered is one Event, with the reason a BYPASS is
+// given; cache.Stats counts the HITs as hits and what went to GetOrLoad
+// as misses, once per request.
+func TestMiddleware_Observer_events(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	events := make(chan middleware.Event, 16)
+	b := newTestBed(t, s, observeHandler, &bedOptions{mw: &middleware.Options{
+		Observer: func(e middleware.Event) { events <- e },
+	}})
+	steps := []struct {
+		name, method, path string
+		hdr                []string
+		xcache             string
+		kind               middleware.EventKind
+		reason             string
+	}{
+		{"miss", "GET", "/a", nil, "MISS", middleware.EventMiss, ""},
+		{"hit", "GET", "/a", nil, "HIT", middleware.EventHit, ""},
+		{"method", "POST", "/a", nil, "BYPASS", middleware.EventBypass, "method"},
+		{"authorization", "GET", "/a", []string{"Authorization", "Bearer x"}, "BYPASS", middleware.EventBypass, "authorization"},
+		{"cookie set", "GET", "/cookie", nil, "BYPASS", middleware.EventBypass, "sets a cookie"},
+		{"server error", "GET", "/err", nil, "BYPASS", middleware.EventBypass, "server error"},
+	}
+	for _, st := range steps {
+		r := b.do(t, st.method, st.path, st.hdr...)
+		if r.cache() != st.xcache {
+			t.Errorf("%s: X-Cache %q, want %q", st.name, r.cache(), st.xcache)
+		}
+		// The event comes after the response: wait for it.
+		e := redistest.Recv(t, ctx, events, st.name+" event")
+		if e.Kind != st.kind || e.Route != st.path || e.Reason != st.reason || e.Err != nil || e.Duration <= 0 {
+			t.Errorf("%s: event %+v (%s); want %s for route %s with reason %q", st.name, e, e.Kind, st.kind, st.path, st.reason)
+		}
+		if st.name == "miss" {
+			b.waitStored(t, "/a", "/a") // the client is answered before the store
+		}
+	}
+	select {
+	case e := <-events:
+		t.Errorf("extra event %+v", e)
+	default:
+	}
+	// One HIT; the MISS and the two renders that were not stored went
+	// through GetOrLoad, a miss each; the first look with Get counted
+	// only for the HIT.
+	if st := b.stats(); st.Hits != 1 || st.StaleHits != 0 || st.Misses != 3 {
+		t.Errorf("stats %+v; want 1 hit and 3 misses", st)
+	}
+}
+
+func TestEventKind_String(t *testing.T) {
+	tests := []struct {
+		kind middleware.EventKind
+		want string
+	}{
+		{middleware.EventHit, "hit"}, {middleware.EventStale, "stale"}, {middleware.EventMiss, "miss"},
+		{middleware.EventBypass, "bypass"}, {middleware.EventCanceled, "canceled"}, {middleware.EventBackground, "background"},
+		{0, "unknown"}, {200, "unknown"},
+	}
+	for _, tt := range tests {
+		if got := tt.kind.String(); got != tt.want {
+			t.Errorf("EventKind(%d).String() = %q, want %q", tt.kind, got, tt.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a slog handler written from handlers'
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A panicking Observer breaks no response: the panic is recovered and
+// logged; the Logger also gets the reason of a BYPASS.
+func TestMiddleware_Observer_panicIsRecovered(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	var logs syncBuffer
+	b := newTestBed(t, s, observeHandler, &bedOptions{mw: &middleware.Options{
+		Observer: func(middleware.Event) { panic("observer bug") },
+		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}})
+	b.get(t, "/a").check(t, http.StatusOK, "MISS", "/a")
+	b.waitStored(t, "/a", "/a")
+	b.get(t, "/a").check(t, http.StatusOK, "HIT", "/a")
+	b.get(t, "/cookie").check(t, http.StatusOK, "BYPASS", "/cookie")
+	redistest.WaitFor(t, ctx, "three logged panics and the bypass", func() bool {
+		l := logs.String()
+		return strings.Count(l, "Observer panicked") == 3 && strings.Contains(l, `reason="sets a cookie"`)
+	})
+}
+
+// Route is the chi pattern where the middleware runs after chi matched
+// the route (r.With), and the path where it runs before (r.Use).
+func TestMiddleware_Observer_route(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	tests := []struct {
+		name   string
+		router func(m *middleware.Middleware, c *cache.Cache) http.Handler
+		want   string
+	}{
+		{"With", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			r := chi.NewRouter()
+			r.With(m.Handler).Get("/users/{id}", observeHandler)
+			return r
+		}, "/users/{id}"},
+		{"Use", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			r := chi.NewRouter()
+			r.Use(m.Handler)
+			r.Get("/users/{id}", observeHandler)
+			return r
+		}, "/users/7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			events := make(chan middleware.Event, 4)
+			b := newTestBed(t, s, nil, &bedOptions{
+				mw:     &middleware.Options{Observer: func(e middleware.Event) { events <- e }},
+				router: tt.router,
+			})
+			b.get(t, "/users/7").check(t, http.StatusOK, "MISS", "/users/7")
+			if e := redistest.Recv(t, ctx, events, "the event"); e.Kind != middleware.EventMiss || e.Route != tt.want {
+				t.Errorf("event %+v; want a miss for route %q", e, tt.want)
+			}
+		})
+	}
+}
+
+// A stale hit is an EventStale for the request and an EventBackground for
+// the refresh it starts; cache.Stats counts one stale hit.
+func TestMiddleware_Observer_staleRefresh(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	events := make(chan middleware.Event, 4)
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=30")
+		fmt.Fprint(w, "v")
+	}), &bedOptions{mw: &middleware.Options{Observer: func(e middleware.Event) { events <- e }}})
+
+	b.get(t, "/swr").check(t, http.StatusOK, "MISS", "v")
+	if e := redistest.Recv(t, ctx, events, "the miss"); e.Kind != middleware.EventMiss {
+		t.Errorf("event %+v; want a miss", e)
+	}
+	b.waitStored(t, "/swr", "v")
+	b.clock.Advance(11 * time.Second)
+	b.get(t, "/swr").check(t, http.StatusOK, "STALE", "v")
+	got := map[middleware.EventKind]middleware.Event{}
+	for range 2 { // in either order
+		e := redistest.Recv(t, ctx, events, "the stale hit and the refresh")
+		got[e.Kind] = e
+	}
+	for _, kind := range []middleware.EventKind{middleware.EventStale, middleware.EventBackground} {
+		if e, ok := got[kind]; !ok || e.Route != "/swr" || e.Reason != "" || e.Err != nil {
+			t.Errorf("%s event %+v (present %v); want one for /swr, stored", kind, e, ok)
+		}
+	}
+	if st := b.stats(); st.Hits != 0 || st.StaleHits != 1 || st.Misses != 1 || st.Refreshes != 1 {
+		t.Errorf("stats %+v; want 1 miss, 1 stale hit, 1 refresh", st)
+	}
+}
