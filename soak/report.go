@@ -101,8 +101,6 @@ func (w *worker) report() workerReport {
 	r.StaleSets = int64(len(w.staleSets))
 	r.Cache = w.c.Stats()
 	r.HTTP = w.web.report()
-	a, b := w.cacheP.Stats(), w.lockP.Stats()
-	r.Proxy = faultproxy.Stats{Accepted: a.Accepted + b.Accepted, Refused: a.Refused + b.Refused, Dropped: a.Dropped + b.Dropped,
-		Reset: a.Reset + b.Reset, Spikes: a.Spikes + b.Spikes, Chunks: a.Chunks + b.Chunks}
+	r.Proxy = w.proxyStats()
 	return r
 }
