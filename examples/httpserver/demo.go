@@ -130,7 +130,8 @@ func runDemo(ctx context.Context, requests int, ttl time.Duration) error {
 		problems = append(problems, fmt.Sprintf("the cached endpoint answered with %d different renders", len(cachedBodies)))
 	}
 
-	fmt.Println("\nGET /stats of each instance (cache counters are per instance):")
+	fmt.Println("\nGET /stats of each instance (cache counters are per instance; a request that waited for")
+	fmt.Println("the render is answered X-Cache: HIT but is a cache miss: it found no value and joined the render):")
 	for _, in := range insts {
 		var s Stats
 		if err := getJSON(ctx, client, in.base+"/stats", &s); err != nil {
@@ -298,9 +299,12 @@ func counter(ctx context.Context, rdb *redis.Client, key string) (int64, error) 
 	return n, nil
 }
 
+// statsLine shows an instance's cache counters: hits are the requests
+// answered from the stored response, misses the others, of which
+// coalesced joined a load or wait already running in the instance.
 func statsLine(s cache.Stats) string {
-	return fmt.Sprintf("cache misses=%d hits=%d loads=%d coalesced=%d waits=%d lock-contention=%d",
-		s.Misses, s.Hits, s.Loads, s.Coalesced, s.Waits, s.LockContention)
+	return fmt.Sprintf("cache hits=%d misses=%d (%d of them joined a render in flight) loads=%d waits=%d lock-contention=%d",
+		s.Hits, s.Misses, s.Coalesced, s.Loads, s.Waits, s.LockContention)
 }
 
 // cleanup removes the demo's keys (entries and counters), which matters on
