@@ -1,10 +1,16 @@
-// This file holds the worker's configuration and what the coordinator and
-// the workers agree on: how the configuration reaches a worker process, the
-// key names, the format of a cached value, and the tuning of the Cache.
+// This file holds the soak's configuration: the flags of a run (options),
+// what the coordinator tells each worker (workerConfig) and how it reaches
+// a worker process, the key names and the value format both sides use, and
+// the tuning of the Cache.
 
 package main
 
 import (
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +18,77 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 )
+
+// options are the parsed flags.
+type options struct {
+	duration, warmup, progress time.Duration
+	workers, keys, counters    int
+	readers, writers, lockers  int
+	http                       int // HTTP client goroutines per worker
+	seed                       uint64
+	url, json                  string
+	sabotage                   bool // tests only: break the invariants on purpose
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.DurationVar(&o.duration, "duration", 3*time.Minute, "how long the traffic runs, after the warm-up")
+	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up before the start snapshot (default: a tenth of -duration, 2s to 15s)")
+	fs.DurationVar(&o.progress, "progress", 10*time.Second, "how often to print a progress line")
+	fs.IntVar(&o.workers, "workers", 4, "worker processes")
+	fs.IntVar(&o.keys, "keys", 200, "distinct cache keys (Zipf distributed)")
+	fs.IntVar(&o.counters, "counters", 3, "fenced counters behind locks")
+	fs.IntVar(&o.readers, "readers", 8, "GetOrLoad goroutines per worker")
+	fs.IntVar(&o.writers, "writers", 2, "update-then-Delete goroutines per worker")
+	fs.IntVar(&o.lockers, "lockers", 2, "lock goroutines per worker")
+	fs.IntVar(&o.http, "http", 2, "HTTP client goroutines per worker, requesting pages through the middleware")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the traffic and fault schedules (default: random, printed)")
+	fs.StringVar(&o.url, "redis", os.Getenv("REDIS_URL"), "server URL (redis://host:port); empty: an embedded miniredis. Default: $REDIS_URL")
+	fs.StringVar(&o.json, "json", "", "also write the summary as JSON to this file")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: go run ./soak [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.warmup == 0 {
+		o.warmup = min(max(o.duration/10, 2*time.Second), 15*time.Second)
+	}
+	if o.seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		for _, x := range b {
+			o.seed = o.seed<<8 | uint64(x)
+		}
+		o.seed = max(o.seed>>1, 1)
+	}
+	switch {
+	case o.duration < time.Second:
+		return o, fmt.Errorf("-duration %v: want at least 1s", o.duration)
+	case o.warmup < 100*time.Millisecond:
+		return o, fmt.Errorf("-warmup %v: want at least 100ms", o.warmup)
+	case o.progress <= 0:
+		return o, fmt.Errorf("-progress %v: want a positive duration", o.progress)
+	case o.workers < 1 || o.workers > 32:
+		return o, fmt.Errorf("-workers %d: want 1 to 32", o.workers)
+	case o.keys < 2 || o.keys > 100000:
+		return o, fmt.Errorf("-keys %d: want 2 to 100000", o.keys)
+	case o.counters < 1 || o.counters > 100:
+		return o, fmt.Errorf("-counters %d: want 1 to 100", o.counters)
+	case o.readers < 0 || o.writers < 0 || o.lockers < 0 || o.readers+o.writers+o.lockers == 0 ||
+		o.readers > 1000 || o.writers > 1000 || o.lockers > 1000:
+		return o, errors.New("-readers, -writers, -lockers: want 0 to 1000 each, not all 0")
+	case o.http < 0 || o.http > 1000:
+		return o, fmt.Errorf("-http %d: want 0 to 1000", o.http)
+	}
+	return o, nil
+}
 
 // envWorker names the worker in a worker process; envConfig carries its
 // configuration as JSON.
