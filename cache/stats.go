@@ -16,7 +16,8 @@ import (
 // middleware looks with Get before it asks GetOrLoad, yet counts once per
 // request: a HIT or STALE answered from the stored response is a hit or a
 // stale hit, a request that renders, or waits for another's render (its
-// X-Cache then says HIT), is a miss.
+// X-Cache then says HIT), is a miss; a render a client forced with
+// no-cache (middleware.Options.AllowNoCache) counts in none of them.
 type Stats struct {
 	Hits           uint64 // fresh values served
 	StaleHits      uint64 // stale values served while one process refreshes

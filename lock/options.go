@@ -28,7 +28,9 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Observer, if set, is called for every Event (see Event for which),
-	// synchronously and outside any lock; it must be fast and must not
+	// synchronously and outside any lock. It must be safe for concurrent
+	// use: the keep-alive of Do and KeepAlive reports from its own
+	// goroutine while the work may call the Client. It must be fast and must not
 	// block, since Obtain, Release and Refresh wait for it, and so does the
 	// keep-alive, which must refresh before the lock expires. As in package
 	// cache, a panic in Observer is not recovered and reaches the caller of

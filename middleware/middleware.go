@@ -117,12 +117,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		key := variantKey(base, vary, r)
 
 		// Fresh hits first, without the machinery a render needs. The
-		// cache counts this look only if it answers r: otherwise
-		// GetOrLoad counts what it finds (see peek).
+		// cache counts this look only if it answers r on the first
+		// attempt: otherwise GetOrLoad counts what it finds (see peek),
+		// and a second attempt's look belongs to a request GetOrLoad
+		// has counted already.
 		probe := new(peek.Probe)
 		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
 		if err == nil && cached.matches(r) {
-			probe.Count()
+			if attempt == 0 {
+				probe.Count()
+			}
 			m.write(w, r, &cached, statusHit)
 			return outcome{kind: EventHit}
 		}
