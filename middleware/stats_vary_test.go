@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/redis/go-redis/v9"
 )
@@ -50,13 +52,11 @@ func TestMiddleware_Stats_varyRelookCountsOnce(t *testing.T) {
 	}
 	// m1 stores "en" under the base key (it did not know the Vary yet),
 	// then "fr" under its variant key; wait until both are stored.
-	deadline := time.Now().Add(5 * time.Second)
-	for do(s1, "en") != "HIT" || do(s1, "fr") != "HIT" {
-		if time.Now().After(deadline) {
-			t.Fatal("responses not stored")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	redistest.WaitFor(t, ctx, "both variants stored", func() bool {
+		return do(s1, "en") == "HIT" && do(s1, "fr") == "HIT"
+	})
 	before := c.Stats()
 	if got := do(s2, "fr"); got != "HIT" {
 		t.Fatalf("X-Cache %q, want HIT", got)
