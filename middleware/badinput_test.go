@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/middleware"
 )
 
@@ -42,6 +44,8 @@ func wantProblem(tb testing.TB, err error, text string) {
 		tb.Errorf("err = %q, want the middleware: prefix", err)
 	case !strings.Contains(err.Error(), text):
 		tb.Errorf("err = %q, want it to name the problem: %q", err, text)
+	case !errors.Is(err, middleware.ErrInvalid) || !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, cache.ErrInvalid):
+		tb.Errorf("err = %q, want it to match ErrInvalid of middleware, cache and lock", err)
 	}
 }
 
@@ -109,16 +113,16 @@ func TestCache_panicsOnBadConfig(t *testing.T) {
 		ttl  time.Duration
 		text string
 	}{
-		{"negative ttl", c, -time.Second, "middleware: TTL -1s is negative"},
-		{"ttl below 1ms", c, 10 * time.Microsecond, "middleware: TTL 10µs is below 1ms"},
-		{"nil cache", nil, time.Minute, "middleware: nil *cache.Cache"},
+		{"negative ttl", c, -time.Second, "middleware: invalid argument: TTL -1s is negative"},
+		{"ttl below 1ms", c, 10 * time.Microsecond, "middleware: invalid argument: TTL 10µs is below 1ms"},
+		{"nil cache", nil, time.Minute, "middleware: invalid argument: nil *cache.Cache"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func() {
 				v := recover()
 				err, ok := v.(error)
-				if !ok || err.Error() != tt.text {
+				if !ok || err.Error() != tt.text || !errors.Is(err, middleware.ErrInvalid) {
 					t.Errorf("panic value %#v, want an error %q", v, tt.text)
 				}
 			}()

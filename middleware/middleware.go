@@ -28,7 +28,7 @@ type Middleware struct {
 // New returns a Middleware storing responses in c.
 func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if c == nil {
-		return nil, errors.New("middleware: nil *cache.Cache")
+		return nil, invalid("nil *cache.Cache")
 	}
 	var o Options
 	if opts != nil {

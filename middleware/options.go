@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -124,36 +123,36 @@ var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414,
 func (o *Options) validate() error {
 	switch {
 	case o.TTL < 0:
-		return fmt.Errorf("middleware: TTL %v is negative", o.TTL)
+		return invalid("TTL %v is negative", o.TTL)
 	case o.TTL > 0 && o.TTL < time.Millisecond:
-		return fmt.Errorf("middleware: TTL %v is below 1ms", o.TTL)
+		return invalid("TTL %v is below 1ms", o.TTL)
 	case o.StaleTTL < 0:
-		return fmt.Errorf("middleware: StaleTTL %v is negative", o.StaleTTL)
+		return invalid("StaleTTL %v is negative", o.StaleTTL)
 	case o.StoreLimit < 0:
-		return fmt.Errorf("middleware: StoreLimit %d is negative", o.StoreLimit)
+		return invalid("StoreLimit %d is negative", o.StoreLimit)
 	case o.WaitTimeout < 0:
-		return fmt.Errorf("middleware: WaitTimeout %v is negative", o.WaitTimeout)
+		return invalid("WaitTimeout %v is negative", o.WaitTimeout)
 	case o.WaitTimeout > 0 && o.WaitTimeout < time.Millisecond:
-		return fmt.Errorf("middleware: WaitTimeout %v is below 1ms", o.WaitTimeout)
+		return invalid("WaitTimeout %v is below 1ms", o.WaitTimeout)
 	}
 	for _, s := range o.Statuses {
 		if s < 200 || s > 599 {
-			return fmt.Errorf("middleware: status %d in Statuses is not a final status", s)
+			return invalid("status %d in Statuses is not a final status", s)
 		}
 		if s >= 500 && s != http.StatusNotImplemented {
-			return fmt.Errorf("middleware: status %d in Statuses: server errors are never stored", s)
+			return invalid("status %d in Statuses: server errors are never stored", s)
 		}
 	}
 	for _, h := range slices.Concat(o.KeyHeaders, o.IgnoreQuery) {
 		if h == "" {
-			return fmt.Errorf("middleware: empty name in KeyHeaders or IgnoreQuery")
+			return invalid("empty name in KeyHeaders or IgnoreQuery")
 		}
 	}
 	if slices.Contains(o.KeyQuery, "") {
-		return fmt.Errorf("middleware: empty name in KeyQuery")
+		return invalid("empty name in KeyQuery")
 	}
 	if len(o.KeyQuery) > 0 && len(o.IgnoreQuery) > 0 {
-		return fmt.Errorf("middleware: KeyQuery and IgnoreQuery are both set; use one: KeyQuery keys only the parameters it names")
+		return invalid("KeyQuery and IgnoreQuery are both set; use one: KeyQuery keys only the parameters it names")
 	}
 	return nil
 }
@@ -168,13 +167,13 @@ const headerRoom = 16 << 10
 func (o *Options) storeLimit(maxValueSize int) (int, error) {
 	room := maxValueSize - headerRoom
 	if room <= 0 {
-		return 0, fmt.Errorf("middleware: the cache's MaxValueSize %d leaves no room for a response: a stored response needs up to %d bytes for its headers besides its body", maxValueSize, headerRoom)
+		return 0, invalid("the cache's MaxValueSize %d leaves no room for a response: a stored response needs up to %d bytes for its headers besides its body", maxValueSize, headerRoom)
 	}
 	if o.StoreLimit == 0 {
 		return min(1<<20, room/4*3), nil
 	}
 	if o.StoreLimit > room {
-		return 0, fmt.Errorf("middleware: StoreLimit %d does not fit the cache's MaxValueSize %d (a stored response is its body plus up to %d bytes of headers); lower StoreLimit to at most %d or raise cache.Options.MaxValueSize", o.StoreLimit, maxValueSize, headerRoom, room)
+		return 0, invalid("StoreLimit %d does not fit the cache's MaxValueSize %d (a stored response is its body plus up to %d bytes of headers); lower StoreLimit to at most %d or raise cache.Options.MaxValueSize", o.StoreLimit, maxValueSize, headerRoom, room)
 	}
 	return o.StoreLimit, nil
 }
