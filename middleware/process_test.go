@@ -39,14 +39,7 @@ func workerServe() int {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintf(w, "report for %s rendered by pid %d", r.URL.Query().Get("region"), os.Getpid())
 	}))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	fmt.Println("ready http://" + l.Addr().String())
-	_ = http.Serve(l, h)
-	return 0
+	return listenAndServe(h)
 }
 
 // TestMiddleware_oneRender_processes: concurrent requests spread over 4
@@ -59,20 +52,7 @@ func TestMiddleware_oneRender_processes(t *testing.T) {
 		defer cancel()
 		rc := s.Client(t)
 		ns, counter := "mw"+strings.ReplaceAll(redistest.Key(t, "")[5:], "/", "."), redistest.Key(t, "renders")
-		var urls []string
-		for range procs {
-			p := redistest.Spawn(t, s, "serve", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter)
-			select {
-			case line := <-p.Lines():
-				u, ok := strings.CutPrefix(line, "ready ")
-				if !ok {
-					t.Fatalf("worker said %q", line)
-				}
-				urls = append(urls, u)
-			case <-ctx.Done():
-				t.Fatal("worker did not start")
-			}
-		}
+		urls := spawnServers(t, ctx, s, procs, "serve", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: perProc}}
 		defer client.CloseIdleConnections()
 		type answer struct {
@@ -174,14 +154,7 @@ func workerServeGated() int {
 		}
 		cached.ServeHTTP(w, r)
 	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	fmt.Println("ready http://" + l.Addr().String())
-	_ = http.Serve(l, h)
-	return 0
+	return listenAndServe(h)
 }
 
 // TestMiddleware_clientGone_processes: in 2 processes, 8 requests wait
@@ -196,20 +169,7 @@ func TestMiddleware_clientGone_processes(t *testing.T) {
 		defer cancel()
 		rc := s.Client(t)
 		ns, counter, gate := "mw"+strings.ReplaceAll(redistest.Key(t, "")[5:], "/", "."), redistest.Key(t, "renders"), redistest.Key(t, "gate")
-		var urls []string
-		for range procs {
-			p := redistest.Spawn(t, s, "serveGated", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter, "MWTEST_GATE="+gate)
-			select {
-			case line := <-p.Lines():
-				u, ok := strings.CutPrefix(line, "ready ")
-				if !ok {
-					t.Fatalf("worker said %q", line)
-				}
-				urls = append(urls, u)
-			case <-ctx.Done():
-				t.Fatal("worker did not start")
-			}
-		}
+		urls := spawnServers(t, ctx, s, procs, "serveGated", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter, "MWTEST_GATE="+gate)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: waiters}}
 		defer client.CloseIdleConnections()
 		type answer struct {
@@ -296,4 +256,38 @@ func TestMiddleware_clientGone_processes(t *testing.T) {
 			}
 		}
 	}, redistest.Redis8, redistest.Cluster)
+}
+
+// listenAndServe serves h on a free loopback port for a worker process,
+// announcing its address on stdout as "ready http://host:port".
+func listenAndServe(h http.Handler) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Println("ready http://" + l.Addr().String())
+	_ = http.Serve(l, h)
+	return 0
+}
+
+// spawnServers starts n worker processes running role with env and
+// returns their base URLs, once each has said it is ready.
+func spawnServers(tb testing.TB, ctx context.Context, s *redistest.Server, n int, role string, env ...string) []string {
+	tb.Helper()
+	var urls []string
+	for range n {
+		p := redistest.Spawn(tb, s, role, env...)
+		select {
+		case line := <-p.Lines():
+			u, ok := strings.CutPrefix(line, "ready ")
+			if !ok {
+				tb.Fatalf("worker said %q", line)
+			}
+			urls = append(urls, u)
+		case <-ctx.Done():
+			tb.Fatal("worker did not start")
+		}
+	}
+	return urls
 }
