@@ -26,6 +26,9 @@ type Cache struct {
 	locks *lock.Client
 	s     settings
 	ann   *announcer
+	near  *nearCache // nil without Options.Near
+	track *tracking  // nil without Options.Near
+	reads reads      // hit-path GETs shared by concurrent callers of a key
 
 	flights   flight.Group[outcome] // loads and waits, by value key
 	refreshes flight.Group[struct{}]
@@ -33,8 +36,8 @@ type Cache struct {
 	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
 	n         counters
 
-	mu     sync.Mutex // guards closed and wg.Add
-	closed bool
+	mu     sync.Mutex // guards closed's setting and wg.Add
+	closed atomic.Bool
 	wg     sync.WaitGroup // background work: loads and refreshes
 	base   context.Context
 	cancel context.CancelFunc // cancels base, ending all background work
@@ -78,6 +81,10 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 	}
 	c.ann = startAnnouncer(rc, s.ns+":announce", c.announceRefused, c.announceRestored)
 	c.base, c.cancel = context.WithCancel(context.Background())
+	if s.near != nil {
+		c.near = newNearCache(s.near, s.ns)
+		c.track = startTracking(rc, c.near, c.log)
+	}
 	return c, nil
 }
 
@@ -86,15 +93,19 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 // Close return ErrClosed. Close is idempotent.
 func (c *Cache) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
+	c.closed.Store(true)
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
 	c.ann.close()
+	if c.near != nil {
+		c.track.close()
+		c.near.close()
+	}
 	return nil
 }
 
@@ -106,6 +117,7 @@ func (c *Cache) MaxValueSize() int { return c.s.maxSize }
 // keys of one entry; all share a hash slot.
 type keys struct {
 	user  string // the caller's key
+	tag   string // redisx.Tag(user)
 	value string // NS:{tag}
 }
 
@@ -114,8 +126,13 @@ type keys struct {
 func (k keys) lock() string { return k.value + ":lock" }
 
 func (c *Cache) keys(key string) keys {
-	return keys{user: key, value: c.s.ns + ":{" + redisx.Tag(key) + "}"}
+	tag := tagOf(key)
+	return keys{user: key, tag: tag, value: c.s.ns + ":{" + tag + "}"}
 }
+
+// tagOf returns the part of key's value key between the braces: key
+// itself for most keys (no allocation), else a hash of it.
+func tagOf(key string) string { return redisx.Tag(key) }
 
 // background returns the start function for a flight: the work runs on a
 // context detached from the caller (keeping its values), cancelled by
@@ -126,7 +143,7 @@ func (c *Cache) background(parent context.Context, wait time.Duration) flight.St
 	return func() (context.Context, func(), error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.closed {
+		if c.closed.Load() {
 			return nil, nil, ErrClosed
 		}
 		c.wg.Add(1)
@@ -137,11 +154,13 @@ func (c *Cache) background(parent context.Context, wait time.Duration) flight.St
 	}
 }
 
-func (c *Cache) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *Cache) isClosed() bool { return c.closed.Load() }
+
+// NearActive reports whether the near cache (Options.Near) answers hits
+// now: it is configured, the server accepted CLIENT TRACKING, and the
+// tracking connections answered within the lease. It is safe for
+// concurrent use.
+func (c *Cache) NearActive() bool { return c != nil && c.track.active() }
 
 // Fail open: after a transport error the server is left alone for
 // FailOpenCooldown, so that a dead server costs one timeout, not one per
@@ -230,11 +249,16 @@ func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
 		}
 		return e, stateCorrupt, err
 	}
+	return e, c.state(e), nil
+}
+
+// state says whether the entry e is fresh or stale now.
+func (c *Cache) state(e codec.Entry) state {
 	now := c.s.now()
 	if now.Before(e.FreshUntil) || e.NoStale && now.Before(e.FreshUntil.Add(noStaleGrace)) {
-		return e, stateFresh, nil
+		return stateFresh
 	}
-	return e, stateStale, nil
+	return stateStale
 }
 
 // early reports whether an XFetch early refresh is due for a fresh entry.
@@ -280,8 +304,10 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
 	}
 	// Callers from now on must not join a flight that began before the
-	// Delete: its result may predate it.
+	// Delete, nor find the old value in the near cache: both may predate
+	// it.
 	c.flights.Forget(k.value)
+	c.nearDrop(k)
 	return nil
 }
 
@@ -308,9 +334,15 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	if err := c.check(key); err != nil {
 		return zero, err
 	}
-	raw, err := c.rc.Get(ctx, c.keys(key).value).Bytes()
+	if c.near != nil && !c.down() {
+		if v, err, ok := nearGet[V](ctx, c, key); ok {
+			return v, err
+		}
+	}
+	r := c.read(ctx, c.keys(key))
+	raw, err := r.raw, r.err
 	if redisx.IsNil(err) {
-		c.countGet(ctx, key, EventMiss)
+		c.countGet(ctx, key, EventMiss, false)
 		return zero, ErrMiss
 	}
 	if err != nil {
@@ -323,22 +355,48 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	}
 	switch {
 	case st == stateBuilding || st == stateCorrupt:
-		c.countGet(ctx, key, EventMiss)
+		c.countGet(ctx, key, EventMiss, false)
 		return zero, ErrMiss
 	case e.NotFound:
-		c.countGet(ctx, key, found)
+		c.countGet(ctx, key, found, false)
 		return zero, ErrNotFound
 	}
 	v, err := decode[V](c, key, e.Payload)
 	if err != nil {
-		c.countGet(ctx, key, EventMiss)
+		c.countGet(ctx, key, EventMiss, false)
 		return zero, ErrMiss
 	}
-	c.countGet(ctx, key, found)
+	c.countGet(ctx, key, found, false)
 	if st == stateStale {
 		return v, ErrStale
 	}
 	return v, nil
+}
+
+// nearGet answers Get from the near cache, if it can; ok is false when
+// the server must be asked.
+func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, ok bool) {
+	ne := c.near.lookup(tagOf(key), time.Now().UnixNano())
+	if ne == nil {
+		return v, nil, false
+	}
+	found := EventHit
+	if c.state(ne.e) == stateStale {
+		found = EventStale
+	}
+	if ne.e.NotFound {
+		c.countGet(ctx, key, found, true)
+		return v, ErrNotFound, true
+	}
+	v, err = nearValue[V](c, key, ne)
+	if err != nil {
+		return v, nil, false
+	}
+	c.countGet(ctx, key, found, true)
+	if found == EventStale {
+		return v, ErrStale, true
+	}
+	return v, nil, true
 }
 
 // Set stores v under key, replacing what is there, and wakes processes
@@ -371,6 +429,7 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 		return fmt.Errorf("cache: set %q: %w", key, redisx.Denied("set", err, ""))
 	}
 	c.flights.Forget(k.value) // as in Delete
+	c.nearDrop(k)
 	return nil
 }
 

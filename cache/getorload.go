@@ -55,6 +55,11 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if err != nil {
 		return zero, err
 	}
+	if c.near != nil && !c.down() {
+		if v, err, ok := nearHit(ctx, c, key, it, load); ok {
+			return v, err
+		}
+	}
 	k := c.keys(key)
 
 	// A caller that joins a flight of this process may find that the
@@ -65,11 +70,13 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		first := round == 0
 		var bad []byte // a stored value this caller could not decode
 		var obs observation
-		// The hit path: one GET, and a fresh or stale entry is decoded and
+		// The hit path: one GET (shared with the concurrent callers of
+		// the key, see read), and a fresh or stale entry is decoded and
 		// returned here; everything else goes to the flight (join).
 		if !c.down() {
-			raw, err := c.rc.Get(ctx, k.value).Bytes()
-			obs = observation{read: true, done: time.Now()}
+			r := c.read(ctx, k)
+			raw, err := r.raw, r.err
+			obs = observation{read: true, done: r.done}
 			switch {
 			case err == nil:
 				e, st, derr := c.classify(raw)
@@ -77,8 +84,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 				case stateFresh, stateStale:
 					if e.NotFound && st == stateFresh {
 						if first {
-							c.n.hits.Add(1)
-							c.emit(EventHit, key, 0, nil)
+							c.count(EventHit, key, false)
 						}
 						return zero, ErrNotFound
 					}
@@ -96,11 +102,9 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 					switch {
 					case !first:
 					case st == stateStale:
-						c.n.staleHits.Add(1)
-						c.emit(EventStale, key, 0, nil)
+						c.count(EventStale, key, false)
 					default:
-						c.n.hits.Add(1)
-						c.emit(EventHit, key, 0, nil)
+						c.count(EventHit, key, false)
 					}
 					return v, nil
 				case stateBuilding:

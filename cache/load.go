@@ -145,6 +145,7 @@ func (c *Cache) announceNothing(ctx context.Context, k keys, l *lock.Lock, err e
 // announce publishes the outcome of the rebuild holding l. A failed
 // publish costs the waiters a poll interval, not their answer.
 func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {
+	c.nearDrop(k) // this process wrote, or found the key changed
 	if c.down() {
 		// The write just failed on the connection, or another call's did:
 		// do not pay a second timeout; the waiters' poll finds the result.

@@ -125,6 +125,54 @@ type Options struct {
 
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
+
+	// Near, if set, keeps recently read entries in this process as well,
+	// so that a hit costs a map lookup instead of a round trip, and keeps
+	// them coherent with the server (see Near). Default: nil, every read
+	// goes to the server.
+	Near *Near
+}
+
+// Near configures the near cache: a bounded in-process tier in front of
+// the server, for GetOrLoad, Get and package middleware.
+//
+// An entry leaves every process's near cache when its value changes on
+// the server, whoever changed it (a rebuild, a refresh, Set, Delete, the
+// server's expiry or eviction, or any other client): each process asks the
+// server for invalidations of the namespace's keys (CLIENT TRACKING in
+// BCAST mode on a connection of its own, one per node on a Cluster or
+// Ring). Fresh, stale and missing are decided from the entry's own times,
+// as for values read from the server, so a stale entry still triggers the
+// one cluster-wide refresh and is served meanwhile.
+//
+// The near cache only answers while the server is known to be sending
+// invalidations: the tracking connection is pinged every Lease/4, and an
+// entry is served only if a ping sent less than Lease ago was answered.
+// A lost or reset tracking connection, a server restart, a change of the
+// Cluster's masters or a lapse of the Lease empties the near cache; reads
+// go to the server until invalidations flow again. On servers without
+// CLIENT TRACKING (miniredis, or an ACL that refuses it) the near cache
+// stays off and every read goes to the server (see NearActive).
+//
+// Values served from the near cache are shared: every hit on an entry
+// returns the same decoded value, so a value holding a slice, map or
+// pointer must not be modified by its callers.
+type Near struct {
+	// MaxEntries bounds the number of entries.
+	MaxEntries int
+
+	// MaxBytes bounds the entries' stored (encoded) size in bytes, plus
+	// 64 bytes per entry; decoded values are not counted. With both
+	// MaxEntries and MaxBytes set, both bounds hold. At least one of them
+	// must be set.
+	MaxBytes int64
+
+	// Lease is how long after the last sign of life of the tracking
+	// connection entries are still served: it bounds how long a value
+	// changed on the server can still be served here when invalidations
+	// stop arriving without the connection failing (a network partition).
+	// Default: 1s; at least 10ms.
+	Lease time.Duration
 }
 
 // maxExpiry is the longest expiry the cache gives an entry: 100 years.
@@ -161,6 +209,7 @@ type settings struct {
 	logger                                       *slog.Logger
 	observer                                     func(Event)
 	now                                          func() time.Time
+	near                                         *Near
 }
 
 func or[T comparable](v, def T) T {
@@ -195,6 +244,7 @@ func (o *Options) settings() (settings, error) {
 		logger:            o.Logger,
 		observer:          o.Observer,
 		now:               o.Now,
+		near:              o.Near,
 	}
 	if s.codec == nil {
 		s.codec = Msgpack
@@ -233,6 +283,21 @@ func (o *Options) settings() (settings, error) {
 		return s, invalid("PollInterval %v exceeds WaitTimeout %v", s.poll, s.waitTimeout)
 	case s.lockTTL < 10*time.Millisecond:
 		return s, invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
+	}
+	if n := o.Near; n != nil {
+		switch {
+		case n.MaxEntries < 0:
+			return s, invalid("Near.MaxEntries %d is negative", n.MaxEntries)
+		case n.MaxBytes < 0:
+			return s, invalid("Near.MaxBytes %d is negative", n.MaxBytes)
+		case n.MaxEntries == 0 && n.MaxBytes == 0:
+			return s, invalid("Near needs MaxEntries or MaxBytes")
+		case n.Lease < 0 || n.Lease > 0 && n.Lease < 10*time.Millisecond:
+			return s, invalid("Near.Lease %v is below 10ms", n.Lease)
+		}
+		cp := *n
+		cp.Lease = min(or(cp.Lease, time.Second), maxExpiry)
+		s.near = &cp
 	}
 	return s, nil
 }

@@ -34,6 +34,11 @@ type Stats struct {
 	WritesSkipped  uint64 // rebuilt values not written because a Delete or Set came first
 	ServerErrors   uint64 // failed server calls
 	AnnounceDenied uint64 // SUBSCRIBEs and PUBLISHes of announcements the server refused (ACL): waiters poll instead
+
+	// The near cache (Options.Near).
+	NearHits          uint64 // of Hits and StaleHits, those answered from the near cache
+	NearInvalidations uint64 // entries dropped because their key changed (told by the server, or written here)
+	NearFlushes       uint64 // times the near cache was emptied: tracking lost, lapsed, or nodes changed
 }
 
 // Add returns the sum of s and o, field by field: for totals over the
@@ -54,23 +59,31 @@ func (s Stats) Add(o Stats) Stats {
 	s.WritesSkipped += o.WritesSkipped
 	s.ServerErrors += o.ServerErrors
 	s.AnnounceDenied += o.AnnounceDenied
+	s.NearHits += o.NearHits
+	s.NearInvalidations += o.NearInvalidations
+	s.NearFlushes += o.NearFlushes
 	return s
 }
 
 type counters struct {
 	hits, staleHits, misses, loads, loadErrors, coalesced, waits, waitTimeouts,
-	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied atomic.Uint64
+	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied, nearHits atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
 	n := &c.n
+	var ni, nf uint64
+	if c.near != nil {
+		ni, nf = c.near.invalidations.Load(), c.near.flushes.Load()
+	}
 	return Stats{
 		Hits: n.hits.Load(), StaleHits: n.staleHits.Load(), Misses: n.misses.Load(), Loads: n.loads.Load(),
 		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Waits: n.waits.Load(),
 		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
 		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
 		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(),
+		NearHits: n.nearHits.Load(), NearInvalidations: ni, NearFlushes: nf,
 	}
 }
 
@@ -106,6 +119,7 @@ type Event struct {
 	Key      string // the caller's key
 	Duration time.Duration
 	Err      error
+	Near     bool // a hit or stale hit answered from the near cache (Options.Near)
 }
 
 func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
@@ -118,15 +132,20 @@ func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
 // Stats and as an Event. When ctx carries a peek.Probe (package
 // middleware's first look, which asks GetOrLoad next unless it answers with
 // what Get found) the counting is left to the probe.
-func (c *Cache) countGet(ctx context.Context, key string, kind EventKind) {
+func (c *Cache) countGet(ctx context.Context, key string, kind EventKind, near bool) {
 	if p := peek.From(ctx); p != nil {
-		p.Defer(func() { c.count(kind, key) })
+		p.Defer(func() { c.count(kind, key, near) })
 		return
 	}
-	c.count(kind, key)
+	c.count(kind, key, near)
 }
 
-func (c *Cache) count(kind EventKind, key string) {
+// count counts a hit, stale hit or miss; near says it came from the near
+// cache.
+func (c *Cache) count(kind EventKind, key string, near bool) {
+	if near {
+		c.n.nearHits.Add(1)
+	}
 	switch kind {
 	case EventHit:
 		c.n.hits.Add(1)
@@ -135,5 +154,7 @@ func (c *Cache) count(kind EventKind, key string) {
 	case EventMiss:
 		c.n.misses.Add(1)
 	}
-	c.emit(kind, key, 0, nil)
+	if c.s.observer != nil {
+		c.s.observer(Event{Kind: kind, Key: key, Near: near})
+	}
 }

@@ -1,0 +1,404 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// Tracking: each process asks the server to send it the name of every key
+// under the namespace's prefix that changes (CLIENT TRACKING in BCAST
+// mode), on a connection of its own per node: under RESP2 that connection
+// enables tracking, redirected to itself, before it subscribes to
+// __redis__:invalidate. The connection is made with the caller's client
+// options (address, credentials, TLS), so it needs no configuration.
+//
+// The connection also carries pings, every lease/4; their answers are
+// what keeps the near cache trusted (nearCache.trusted). A connection
+// lost, or silent for 3 leases, is closed and made again, and the near
+// cache is flushed.
+
+const invalidateChannel = "__redis__:invalidate"
+
+// tracking runs the trackers of one Cache.
+type tracking struct {
+	n      *nearCache
+	logger func(level slog.Level, msg string, args ...any)
+
+	mu       sync.Mutex // guards trackers and the computation of n.trusted
+	trackers map[string]*tracker
+	refused  error // the server refused tracking: the near cache stays off
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// tracker is the tracking connection to one node.
+type tracker struct {
+	t      *tracking
+	addr   string
+	opts   *redis.Options
+	alive  atomic.Int64 // send time (Unix ns) of the last answered ping; 0 until one after (re)connecting
+	ps     atomic.Pointer[redis.PubSub]
+	cancel context.CancelFunc
+
+	connects atomic.Uint64 // connections made (OnConnect calls)
+
+	pmu     sync.Mutex
+	pending []int64 // send times of the pings not yet answered, oldest first
+	done   chan struct{}
+}
+
+// startTracking starts the trackers for rc's nodes in the background. A
+// client whose nodes it cannot name (not a *redis.Client, ClusterClient
+// or Ring) leaves the near cache off.
+func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, ...any)) *tracking {
+	t := &tracking{n: n, logger: logf, trackers: make(map[string]*tracker)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	switch c := rc.(type) {
+	case *redis.Client:
+		t.set(map[string]*redis.Options{c.Options().Addr: c.Options()})
+	case *redis.ClusterClient:
+		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
+			c.ReloadState(ctx)
+			return nodes(ctx, c.ForEachMaster)
+		})
+	case *redis.Ring:
+		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
+			return nodes(ctx, c.ForEachShard)
+		})
+	default:
+		t.refused = fmt.Errorf("cache: near cache: cannot track the nodes of a %T", rc)
+		logf(slog.LevelWarn, "near cache off", "err", t.refused)
+	}
+	return t
+}
+
+// nodes collects the options of the nodes forEach visits, by address.
+func nodes(ctx context.Context, forEach func(context.Context, func(context.Context, *redis.Client) error) error) (map[string]*redis.Options, error) {
+	var mu sync.Mutex
+	m := make(map[string]*redis.Options)
+	err := forEach(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		m[c.Options().Addr] = c.Options()
+		return nil
+	})
+	return m, err
+}
+
+// watch keeps the trackers in step with the nodes list returns: every
+// lease/2, and at once. A change of nodes flushes the near cache: a key
+// may have moved to a node that was not tracked.
+func (t *tracking) watch(list func(context.Context) (map[string]*redis.Options, error)) {
+	t.wg.Go(func() {
+		tick := time.NewTicker(t.n.lease / 2)
+		defer tick.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(t.ctx, t.n.lease)
+			m, err := list(ctx)
+			cancel()
+			if err == nil && len(m) > 0 {
+				t.set(m)
+			}
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}
+
+// set makes the trackers those of the nodes in m.
+func (t *tracking) set(m map[string]*redis.Options) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil || t.refused != nil {
+		return
+	}
+	changed := false
+	for addr, tr := range t.trackers {
+		if _, ok := m[addr]; !ok {
+			tr.stop()
+			delete(t.trackers, addr)
+			changed = true
+		}
+	}
+	for addr, o := range m {
+		if _, ok := t.trackers[addr]; !ok {
+			t.trackers[addr] = t.start(addr, o)
+			changed = true
+		}
+	}
+	if changed {
+		t.n.flush()
+		t.retrustLocked()
+	}
+}
+
+func (t *tracking) start(addr string, o *redis.Options) *tracker {
+	ctx, cancel := context.WithCancel(t.ctx)
+	tr := &tracker{t: t, addr: addr, opts: o, cancel: cancel, done: make(chan struct{})}
+	t.wg.Go(func() {
+		defer close(tr.done)
+		tr.run(ctx)
+	})
+	return tr
+}
+
+func (tr *tracker) stop() {
+	tr.cancel()
+	if ps := tr.ps.Load(); ps != nil {
+		_ = ps.Close()
+	}
+}
+
+// active reports whether entries may be served now.
+func (t *tracking) active() bool {
+	return t != nil && time.Now().UnixNano() < t.n.trusted.Load()
+}
+
+// retrustLocked sets how long entries may be served: a lease past the
+// oldest answered ping of all trackers (none while one has not answered).
+func (t *tracking) retrustLocked() {
+	until := int64(0)
+	for _, tr := range t.trackers {
+		a := tr.alive.Load()
+		if a == 0 {
+			until = 0
+			break
+		}
+		if u := a + int64(t.n.lease); until == 0 || u < until {
+			until = u
+		}
+	}
+	t.n.trusted.Store(until)
+}
+
+func (t *tracking) retrust() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retrustLocked()
+}
+
+// refuse turns tracking off for good: the server refused it.
+func (t *tracking) refuse(err error) {
+	t.mu.Lock()
+	first := t.refused == nil
+	if first {
+		t.refused = err
+	}
+	t.mu.Unlock()
+	if first {
+		t.logger(slog.LevelWarn, "near cache off: the server refused CLIENT TRACKING", "err", err)
+		t.cancel()
+	}
+}
+
+func (t *tracking) close() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.cancel()
+	for _, tr := range t.trackers {
+		tr.stop()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	t.n.trusted.Store(0)
+}
+
+// run keeps a tracking connection to the node up until ctx ends.
+func (tr *tracker) run(ctx context.Context) {
+	o := *tr.opts
+	var refused atomic.Pointer[error]
+	user := o.OnConnect
+	prefix := tr.t.n.prefix
+	o.Protocol = 2 // invalidations as pub/sub messages on the connection itself
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
+	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		tr.connects.Add(1)
+		id, err := cn.ClientID(ctx).Result()
+		if err == nil {
+			err = cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", prefix).Err()
+		}
+		if redisx.IsReply(err) {
+			refused.Store(&err) // the subscription goes on, and run sees this
+			return nil
+		}
+		return err
+	}
+	client := redis.NewClient(&o)
+	defer client.Close()
+	for ctx.Err() == nil {
+		ps := client.Subscribe(ctx, invalidateChannel)
+		tr.ps.Store(ps)
+		if ctx.Err() != nil { // stop raced with the Store: it may not have seen ps
+			_ = ps.Close()
+			return
+		}
+		err := tr.serve(ctx, ps, &refused)
+		_ = ps.Close()
+		tr.lost()
+		if p := refused.Load(); p != nil {
+			tr.t.refuse(fmt.Errorf("cache: near cache: %w", *p))
+			return
+		}
+		if ctx.Err() == nil {
+			tr.t.logger(slog.LevelWarn, "near cache: tracking connection lost; reading from the server until it is back", "addr", tr.addr, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(tr.t.n.lease/4, 100*time.Millisecond)):
+		}
+	}
+}
+
+// serve receives invalidations and pongs on ps until it fails, pinging
+// it meanwhile.
+func (tr *tracker) serve(ctx context.Context, ps *redis.PubSub, refused *atomic.Pointer[error]) error {
+	conn := tr.connects.Load() // Subscribe has connected
+	tr.pmu.Lock()
+	tr.pending = tr.pending[:0]
+	tr.pmu.Unlock()
+	stop := make(chan struct{})
+	var pinger sync.WaitGroup
+	pinger.Go(func() { tr.ping(ctx, ps, stop) })
+	defer func() {
+		close(stop)
+		_ = ps.Close() // ends a ping in flight
+		pinger.Wait()
+	}()
+	for {
+		msg, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if refused.Load() != nil {
+			return nil
+		}
+		if tr.connects.Load() != conn {
+			// The client connected again on its own (after a failed ping):
+			// what was sent on the old connection in between is lost.
+			return errReconnected
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			if m.Channel != invalidateChannel {
+				continue
+			}
+			if len(m.PayloadSlice) == 0 && m.Payload == "" {
+				tr.t.n.flush() // FLUSHALL, FLUSHDB
+				continue
+			}
+			if m.Payload != "" {
+				tr.t.n.invalidateKey(m.Payload)
+			}
+			for _, k := range m.PayloadSlice {
+				tr.t.n.invalidateKey(k)
+			}
+		case *redis.Pong:
+			if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil {
+				if !tr.pong(sent) {
+					return errPingLost
+				}
+			}
+		}
+	}
+}
+
+// ping pings ps every lease/4, and closes it when no ping was answered
+// for 3 leases (a silent network failure): run then connects again.
+func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struct{}) {
+	lease := tr.t.n.lease
+	tick := time.NewTicker(lease / 4)
+	defer tick.Stop()
+	start := time.Now().UnixNano()
+	for {
+		now := time.Now().UnixNano()
+		if last := max(tr.alive.Load(), start); now-last > 3*int64(lease) {
+			_ = ps.Close()
+			return
+		}
+		tr.pmu.Lock()
+		tr.pending = append(tr.pending, now)
+		tr.pmu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, lease)
+		err := ps.Ping(pctx, strconv.FormatInt(now, 10))
+		cancel()
+		if err != nil {
+			_ = ps.Close() // the connection failed; run connects again
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+var (
+	errReconnected = errors.New("cache: near cache: tracking connection made again")
+	errPingLost    = errors.New("cache: near cache: a ping went unanswered")
+)
+
+// pong records the answer to a ping sent at sent (Unix ns): every change
+// the server made before it reached the ping has been received. After a
+// lapse (no answer for a lease) the near cache is flushed first: changes
+// made meanwhile may have arrived late. An earlier ping left unanswered
+// means the connection lost what it carried: pong reports false, and the
+// connection is made again.
+func (tr *tracker) pong(sent int64) bool {
+	tr.pmu.Lock()
+	i := 0
+	for i < len(tr.pending) && tr.pending[i] < sent {
+		i++
+	}
+	skipped := i > 0
+	if i < len(tr.pending) && tr.pending[i] == sent {
+		i++
+	}
+	tr.pending = tr.pending[i:]
+	tr.pmu.Unlock()
+	if skipped {
+		return false
+	}
+	prev := tr.alive.Load()
+	if sent <= prev {
+		return true
+	}
+	if sent-prev > int64(tr.t.n.lease) {
+		tr.t.n.flush()
+	}
+	tr.alive.Store(sent)
+	tr.t.retrust()
+	return true
+}
+
+// lost records that the connection failed: nothing is served until a
+// ping on a new one is answered, and the near cache is flushed.
+func (tr *tracker) lost() {
+	tr.alive.Store(0)
+	tr.t.n.flush()
+	tr.t.retrust()
+}
