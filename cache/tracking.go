@@ -56,7 +56,7 @@ type tracker struct {
 
 	pmu     sync.Mutex
 	pending []int64 // send times of the pings not yet answered, oldest first
-	done   chan struct{}
+	done    chan struct{}
 }
 
 // startTracking starts the trackers for rc's nodes in the background. A
