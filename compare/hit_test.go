@@ -30,7 +30,7 @@ type hitRow struct {
 	server bool   // every read is a round trip, so the test runs fewer
 	get    getter
 	loads  *atomic.Int64 // loader calls; nil for the raw GET
-	after  func() string // what the row says about itself after a run, or nil
+	near   func() uint64 // hits answered from the near cache so far, or nil
 }
 
 // hitValue returns a value of hitValueSize bytes that no compression
@@ -91,13 +91,7 @@ func hitRows(tb testing.TB, s *redistest.Server, value string) []hitRow {
 				_, err := get(ctx)
 				return err == nil && c.Stats().NearHits > 0
 			})
-			before := c.Stats()
-			row.after = func() string {
-				st := c.Stats()
-				return fmt.Sprintf("near-hits=%d/%d invalidations=%d flushes=%d",
-					st.NearHits-before.NearHits, st.Hits-before.Hits,
-					st.NearInvalidations-before.NearInvalidations, st.NearFlushes-before.NearFlushes)
-			}
+			row.near = func() uint64 { return c.Stats().NearHits }
 		}
 		rows = append(rows, row)
 	}
@@ -212,6 +206,10 @@ func TestCompare_hitPath(t *testing.T) {
 			if r.loads != nil {
 				loads0 = r.loads.Load()
 			}
+			var near0 uint64
+			if r.near != nil {
+				near0 = r.near()
+			}
 			ps, allocs, err := hitRun(ctx, r.get, value, ops)
 			if err != nil {
 				t.Fatal(err)
@@ -219,8 +217,10 @@ func TestCompare_hitPath(t *testing.T) {
 			perSec[r.name] = ps
 			result(t, "hit path, 1 process x 32 goroutines, 256 B", r.name, "ops/s",
 				fmt.Sprintf("%.0f allocs/op=%.1f", ps, allocs))
-			if r.after != nil {
-				t.Log(r.after())
+			if r.near != nil {
+				// Not asserted: a lapse of the Lease on a loaded machine
+				// sends reads to the server, which the ratio shows.
+				t.Logf("%d of %d reads answered from the near cache", r.near()-near0, ops)
 			}
 			if r.loads != nil {
 				if n := r.loads.Load() - loads0; n != 0 {
@@ -257,6 +257,10 @@ func BenchmarkHit(b *testing.B) {
 	for _, r := range hitRows(b, s, value) {
 		b.Run(r.name, func(b *testing.B) {
 			ctx := context.Background()
+			var near0 uint64
+			if r.near != nil {
+				near0 = r.near()
+			}
 			b.SetParallelism(par)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -271,8 +275,8 @@ func BenchmarkHit(b *testing.B) {
 					}
 				}
 			})
-			if r.after != nil {
-				b.Log(r.after())
+			if r.near != nil {
+				b.ReportMetric(float64(r.near()-near0)/float64(b.N), "near-hits/op")
 			}
 		})
 	}
