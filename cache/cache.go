@@ -154,6 +154,15 @@ func (c *Cache) background(parent context.Context, wait time.Duration) flight.St
 	}
 }
 
+// clock returns the time of Options.Now's clock, given the real time now:
+// a hit reads the clock once.
+func (c *Cache) clock(now time.Time) time.Time {
+	if c.s.realClock {
+		return now
+	}
+	return c.s.now()
+}
+
 func (c *Cache) isClosed() bool { return c.closed.Load() }
 
 // NearActive reports whether the near cache (Options.Near) answers hits
@@ -253,8 +262,10 @@ func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
 }
 
 // state says whether the entry e is fresh or stale now.
-func (c *Cache) state(e codec.Entry) state {
-	now := c.s.now()
+func (c *Cache) state(e codec.Entry) state { return c.stateAt(e, c.s.now()) }
+
+// stateAt is state at now (by Options.Now's clock).
+func (c *Cache) stateAt(e codec.Entry, now time.Time) state {
 	if now.Before(e.FreshUntil) || e.NoStale && now.Before(e.FreshUntil.Add(noStaleGrace)) {
 		return stateFresh
 	}
@@ -334,7 +345,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	if err := c.check(key); err != nil {
 		return zero, err
 	}
-	if c.near != nil && !c.down() {
+	if c.near != nil {
 		if v, err, ok := nearGet[V](ctx, c, key); ok {
 			return v, err
 		}
@@ -376,12 +387,13 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 // nearGet answers Get from the near cache, if it can; ok is false when
 // the server must be asked.
 func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, ok bool) {
-	ne := c.near.lookup(tagOf(key), time.Now().UnixNano())
+	now := time.Now()
+	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
 		return v, nil, false
 	}
 	found := EventHit
-	if c.state(ne.e) == stateStale {
+	if c.stateAt(ne.e, c.clock(now)) == stateStale {
 		found = EventStale
 	}
 	if ne.e.NotFound {

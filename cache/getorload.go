@@ -55,7 +55,10 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if err != nil {
 		return zero, err
 	}
-	if c.near != nil && !c.down() {
+	// The near cache answers while tracking is trusted, whether or not
+	// the server is failing open: the tracking connection's own lease
+	// bounds what it serves.
+	if c.near != nil {
 		if v, err, ok := nearHit(ctx, c, key, it, load); ok {
 			return v, err
 		}

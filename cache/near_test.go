@@ -21,7 +21,9 @@ func nearOpts(tb testing.TB) *cache.Options {
 // own (standing in for a process), once the near cache is active.
 func nearCache(t *testing.T, s *redistest.Server, opts *cache.Options) *cache.Cache {
 	t.Helper()
-	c := newCacheOn(t, s.NewClient(), opts)
+	rc := s.NewClient()
+	t.Cleanup(func() { _ = rc.Close() }) // after the Cache's Close: cleanups run last first
+	c := newCacheOn(t, rc, opts)
 	if s.Kind == redistest.Miniredis {
 		return c
 	}

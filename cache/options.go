@@ -209,6 +209,7 @@ type settings struct {
 	logger                                       *slog.Logger
 	observer                                     func(Event)
 	now                                          func() time.Time
+	realClock                                    bool // Options.Now is not set
 	near                                         *Near
 }
 
@@ -253,7 +254,7 @@ func (o *Options) settings() (settings, error) {
 		s.poll = min(200*time.Millisecond, s.waitTimeout)
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.now, s.realClock = time.Now, true
 	}
 	for _, d := range []struct {
 		name string
@@ -334,10 +335,8 @@ func WithWaitTimeout(d time.Duration) Option { return func(s *itemSettings) { s.
 
 func (c *Cache) item(opts []Option) (itemSettings, error) {
 	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o(&it)
-		}
+	if len(opts) > 0 {
+		it = apply(it, opts) // the options take its address: keep that off the hit path
 	}
 	switch {
 	case it.ttl < time.Millisecond:
@@ -350,6 +349,15 @@ func (c *Cache) item(opts []Option) (itemSettings, error) {
 		return it, invalid("WaitTimeout %v is below 1ms", it.wait)
 	}
 	return it, nil
+}
+
+func apply(it itemSettings, opts []Option) itemSettings {
+	for _, o := range opts {
+		if o != nil {
+			o(&it)
+		}
+	}
+	return it
 }
 
 type expiryKey struct{}

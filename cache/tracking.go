@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/hotkv/stampede/internal/redisx"
 )
@@ -228,6 +229,9 @@ func (tr *tracker) run(ctx context.Context) {
 	prefix := tr.t.n.prefix
 	o.Protocol = 2 // invalidations as pub/sub messages on the connection itself
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
+	// Nothing of the caller's client-side features: they need RESP3.
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
 	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if user != nil {
 			if err := user(ctx, cn); err != nil {
