@@ -36,7 +36,7 @@ func (h *fillHook) arm(fn func()) {
 	h.mu.Unlock()
 }
 
-func (h *fillHook) DialHook(next redis.DialHook) redis.DialHook       { return next }
+func (h *fillHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (h *fillHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *fillHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
