@@ -70,9 +70,16 @@ func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, .
 	case *redis.Client:
 		t.set(map[string]*redis.Options{c.Options().Addr: c.Options()})
 	case *redis.ClusterClient:
+		// A client that reads from replicas may fill the near cache from
+		// one: its replicas are tracked too (a replica sends
+		// invalidations for the writes it applies from its master).
+		each := c.ForEachMaster
+		if o := c.Options(); o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			each = c.ForEachShard
+		}
 		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
 			c.ReloadState(ctx)
-			return nodes(ctx, c.ForEachMaster)
+			return nodes(ctx, each)
 		})
 	case *redis.Ring:
 		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
