@@ -25,6 +25,8 @@ type options struct {
 	workers, keys, counters    int
 	readers, writers, lockers  int
 	http                       int // HTTP client goroutines per worker
+	nearWorkers, nearEntries   int // workers with the near cache (the first ones), and its MaxEntries
+	nearLease, nearMargin      time.Duration
 	seed                       uint64
 	url, json                  string
 	sabotage                   bool // tests only: break the invariants on purpose
@@ -44,6 +46,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.writers, "writers", 2, "update-then-Delete goroutines per worker")
 	fs.IntVar(&o.lockers, "lockers", 2, "lock goroutines per worker")
 	fs.IntVar(&o.http, "http", 2, "HTTP client goroutines per worker, requesting pages through the middleware")
+	fs.IntVar(&o.nearWorkers, "near-workers", -1, "workers whose caches have the near cache (cache.Options.Near), the first ones (default: half, rounded up)")
+	fs.IntVar(&o.nearEntries, "near-entries", 64, "the near cache's MaxEntries: below -keys, so that it evicts")
+	fs.DurationVar(&o.nearLease, "near-lease", 250*time.Millisecond, "the near cache's Lease: short, so that black holes make it lapse")
+	fs.DurationVar(&o.nearMargin, "near-margin", 50*time.Millisecond, "the coherence bound is -near-lease plus this (scheduling slack)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the traffic and fault schedules (default: random, printed)")
 	fs.StringVar(&o.url, "redis", os.Getenv("REDIS_URL"), "server URL (redis://host:port); empty: an embedded miniredis. Default: $REDIS_URL")
 	fs.StringVar(&o.json, "json", "", "also write the summary as JSON to this file")
@@ -56,6 +62,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.nearWorkers < 0 {
+		o.nearWorkers = (o.workers + 1) / 2
 	}
 	if o.warmup == 0 {
 		o.warmup = min(max(o.duration/10, 2*time.Second), 15*time.Second)
@@ -86,6 +95,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-readers, -writers, -lockers: want 0 to 1000 each, not all 0")
 	case o.http < 0 || o.http > 1000:
 		return o, fmt.Errorf("-http %d: want 0 to 1000", o.http)
+	case o.nearWorkers > o.workers:
+		return o, fmt.Errorf("-near-workers %d: want at most -workers (%d)", o.nearWorkers, o.workers)
+	case o.nearEntries < 1:
+		return o, fmt.Errorf("-near-entries %d: want at least 1", o.nearEntries)
+	case o.nearLease < 10*time.Millisecond:
+		return o, fmt.Errorf("-near-lease %v: want at least 10ms", o.nearLease)
+	case o.nearMargin < 0:
+		return o, fmt.Errorf("-near-margin %v: want 0 or more", o.nearMargin)
 	}
 	return o, nil
 }
@@ -114,11 +131,20 @@ type workerConfig struct {
 	HTTP     int           `json:"http"` // HTTP client goroutines
 	Warmup   time.Duration `json:"warmup"`
 	Sabotage bool          `json:"sabotage"` // break the invariants on purpose, to test the checks
+
+	// The near cache: on in this worker's caches (the value Cache and the
+	// middleware's) if Near; Bound is the coherence bound the reads are
+	// checked against, in every worker (see coherence.go).
+	Near        bool          `json:"near"`
+	NearEntries int           `json:"near_entries"`
+	NearLease   time.Duration `json:"near_lease"`
+	Bound       time.Duration `json:"bound"`
 }
 
 // Key names shared by the coordinator and the workers.
 func dbKey(prefix string, k int) string   { return prefix + ":db:" + strconv.Itoa(k) }
 func delKey(prefix string, k int) string  { return prefix + ":del:" + strconv.Itoa(k) }
+func histKey(prefix string, k int) string { return prefix + ":hist:" + strconv.Itoa(k) }
 func ctrKey(prefix string, n int) string  { return prefix + ":ctr:" + strconv.Itoa(n) }
 func lockKey(prefix string, n int) string { return prefix + ":lock:" + strconv.Itoa(n) }
 func cacheKey(k int) string               { return "k" + strconv.Itoa(k) }
@@ -140,8 +166,11 @@ func parseValue(v string) (key string, version int64, by string, ok bool) {
 
 // newCache returns the Cache the traffic uses: short TTLs and waits, so a
 // few minutes see many expiries, stale refreshes, waits and takeovers.
+// In a near worker it has the near cache too (see near).
 func (w *worker) newCache() (*cache.Cache, error) {
 	return cache.New(w.cacheC, &cache.Options{
+		Near:             w.near(),
+		Logger:           w.logger,
 		Namespace:        namespace(w.cfg.Prefix),
 		TTL:              time.Second,
 		StaleTTL:         500 * time.Millisecond,
@@ -153,4 +182,14 @@ func (w *worker) newCache() (*cache.Cache, error) {
 		FailOpenCooldown: 250 * time.Millisecond,
 		TTLJitter:        0.2,
 	})
+}
+
+// near is the near cache of a near worker's caches, nil elsewhere: fewer
+// entries than keys (and pages), so that it evicts, and a short lease, so
+// that the fault schedule's black holes make it lapse.
+func (w *worker) near() *cache.Near {
+	if !w.cfg.Near {
+		return nil
+	}
+	return &cache.Near{MaxEntries: w.cfg.NearEntries, Lease: w.cfg.NearLease}
 }

@@ -77,6 +77,8 @@ type web struct {
 func (w *worker) openWeb() (*web, error) {
 	c, err := cache.New(w.cacheC, &cache.Options{
 		Namespace:        httpNamespace(w.cfg.Prefix),
+		Near:             w.near(),
+		Logger:           w.logger,
 		TTL:              time.Second, // the responses' max-age decides, through cache.Expire
 		LockTTL:          time.Second,
 		LoadTimeout:      2 * time.Second,

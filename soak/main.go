@@ -1,7 +1,8 @@
 // Command soak runs mixed traffic with random network faults against one
 // Redis-protocol server for a bounded time, from several worker processes,
 // and ends with a summary whose invariants must hold: no lost updates, no
-// stale sets, and no growth of goroutines or heap.
+// stale sets, no read older than the coherence bound, and no growth of
+// goroutines or heap.
 //
 //	go run ./soak                                  # 3 minutes on an embedded miniredis
 //	go run ./soak -duration 30s -workers 3 -redis redis://127.0.0.1:6379
@@ -36,6 +37,15 @@
 //     completed Delete followed is a rebuild that wrote after that Delete,
 //     and at the end every cached value must equal the database's;
 //   - no value is ever returned for the wrong key;
+//   - coherence: no GetOrLoad returns a version that a completed Delete
+//     (any worker's) had superseded more than the coherence bound before
+//     the call began. The first -near-workers workers (default: half)
+//     run their caches with the near cache (cache.Options.Near, a small
+//     MaxEntries so that it evicts, and a short Lease so that black holes
+//     make it lapse; its tracking connections go through the worker's
+//     fault proxy like the rest), and the bound is that Lease plus a
+//     margin (see coherence.go). On a server that tracks (not miniredis),
+//     the near cache must have answered reads;
 //   - no wrong HTTP response: every reply is for the requested path and
 //     query, for the request's user where the page depends on it, and a
 //     private page, a page that sets a cookie or a request with a cookie
@@ -143,6 +153,7 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*summary, error) {
 	prefix := "soak:" + runID()
 	sum := &summary{Server: server + " " + version, Addr: ropts.Addr, Seed: o.seed, Workers: o.workers, Keys: o.keys,
 		Counters: o.counters, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, HTTPClients: o.http,
+		NearWorkers: o.nearWorkers, NearEntries: o.nearEntries, NearLease: o.nearLease.String(), Bound: (o.nearLease + o.nearMargin).String(),
 		Duration: o.duration.String(), Warmup: o.warmup.String(), Started: time.Now(),
 		Errors: map[string]int64{}, Faults: map[string]int64{}, XCache: map[string]int64{}}
 	defer func() {
@@ -163,7 +174,8 @@ func soak(ctx context.Context, o options, stderr io.Writer) (*summary, error) {
 	cfgs := map[string]string{}
 	for i, n := range names {
 		b, _ := json.Marshal(workerConfig{Index: i, URL: url, Prefix: prefix, Keys: o.keys, Counters: o.counters,
-			Seed: o.seed, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, HTTP: o.http, Warmup: o.warmup, Sabotage: o.sabotage})
+			Seed: o.seed, Readers: o.readers, Writers: o.writers, Lockers: o.lockers, HTTP: o.http, Warmup: o.warmup, Sabotage: o.sabotage,
+			Near: i < o.nearWorkers, NearEntries: o.nearEntries, NearLease: o.nearLease, Bound: o.nearLease + o.nearMargin})
 		cfgs[n] = string(b)
 	}
 	fctx, fcancel := context.WithCancel(ctx)

@@ -21,62 +21,96 @@ import (
 // reply holding an older version was written after that Delete by a
 // rebuild that read the database before the update the Delete followed.
 // It is exact (the server held that value then) and sees every read, not
-// only the audits' samples.
+// only the audits' samples. With the near cache it sees the reads that
+// fill it, not the hits it answers (coherence.go checks those).
 type probe struct{ w *worker }
 
 func (probe) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// ProcessPipelineHook checks the GETs of pipelines too: the near cache's
+// fills read a value with its expiry (GET and PTTL) in one.
+func (p probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		floors := make([]int64, len(cmds))
+		ks := make([]int, len(cmds))
+		for i, cmd := range cmds {
+			ks[i] = p.key(cmd)
+			if ks[i] >= 0 {
+				floors[i] = p.w.minVer[ks[i]].Load()
+			}
+		}
+		err := next(ctx, cmds)
+		for i, cmd := range cmds {
+			if ks[i] >= 0 && cmd.Err() == nil {
+				p.check(cmd, ks[i], floors[i])
+			}
+		}
+		return err
+	}
 }
 
 func (p probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	valuePrefix := namespace(p.w.cfg.Prefix) + ":{k"
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) != 2 || cmd.Name() != "get" {
-			return next(ctx, cmd)
-		}
-		key, _ := args[1].(string)
-		n, ok := strings.CutPrefix(key, valuePrefix)
-		if !ok || !strings.HasSuffix(n, "}") {
-			return next(ctx, cmd)
-		}
-		k, err := strconv.Atoi(strings.TrimSuffix(n, "}"))
-		if err != nil || k < 0 || k >= len(p.w.minVer) {
+		k := p.key(cmd)
+		if k < 0 {
 			return next(ctx, cmd)
 		}
 		floor := p.w.minVer[k].Load()
 		if err := next(ctx, cmd); err != nil {
 			return err
 		}
-		sc, ok := cmd.(*redis.StringCmd)
-		if !ok {
-			return nil
-		}
-		e, err := codec.Decode([]byte(sc.Val()))
-		if err != nil {
-			return nil // a rebuild claim, not a value
-		}
-		var v string
-		if err := cache.Msgpack.Unmarshal(e.Payload, &v); err != nil {
-			p.w.wrongValues.Add(1)
-			return nil
-		}
-		key, ver, _, ok := parseValue(v)
-		switch {
-		case !ok || key != cacheKey(k):
-			p.w.wrongValues.Add(1)
-			p.w.sample(fmt.Sprintf("%s: GET of %s read %q", p.w.name(), cacheKey(k), v))
-		case ver < floor:
-			p.w.mu.Lock()
-			seen := p.w.staleSets[v]
-			p.w.staleSets[v] = true
-			p.w.mu.Unlock()
-			if !seen {
-				p.w.sample(fmt.Sprintf("%s: the cache held %s after a Delete that followed version %d completed (stale set)", p.w.name(), v, floor))
-			}
-		}
+		p.check(cmd, k, floor)
 		return nil
+	}
+}
+
+// key returns the key number of a GET of a cached value, or -1 for any
+// other command.
+func (p probe) key(cmd redis.Cmder) int {
+	args := cmd.Args()
+	if len(args) != 2 || cmd.Name() != "get" {
+		return -1
+	}
+	key, _ := args[1].(string)
+	n, ok := strings.CutPrefix(key, namespace(p.w.cfg.Prefix)+":{k")
+	if !ok || !strings.HasSuffix(n, "}") {
+		return -1
+	}
+	k, err := strconv.Atoi(strings.TrimSuffix(n, "}"))
+	if err != nil || k < 0 || k >= len(p.w.minVer) {
+		return -1
+	}
+	return k
+}
+
+// check checks what a GET of key k read against floor, the version of
+// this process's latest completed Delete of k when the GET was sent.
+func (p probe) check(cmd redis.Cmder, k int, floor int64) {
+	sc, ok := cmd.(*redis.StringCmd)
+	if !ok {
+		return
+	}
+	e, err := codec.Decode([]byte(sc.Val()))
+	if err != nil {
+		return // a rebuild claim, not a value
+	}
+	var v string
+	if err := cache.Msgpack.Unmarshal(e.Payload, &v); err != nil {
+		p.w.wrongValues.Add(1)
+		return
+	}
+	key, ver, _, ok := parseValue(v)
+	switch {
+	case !ok || key != cacheKey(k):
+		p.w.wrongValues.Add(1)
+		p.w.sample(fmt.Sprintf("%s: GET of %s read %q", p.w.name(), cacheKey(k), v))
+	case ver < floor:
+		p.w.mu.Lock()
+		seen := p.w.staleSets[v]
+		p.w.staleSets[v] = true
+		p.w.mu.Unlock()
+		if !seen {
+			p.w.sample(fmt.Sprintf("%s: the cache held %s after a Delete that followed version %d completed (stale set)", p.w.name(), v, floor))
+		}
 	}
 }

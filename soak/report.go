@@ -20,7 +20,8 @@ type snapshot struct {
 
 // workerReport is a worker's counters; the coordinator adds them up.
 type workerReport struct {
-	Requests     int64            `json:"requests"`          // GetOrLoad calls
+	Requests     int64            `json:"requests"`          // reads: GetOrLoad calls, or Get calls (then GetOrLoad on a miss)
+	Gets         int64            `json:"gets"`              // of Requests, those that began with Get
 	Loads        int64            `json:"loads"`             // loader calls
 	Writes       int64            `json:"writes"`            // database updates whose Delete completed
 	LockRuns     int64            `json:"lock_runs"`         // fenced read-modify-writes attempted
@@ -35,6 +36,8 @@ type workerReport struct {
 	Errors       map[string]int64 `json:"errors"`            // by kind
 	Faults       map[string]int64 `json:"faults"`            // injected, by kind
 	Cache        cache.Stats      `json:"cache"`             // of every Cache the worker had
+	Near         bool             `json:"near"`              // the worker's caches had the near cache
+	Coherence    coherenceReport  `json:"coherence"`         // reads checked against the coherence bound
 	HTTP         webReport        `json:"http"`
 	Proxy        faultproxy.Stats `json:"proxy"`                  // of both proxies
 	Before       snapshot         `json:"before"`                 // before any client, proxy or cache
@@ -79,7 +82,7 @@ func (w *worker) sample(s string) {
 // report returns the counters so far.
 func (w *worker) report() workerReport {
 	r := workerReport{
-		Requests: w.requests.Load(), Loads: w.loads.Load(), Writes: w.writes.Load(), LockRuns: w.lockRuns.Load(),
+		Requests: w.requests.Load(), Gets: w.gets.Load(), Loads: w.loads.Load(), Writes: w.writes.Load(), LockRuns: w.lockRuns.Load(),
 		LateWrites: w.lateWrites.Load(), LateReads: w.lateReads.Load(), StaleReads: w.staleReads.Load(), StaleLocal: w.staleReadsLocal.Load(),
 		WrongValues: w.wrongValues.Load(), Accepted: map[string]int64{}, Errors: map[string]int64{}, Faults: map[string]int64{},
 	}
@@ -100,6 +103,9 @@ func (w *worker) report() workerReport {
 	r.StaleSamples = append(r.StaleSamples, w.samples...)
 	r.StaleSets = int64(len(w.staleSets))
 	r.Cache = w.c.Stats()
+	r.Near = w.cfg.Near
+	r.Coherence = w.coh.report()
+	r.Coherence.Lost, r.Coherence.Off = w.trackingLost.Load(), w.nearOff.Load()
 	r.HTTP = w.web.report()
 	r.Proxy = w.proxyStats()
 	return r

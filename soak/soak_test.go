@@ -24,10 +24,12 @@ func TestMain(m *testing.M) {
 }
 
 // TestSoak_short is the soak's CI form: 20 s of mixed traffic from three
-// worker processes with random faults, on a real Redis 8, ending with the
-// invariants of the long form (no lost updates, no stale sets, no value
-// for the wrong key, no growth of goroutines or heap) and with proof that
-// the run did what it claims (loads, faults, refused late holders).
+// worker processes with random faults, on a real Redis 8, two of them with
+// the near cache, ending with the invariants of the long form (no lost
+// updates, no stale sets, no value for the wrong key, no read older than
+// the coherence bound, no growth of goroutines or heap) and with proof
+// that the run did what it claims (loads, faults, refused late holders,
+// hits from the near cache, tracking connections lost to the faults).
 func TestSoak_short(t *testing.T) {
 	srv := redistest.Start(t, redistest.Redis8)
 	out := filepath.Join(t.TempDir(), "soak.json")
@@ -55,6 +57,9 @@ func TestSoak_short(t *testing.T) {
 		{"values for the wrong key", s.WrongValues},
 		{"wrong HTTP responses", s.WrongResponses},
 		{"stale reads after own Delete", s.StaleReads + s.StaleReadsLocal},
+		{"reads older than the coherence bound", s.BoundViolations},
+		{"reads older than the coherence bound in near workers", s.CoherenceNear.Violations},
+		{"reads older than the coherence bound in the other workers", s.CoherenceOther.Violations},
 	} {
 		if c.got != 0 {
 			t.Errorf("%s = %d, want 0", c.name, c.got)
@@ -81,10 +86,23 @@ func TestSoak_short(t *testing.T) {
 		{"HTTP replies X-Cache MISS", s.XCache["MISS"]},
 		{"HTTP replies X-Cache BYPASS (private, Set-Cookie, Cookie)", s.XCache["BYPASS"]},
 		{"HTTP hits rendered by another worker", s.HTTPElsewhere},
+		{"reads that began with Get", s.Gets},
+		{"reads checked against the coherence bound in near workers", s.CoherenceNear.Checked},
+		{"reads checked against the coherence bound in the other workers", s.CoherenceOther.Checked},
+		{"near cache hits", int64(s.NearCache.NearHits)},
+		{"HTTP near cache hits", int64(s.HTTPCache.NearHits)},
+		{"near cache invalidations", int64(s.NearCache.NearInvalidations)},
+		{"tracking connections lost to the faults", s.CoherenceNear.Lost},
 	} {
 		if c.got <= 0 {
 			t.Errorf("%s = %d, want > 0", c.name, c.got)
 		}
+	}
+	if s.NearWorkers != 2 {
+		t.Errorf("%d near workers, want 2 of 3", s.NearWorkers)
+	}
+	if s.NearCache.NearHits > s.NearCache.Hits+s.NearCache.StaleHits {
+		t.Errorf("%d near hits of %d hits and stale hits", s.NearCache.NearHits, s.NearCache.Hits+s.NearCache.StaleHits)
 	}
 	if s.HTTPRenders >= s.HTTPRequests {
 		t.Errorf("%d HTTP renders for %d requests: the middleware cached nothing", s.HTTPRenders, s.HTTPRequests)
@@ -120,7 +138,9 @@ func TestSoak_short(t *testing.T) {
 // TestSoak_sabotaged breaks the invariants on purpose (workers store the
 // version before an update right after its Delete, count increments they
 // never write, and render one per-user page in 20 without Vary: X-User)
-// and checks that the soak notices and fails.
+// and checks that the soak notices and fails. The stale values stored
+// after a Delete are read for up to their TTL, well past the coherence
+// bound, so the coherence check must find them too.
 func TestSoak_sabotaged(t *testing.T) {
 	srv := redistest.Start(t, redistest.Redis8)
 	out := filepath.Join(t.TempDir(), "soak.json")
@@ -152,8 +172,12 @@ func TestSoak_sabotaged(t *testing.T) {
 		t.Errorf("no wrong HTTP response found in %d requests; the sabotage leaves Vary out of one per-user page in 20",
 			s.HTTPRequests)
 	}
-	if len(s.Failures) < 3 {
-		t.Errorf("failures %q, want lost updates, stale sets and wrong HTTP responses", s.Failures)
+	if s.BoundViolations == 0 {
+		t.Errorf("no read older than the coherence bound found in %d checked; the sabotage stores a superseded version after one Delete in 20",
+			s.CoherenceNear.Checked+s.CoherenceOther.Checked)
+	}
+	if len(s.Failures) < 4 {
+		t.Errorf("failures %q, want lost updates, stale sets, wrong HTTP responses and reads older than the coherence bound", s.Failures)
 	}
 }
 

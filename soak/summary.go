@@ -41,12 +41,17 @@ type summary struct {
 	Writers     int       `json:"writers_per_worker"`
 	Lockers     int       `json:"lockers_per_worker"`
 	HTTPClients int       `json:"http_clients_per_worker"`
+	NearWorkers int       `json:"near_workers"` // workers whose caches had the near cache
+	NearEntries int       `json:"near_max_entries"`
+	NearLease   string    `json:"near_lease"`
+	Bound       string    `json:"coherence_bound"` // near lease + margin
 	Warmup      string    `json:"warmup"`
 	Duration    string    `json:"duration"`
 	Started     time.Time `json:"started"`
 	Elapsed     string    `json:"elapsed"`
 
-	Requests int64 `json:"requests"` // GetOrLoad calls
+	Requests int64 `json:"requests"` // reads: GetOrLoad calls, or Get calls (then GetOrLoad on a miss)
+	Gets     int64 `json:"gets"`     // of Requests, those that began with Get
 	Loads    int64 `json:"loads"`    // loader calls
 	Writes   int64 `json:"writes"`   // database updates followed by a completed Delete
 	LockRuns int64 `json:"lock_runs"`
@@ -83,6 +88,16 @@ type summary struct {
 	StaleReads      int64 `json:"stale_reads"`       // the value was loaded by another process
 	StaleReadsLocal int64 `json:"stale_reads_local"` // loaded by this process: a join of its running load
 
+	// Coherence: reads (GetOrLoad or Get) that returned a version some worker's
+	// completed Delete had superseded before they began (see
+	// coherence.go), in the near workers and in the others. Within the
+	// bound they are legitimate (invalidations take time to arrive);
+	// beyond it they are violations.
+	CoherenceNear   coherenceReport `json:"coherence_near"`
+	CoherenceOther  coherenceReport `json:"coherence_other"`
+	BoundViolations int64           `json:"bound_violations"` // in all workers
+	NearCache       cache.Stats     `json:"near_cache"`       // the near workers' value Caches
+
 	Errors map[string]int64 `json:"errors"`
 	Faults map[string]int64 `json:"faults"`
 	Cache  cache.Stats      `json:"cache"`
@@ -111,6 +126,7 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 	accepted := map[string]int64{}
 	for i, r := range reports {
 		s.Requests += r.Requests
+		s.Gets += r.Gets
 		s.Loads += r.Loads
 		s.Writes += r.Writes
 		s.LockRuns += r.LockRuns
@@ -138,6 +154,12 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 			s.Faults[k] += v
 		}
 		s.Cache = s.Cache.Add(r.Cache)
+		if r.Near {
+			s.NearCache = s.NearCache.Add(r.Cache)
+			s.CoherenceNear = s.CoherenceNear.add(r.Coherence)
+		} else {
+			s.CoherenceOther = s.CoherenceOther.add(r.Coherence)
+		}
 		s.Proxy.Accepted += r.Proxy.Accepted
 		s.Proxy.Refused += r.Proxy.Refused
 		s.Proxy.Dropped += r.Proxy.Dropped
@@ -188,6 +210,14 @@ func (s *summary) fill(reports []workerReport, starts []snapshot, counters map[s
 	if n := s.StaleReads + s.StaleReadsLocal; n != 0 {
 		fail("stale reads after the reader's own Delete: %d (%d loaded here, %d elsewhere)", n, s.StaleReadsLocal, s.StaleReads)
 	}
+	s.BoundViolations = s.CoherenceNear.Violations + s.CoherenceOther.Violations
+	if s.BoundViolations != 0 {
+		fail("reads older than the coherence bound (%s): %d (%d in near workers, %d in the others)",
+			s.Bound, s.BoundViolations, s.CoherenceNear.Violations, s.CoherenceOther.Violations)
+	}
+	if s.NearWorkers > 0 && s.NearCache.NearHits == 0 && s.CoherenceNear.Off == 0 {
+		fail("the near cache answered no read in %d near workers (and the server did not refuse tracking)", s.NearWorkers)
+	}
 	if s.Requests == 0 || s.Loads == 0 {
 		fail("no traffic: %d requests, %d loads", s.Requests, s.Loads)
 	}
@@ -215,8 +245,11 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // progressLine prints one line of running totals.
 func progressLine(w io.Writer, elapsed time.Duration, reports []workerReport, staleSets int64) {
-	var req, loads, writes, locks, errs, faults, staleReads, late, httpReq, wrong int64
+	var req, loads, writes, locks, errs, faults, staleReads, late, httpReq, wrong, violations int64
+	var nearHits uint64
 	for _, r := range reports {
+		nearHits += r.Cache.NearHits + r.HTTP.Cache.NearHits
+		violations += r.Coherence.Violations
 		req += r.Requests
 		httpReq += r.HTTP.Requests
 		wrong += r.HTTP.Wrong
@@ -233,8 +266,8 @@ func progressLine(w io.Writer, elapsed time.Duration, reports []workerReport, st
 			faults += v
 		}
 	}
-	fmt.Fprintf(w, "soak %5s  requests %d (%.0f/s)  loads %d  writes %d  lock runs %d  late writes refused %d  http %d  errors %d  faults %d  stale sets %d  stale reads %d  wrong responses %d\n",
-		elapsed.Round(time.Second), req, float64(req)/elapsed.Seconds(), loads, writes, locks, late, httpReq, errs, faults, staleSets, staleReads, wrong)
+	fmt.Fprintf(w, "soak %5s  requests %d (%.0f/s)  loads %d  writes %d  lock runs %d  late writes refused %d  http %d  errors %d  faults %d  stale sets %d  stale reads %d  wrong responses %d  near hits %d  reads older than the bound %d\n",
+		elapsed.Round(time.Second), req, float64(req)/elapsed.Seconds(), loads, writes, locks, late, httpReq, errs, faults, staleSets, staleReads, wrong, nearHits, violations)
 }
 
 // writeTable prints the summary.
@@ -251,7 +284,7 @@ func writeTable(w io.Writer, s *summary) {
 	fmt.Fprintf(tw, "soak summary: %s, %d workers, %d keys, seed %d, run %s after %s warm-up (elapsed %s)\n",
 		s.Server, s.Workers, s.Keys, s.Seed, s.Duration, s.Warmup, s.Elapsed)
 	fmt.Fprintln(tw, "traffic")
-	row("GetOrLoad requests", s.Requests)
+	row("reads (GetOrLoad, or Get then GetOrLoad on a miss)", fmt.Sprintf("%d (%d began with Get)", s.Requests, s.Gets))
 	row("loads (loader calls)", s.Loads)
 	row("cache hits / stale hits / misses", fmt.Sprintf("%d / %d / %d", s.Cache.Hits, s.Cache.StaleHits, s.Cache.Misses))
 	row("coalesced / waits / wait timeouts", fmt.Sprintf("%d / %d / %d", s.Cache.Coalesced, s.Cache.Waits, s.Cache.WaitTimeouts))
@@ -264,6 +297,11 @@ func writeTable(w io.Writer, s *summary) {
 		s.XCache["HIT"], s.XCache["STALE"], s.XCache["MISS"], s.XCache["BYPASS"], s.XCache["(none)"]))
 	row("HTTP hits rendered by another worker", s.HTTPElsewhere)
 	row("HTTP cache: fail-open loads / wait timeouts", fmt.Sprintf("%d / %d", s.HTTPCache.FailOpenLoads, s.HTTPCache.WaitTimeouts))
+	fmt.Fprintf(tw, "near cache (%d of %d workers, MaxEntries %d, Lease %s)\n", s.NearWorkers, s.Workers, s.NearEntries, s.NearLease)
+	row("value cache hits+stale hits / from the near cache", fmt.Sprintf("%d / %d", s.NearCache.Hits+s.NearCache.StaleHits, s.NearCache.NearHits))
+	row("HTTP cache hits+stale hits / from the near cache", fmt.Sprintf("%d / %d", s.HTTPCache.Hits+s.HTTPCache.StaleHits, s.HTTPCache.NearHits))
+	row("invalidations / flushes (both caches)", fmt.Sprintf("%d / %d", s.NearCache.NearInvalidations+s.HTTPCache.NearInvalidations, s.NearCache.NearFlushes+s.HTTPCache.NearFlushes))
+	row("tracking connections lost (logged) / refused", fmt.Sprintf("%d / %d", s.CoherenceNear.Lost, s.CoherenceNear.Off))
 	fmt.Fprintln(tw, "invariants")
 	check("lost updates", s.LostUpdates)
 	check("phantom updates", s.PhantomUpdates)
@@ -276,6 +314,15 @@ func writeTable(w io.Writer, s *summary) {
 	row("keys excluded (Delete never succeeded)", s.ExcludedKeys)
 	check("stale reads after own Delete, loaded here", s.StaleReadsLocal)
 	check("stale reads after own Delete, loaded elsewhere", s.StaleReads)
+	check("reads older than the bound "+s.Bound+", near workers", s.CoherenceNear.Violations)
+	check("reads older than the bound "+s.Bound+", other workers", s.CoherenceOther.Violations)
+	for _, c := range []struct {
+		name string
+		r    coherenceReport
+	}{{"near workers", s.CoherenceNear}, {"other workers", s.CoherenceOther}} {
+		row("reads of a superseded version within the bound, "+c.name, fmt.Sprintf("%d of %d checked (age <=1ms %s; max %v; check errors %d)",
+			c.r.superseded(), c.r.Checked, ageHistogram(c.r), time.Duration(c.r.MaxAge).Round(time.Microsecond), c.r.Errors))
+	}
 	fmt.Fprintln(tw, "faults injected")
 	for _, k := range slices.Sorted(maps.Keys(s.Faults)) {
 		row(k, s.Faults[k])
@@ -303,4 +350,22 @@ func writeTable(w io.Writer, s *summary) {
 		fmt.Fprintf(tw, "result: FAILED: %s\n", strings.Join(s.Failures, "; "))
 	}
 	_ = tw.Flush()
+}
+
+// ageHistogram renders a coherence report's buckets after the first:
+// "/ <=5ms n / ...".
+func ageHistogram(r coherenceReport) string {
+	var b strings.Builder
+	if len(r.Superseded) == 0 {
+		return "0"
+	}
+	fmt.Fprintf(&b, "%d", r.Superseded[0])
+	for i, n := range r.Superseded[1:] {
+		label := "bound"
+		if i+1 < len(ageBuckets) {
+			label = ageBuckets[i+1].String()
+		}
+		fmt.Fprintf(&b, ", <=%s %d", label, n)
+	}
+	return b.String()
 }

@@ -17,13 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// raiseTo keeps, on the database for the audits, the version of a key's
-// latest completed Delete (the largest one, whichever worker deleted).
-// KEYS[1]=the version of a key's latest completed Delete; ARGV[1]=version.
-var raiseTo = redis.NewScript(`
-if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
-return 0`)
-
 // traffic runs readers, writers, lockers, HTTP clients and the fault
 // schedule until ctx ends, then lifts every fault and closes the HTTP
 // connections (see web.idle).
@@ -83,37 +76,66 @@ func (w *worker) loader(k int) func(context.Context) (string, error) {
 
 // get is one GetOrLoad with the stale-read check: a call that begins after
 // this process's Delete of k completed (the Delete followed the update to
-// version v) should not return a version below v.
-func (w *worker) get(ctx context.Context, k int) {
+// version v) should not return a version below v; and with the coherence
+// check (checkRead): nor below the version of any worker's Delete that
+// completed more than the coherence bound before it began. With viaGet it
+// tries cache.Get first (a stale value counts as a value) and goes on to
+// GetOrLoad only on a miss, so that both read paths (and both of the near
+// cache's) are checked.
+func (w *worker) get(ctx context.Context, k int, viaGet bool) {
 	floor := w.minVer[k].Load()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	w.requests.Add(1)
-	v, err := cache.GetOrLoad(ctx, w.c, cacheKey(k), w.loader(k))
-	if err != nil {
-		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
-			w.countErr("GetOrLoad", err)
+	began := time.Now()
+	op := "GetOrLoad"
+	var v string
+	err := cache.ErrMiss
+	if viaGet {
+		w.gets.Add(1)
+		op = "Get"
+		if v, err = cache.Get[string](ctx, w.c, cacheKey(k)); errors.Is(err, cache.ErrStale) {
+			err = nil
 		}
-		return
+		if err != nil && !errors.Is(err, cache.ErrMiss) {
+			if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
+				w.countErr(op, err)
+			}
+			return
+		}
+	}
+	if err != nil { // a miss
+		op = "GetOrLoad"
+		if v, err = cache.GetOrLoad(ctx, w.c, cacheKey(k), w.loader(k)); err != nil {
+			if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
+				w.countErr(op, err)
+			}
+			return
+		}
 	}
 	key, ver, by, ok := parseValue(v)
 	switch {
 	case !ok || key != cacheKey(k):
 		w.wrongValues.Add(1)
-		w.sample(fmt.Sprintf("GetOrLoad(%s) returned %q", cacheKey(k), v))
+		w.sample(fmt.Sprintf("%s(%s) returned %q", op, cacheKey(k), v))
 	case ver < floor && by == w.name():
 		w.staleReadsLocal.Add(1)
-		w.sample(fmt.Sprintf("%s: GetOrLoad(%s) began after a Delete that followed version %d and returned %s, loaded by this process", w.name(), cacheKey(k), floor, v))
+		w.sample(fmt.Sprintf("%s: %s(%s) began after a Delete that followed version %d and returned %s, loaded by this process", w.name(), op, cacheKey(k), floor, v))
 	case ver < floor:
 		w.staleReads.Add(1)
-		w.sample(fmt.Sprintf("%s: GetOrLoad(%s) began after a Delete that followed version %d and returned %s, loaded by another process", w.name(), cacheKey(k), floor, v))
+		w.sample(fmt.Sprintf("%s: %s(%s) began after a Delete that followed version %d and returned %s, loaded by another process", w.name(), op, cacheKey(k), floor, v))
+	}
+	if ok && key == cacheKey(k) {
+		w.checkRead(ctx, op, k, ver, began)
 	}
 }
 
+// reader reads Zipf-distributed keys; one read in 8 starts with Get.
 func (w *worker) reader(ctx context.Context, r *rand.Rand) {
 	z := w.zipf(r)
 	for pause(ctx, time.Duration(r.IntN(8))*time.Millisecond) {
-		w.get(ctx, int(z.Uint64()))
+		k := int(z.Uint64())
+		w.get(ctx, k, r.IntN(8) == 0)
 	}
 }
 
@@ -154,9 +176,10 @@ func (w *worker) writer(ctx context.Context, r *rand.Rand) {
 			cancel()
 			continue
 		}
+		done := time.Now()
 		raise(&w.minVer[k], v)
-		if err := raiseTo.Run(wctx, w.direct, []string{delKey(w.cfg.Prefix, k)}, v).Err(); err != nil {
-			w.countErr("database raise", err)
+		if err := record.Run(wctx, w.direct, []string{delKey(w.cfg.Prefix, k), histKey(w.cfg.Prefix, k)}, v, done.UnixNano()).Err(); err != nil {
+			w.countErr("database record", err)
 		}
 		if n := w.writes.Add(1); w.cfg.Sabotage && n%20 == 0 {
 			// A stale set, on purpose: the version before the update, after the Delete.
@@ -164,7 +187,7 @@ func (w *worker) writer(ctx context.Context, r *rand.Rand) {
 		}
 		cancel()
 		// Read your own write: this call began after the Delete.
-		w.get(ctx, k)
+		w.get(ctx, k, false)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -32,12 +33,16 @@ type worker struct {
 	locks  *lock.Client
 	web    *web // HTTP through the middleware, over its own Cache through cacheP
 
-	requests, loads, writes, lockRuns atomic.Int64
-	lateWrites, lateReads             atomic.Int64
-	staleReads, staleReadsLocal       atomic.Int64
-	wrongValues                       atomic.Int64
-	accepted                          []atomic.Int64 // per counter
-	minVer                            []atomic.Int64 // per key: version at this process's latest completed Delete
+	requests, gets, loads, writes atomic.Int64
+	lockRuns                      atomic.Int64
+	lateWrites, lateReads         atomic.Int64
+	staleReads, staleReadsLocal   atomic.Int64
+	wrongValues                   atomic.Int64
+	accepted                      []atomic.Int64 // per counter
+	minVer                        []atomic.Int64 // per key: version at this process's latest completed Delete
+	coh                           coherence
+	trackingLost, nearOff         atomic.Int64 // counted by logger
+	logger                        *slog.Logger // the caches': counts what the near cache logs (logCounter)
 
 	mu        sync.Mutex // guards the maps and slices below
 	errs      map[string]int64
@@ -65,6 +70,7 @@ func workerMain() int {
 func runWorker(cfg workerConfig, stdin *os.File, stdout *os.File) error {
 	w := &worker{cfg: cfg, errs: map[string]int64{}, faults: map[string]int64{}, excluded: map[string]bool{}, staleSets: map[string]bool{},
 		accepted: make([]atomic.Int64, cfg.Counters), minVer: make([]atomic.Int64, cfg.Keys)}
+	w.logger = slog.New(logCounter{w})
 	reply := func(kind string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
