@@ -67,12 +67,14 @@ func defaults(quick bool) scenarios.Config {
 		return scenarios.Config{Procs: 3, Goroutines: 8, Load: 30 * time.Millisecond, Rate: 300,
 			Duration: 1200 * time.Millisecond, TTL: 300 * time.Millisecond, Quick: true,
 			HitDuration: 300 * time.Millisecond, LockDuration: 250 * time.Millisecond, LargeIters: 20,
-			ScaleProcs: []int{1, 2, 4}, ScaleKeys: []int{1, 100, 1000}, ScaleLoad: 10 * time.Millisecond}
+			ScaleProcs: []int{1, 2, 4}, ScaleKeys: []int{1, 100, 1000}, ScaleLoad: 10 * time.Millisecond,
+			CoherenceCycles: 30, MemEntries: 10_000, FloodKeys: 50_000, FloodMax: 5_000}
 	}
 	return scenarios.Config{Procs: 4, Goroutines: 32, Load: 100 * time.Millisecond, Rate: 400,
 		Duration: 5 * time.Second, TTL: time.Second,
 		HitDuration: 1500 * time.Millisecond, LockDuration: time.Second, LargeIters: 200,
-		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond}
+		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond,
+		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 1_000_000, FloodMax: 100_000}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -89,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		list       = fs.String("scenarios", strings.Join(scenarios.Names(), ","), "comma-separated scenarios to run: "+strings.Join(scenarios.Names(), ", "))
 		url        = fs.String("redis", os.Getenv("REDIS_URL"), "server URL (redis://host:port); empty: an embedded miniredis. Default: $REDIS_URL")
 		out        = fs.String("out", filepath.Join("bench", "out"), "output folder")
+		flood      = fs.Int("flood", full.FloodKeys, "near memory: distinct keys read through the flooded near cache")
 		quick      = fs.Bool("quick", false, "a run of a few seconds (smaller defaults for every flag not given)")
 	)
 	fs.Usage = func() {
@@ -116,6 +119,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.Duration = *duration
 		case "ttl":
 			cfg.TTL = *ttl
+		case "flood":
+			cfg.FloodKeys = *flood
 		}
 	})
 	o := options{cfg: cfg, url: *url, out: *out}
@@ -142,6 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-ttl %v must exceed twice -load %v, or expiries cannot be told apart", cfg.TTL, cfg.Load)
 	case cfg.Duration < 2*cfg.TTL:
 		return o, fmt.Errorf("-duration %v must be at least twice -ttl %v", cfg.Duration, cfg.TTL)
+	case cfg.FloodKeys < cfg.FloodMax || cfg.FloodKeys > 10_000_000:
+		return o, fmt.Errorf("-flood %d: want from %d (the flooded near cache's size) to 10000000", cfg.FloodKeys, cfg.FloodMax)
 	case !(cfg.Rate >= float64(cfg.Procs)) || cfg.Rate > 1e5:
 		return o, fmt.Errorf("-rate %v: want from -procs (%d) to 100000", cfg.Rate, cfg.Procs)
 	}
@@ -156,13 +163,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := o.cfg
+	load0 := loadAvg()
 	res := &report.Results{
 		Started: time.Now(),
 		Command: strings.TrimSpace("go run ./bench " + strings.Join(args, " ")),
 		Machine: report.Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(), CPU: cpuModel()},
 		Config: report.Config{Procs: cfg.Procs, Goroutines: cfg.Goroutines, LoadMs: ms(cfg.Load), Rate: cfg.Rate,
 			DurationS: cfg.Duration.Seconds(), TTLms: ms(cfg.TTL), Quick: cfg.Quick,
-			ScaleProcs: cfg.ScaleProcs, ScaleKeys: cfg.ScaleKeys, ScaleLoadMs: ms(cfg.ScaleLoad)},
+			ScaleProcs: cfg.ScaleProcs, ScaleKeys: cfg.ScaleKeys, ScaleLoadMs: ms(cfg.ScaleLoad),
+			CoherenceCycles: cfg.CoherenceCycles, MemEntries: cfg.MemEntries, FloodKeys: cfg.FloodKeys, FloodMax: cfg.FloodMax},
 		Scenarios: o.scenarios,
 	}
 
@@ -209,7 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "stampede bench: %s (%s), %d processes, scenarios %s\n",
 		res.Server.Capabilities, res.Server.Kind, cfg.Procs, strings.Join(o.scenarios, ","))
 
-	env := &scenarios.Env{Cfg: cfg, RDB: rdb, Pods: pods, Progress: progress, RunID: runID(), Caps: caps}
+	env := &scenarios.Env{Cfg: cfg, RDB: rdb, Pods: pods, Progress: progress, RunID: runID(), Caps: caps, Embedded: o.url == ""}
 	runErr := func() error {
 		for _, s := range selected {
 			if err := s.Run(ctx, env, res); err != nil {
@@ -239,6 +248,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runErr
 	}
 	res.ElapsedS = time.Since(res.Started).Seconds()
+	if start, end := load0, loadAvg(); start != "" && end != "" {
+		res.Machine.Load = start + " at the start, " + end + " at the end"
+	}
 
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -288,6 +300,16 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages where the system
+// says them, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
 }
 
 // cpuModel returns the CPU's model name where the system says it.

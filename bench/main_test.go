@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,9 +32,10 @@ func TestRun_quick(t *testing.T) {
 	tests := []struct {
 		name string
 		url  func(t *testing.T) string
+		near bool // the server tracks keys: the near cache works
 	}{
-		{"embedded", func(*testing.T) string { return "" }},
-		{"redis8", func(t *testing.T) string { return "redis://" + redistest.Shared(t, redistest.Redis8).Addrs()[0] }},
+		{"embedded", func(*testing.T) string { return "" }, false},
+		{"redis8", func(t *testing.T) string { return "redis://" + redistest.Shared(t, redistest.Redis8).Addrs()[0] }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,8 @@ func TestRun_quick(t *testing.T) {
 			}
 			md, _ := os.ReadFile(filepath.Join(out, "report.md"))
 			for _, want := range []string{"## Cold stampede", "## Hot-key expiry", "## Hit path", "## Lock", "## Large values",
-				"## Scaling with processes", "## Scaling with distinct keys", "![Hot-key expiry](hot-latency.png)"} {
+				"## Scaling with processes", "## Scaling with distinct keys", "![Hot-key expiry](hot-latency.png)",
+				"## Near cache: hit path", "## Near cache: coherence across processes", "## Near cache: memory"} {
 				if !bytes.Contains(md, []byte(want)) {
 					t.Errorf("report.md lacks %q", want)
 				}
@@ -74,6 +77,7 @@ func TestRun_quick(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkResults(t, r)
+			checkNear(t, r, tt.near)
 			if t.Failed() {
 				t.Logf("tables:\n%s", stdout.String())
 			}
@@ -93,8 +97,8 @@ func checkResults(t *testing.T, r *report.Results) {
 				c.Approach, c.Errors, c.Requests, c.FirstError, c.Procs*c.Goroutines)
 		}
 	}
-	if len(cold) != len(scenarios.Approaches()) {
-		t.Fatalf("cold stampede has %d approaches, want %d", len(cold), len(scenarios.Approaches()))
+	if n := len(scenarios.Approaches()); len(cold) != n && len(cold) != n+1 {
+		t.Fatalf("cold stampede has %d approaches, want %d, or %d with the near cache", len(cold), n, n+1)
 	}
 	if n := cold["stampede"].LoaderCalls; n != 1 {
 		t.Errorf("cold stampede: stampede called the loader %d times, want 1", n)
@@ -116,12 +120,12 @@ func checkResults(t *testing.T, r *report.Results) {
 		if h.Expiries < 2 {
 			t.Errorf("hot %s: %d expiries, want at least 2", h.Approach, h.Expiries)
 		}
-		if h.Approach == "stampede" && (h.LoadsPerExpiry != 1 || h.MaxLoadsPerExpiry != 1) {
-			t.Errorf("hot stampede: %.2f loads per expiry (max %d), want exactly 1", h.LoadsPerExpiry, h.MaxLoadsPerExpiry)
+		if strings.HasPrefix(h.Approach, "stampede") && (h.LoadsPerExpiry != 1 || h.MaxLoadsPerExpiry != 1) {
+			t.Errorf("hot %s: %.2f loads per expiry (max %d), want exactly 1", h.Approach, h.LoadsPerExpiry, h.MaxLoadsPerExpiry)
 		}
 	}
-	if len(r.Hot) != len(scenarios.Approaches()) {
-		t.Errorf("hot-key expiry has %d approaches, want %d", len(r.Hot), len(scenarios.Approaches()))
+	if n := len(scenarios.Approaches()); len(r.Hot) != len(cold) {
+		t.Errorf("hot-key expiry has %d approaches, want %d as in the cold stampede (%d, or %d with the near cache)", len(r.Hot), len(cold), n, n+1)
 	}
 
 	for _, h := range r.Hit {
@@ -156,6 +160,93 @@ func checkResults(t *testing.T, r *report.Results) {
 		}
 		if (s.Approach == "stampede" || s.Approach == "lock-poll") && s.LoaderCalls != int64(s.Keys) {
 			t.Errorf("scaling %s=%d %s: %d loader calls for %d keys, want one per key", s.Axis, s.X, s.Approach, s.LoaderCalls, s.Keys)
+		}
+	}
+}
+
+// checkNear checks the near cache's rows and scenarios: with a server
+// that tracks keys, one load per cold stampede and per expiry, hits
+// answered from the near cache, every coherence write seen by the other
+// process, and a flood that leaves the heap near what the bound allows;
+// without one, everything near skipped with a note.
+func checkNear(t *testing.T, r *report.Results, near bool) {
+	t.Helper()
+	var cold []report.Cold
+	for _, c := range r.Cold {
+		if c.Approach == "stampede-near" {
+			cold = append(cold, c)
+		}
+	}
+	var hot []report.Hot
+	for _, h := range r.Hot {
+		if h.Approach == "stampede-near" {
+			hot = append(hot, h)
+		}
+	}
+	if !near {
+		if len(cold) > 0 || len(hot) > 0 || len(r.NearHit) != 2 {
+			t.Errorf("no near cache: %d cold and %d hot near rows, %d near hit rows; want 0, 0 and 2", len(cold), len(hot), len(r.NearHit))
+		}
+		if r.Coherence == nil || r.Coherence.Skipped == "" || r.NearMemory == nil || r.NearMemory.Skipped == "" {
+			t.Errorf("no near cache: coherence %+v, memory %+v; want both skipped", r.Coherence, r.NearMemory)
+		}
+		if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "CLIENT TRACKING") }) {
+			t.Errorf("no note on the near cache: %q", r.Notes)
+		}
+		return
+	}
+	if len(cold) != 1 || cold[0].LoaderCalls != 1 {
+		t.Errorf("cold stampede with the near cache: %+v, want one row with 1 loader call", cold)
+	}
+	if len(hot) != 1 || hot[0].NearHits == 0 {
+		t.Errorf("hot key with the near cache: %+v, want one row with near hits", hot)
+	}
+	for _, h := range r.NearHit {
+		if h.Errors > 0 || h.Ops == 0 {
+			t.Errorf("near hit %s: %d errors (%s) in %d ops", h.Mode, h.Errors, h.FirstError, h.Ops)
+		}
+		if (h.Mode == "stampede-near") != (h.NearHits > 0) {
+			t.Errorf("near hit %s: %d near hits", h.Mode, h.NearHits)
+		}
+	}
+	if len(r.NearHit) != 3 {
+		t.Errorf("near hit path has %d modes, want 3", len(r.NearHit))
+	}
+
+	c := r.Coherence
+	switch {
+	case c == nil || c.Skipped != "" || len(c.Rows) != 4:
+		t.Errorf("coherence: %+v, want 4 rows", c)
+	case c.NearHits == 0 || c.Reads < int64(c.Rows[3].Latency.N):
+		t.Errorf("coherence: the reader read %d times, %d from its near cache", c.Reads, c.NearHits)
+	default:
+		cycles := r.Config.CoherenceCycles
+		for _, row := range c.Rows {
+			want := cycles
+			if row.Write == "all" {
+				want = 3 * cycles
+			}
+			if row.Latency.N != want || row.NearBefore == 0 {
+				t.Errorf("coherence %s: %d writes, %d met the old value in the near cache; want %d writes, most in the near cache",
+					row.Write, row.Latency.N, row.NearBefore, want)
+			}
+		}
+	}
+
+	m := r.NearMemory
+	switch {
+	case m == nil || m.Skipped != "":
+		t.Errorf("near memory: %+v", m)
+	case m.Present == 0 || m.HeapFilled <= 0 || m.FloodNearHits > int64(m.FloodKeys)/2:
+		t.Errorf("near memory: %d of %d entries found again, heap %d; flood near hits %d of %d",
+			m.Present, m.Entries, m.HeapFilled, m.FloodNearHits, m.FloodKeys)
+	default:
+		// Unbounded, the flood would keep FloodKeys/FloodMax (10) times
+		// what FloodMax entries take.
+		bound := float64(m.HeapFilled) / float64(m.Entries) * float64(m.FloodMax)
+		if ratio := float64(m.FloodAfter) / bound; ratio > 3 {
+			t.Errorf("near memory: after a flood of %d keys the heap is %d bytes, %.1f× what %d entries take",
+				m.FloodKeys, m.FloodAfter, ratio, m.FloodMax)
 		}
 	}
 }

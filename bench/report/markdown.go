@@ -17,6 +17,9 @@ func WriteMarkdown(dir string, r *Results) error {
 	if r.Machine.CPU != "" {
 		fmt.Fprintf(&b, ", %s", r.Machine.CPU)
 	}
+	if r.Machine.Load != "" {
+		fmt.Fprintf(&b, "; load average %s", r.Machine.Load)
+	}
 	fmt.Fprintf(&b, "\n- server: %s (%s) at %s\n", r.Server.Capabilities, r.Server.Kind, r.Server.Addr)
 	fmt.Fprintf(&b, "- command: `%s`\n", r.Command)
 	fmt.Fprintf(&b, "- run time: %.1f s\n", r.ElapsedS)

@@ -29,6 +29,11 @@ type Results struct {
 	ScaleProcs []Scale `json:"scale_procs,omitempty"`
 	ScaleKeys  []Scale `json:"scale_keys,omitempty"`
 
+	// The near cache (cache.Options.Near).
+	NearHit    []NearHit   `json:"near_hit,omitempty"`
+	Coherence  *Coherence  `json:"coherence,omitempty"`
+	NearMemory *NearMemory `json:"near_memory,omitempty"`
+
 	// Notes are things a reader must know: what was skipped and why.
 	Notes []string `json:"notes,omitempty"`
 	// Plots are the file names of the plots, relative to the output folder.
@@ -45,6 +50,10 @@ type Machine struct {
 	CPUs         int
 	Go           string
 	CPU          string `json:"cpu,omitempty"`
+	// Load is the system's load averages (1, 5, 15 min) at the start and
+	// at the end of the run, where the system says them: the machine may
+	// be shared.
+	Load string `json:"load,omitempty"`
 }
 
 // Server describes the server the bench ran against.
@@ -70,6 +79,11 @@ type Config struct {
 	ScaleProcs  []int   `json:"scale_procs"`
 	ScaleKeys   []int   `json:"scale_keys"`
 	ScaleLoadMs float64 `json:"scale_load_ms"`
+
+	CoherenceCycles int `json:"coherence_cycles,omitempty"`
+	MemEntries      int `json:"near_memory_entries,omitempty"`
+	FloodKeys       int `json:"flood_keys,omitempty"`
+	FloodMax        int `json:"flood_max_entries,omitempty"`
 }
 
 // Latency summarises request times, in milliseconds.
@@ -92,6 +106,9 @@ type Cold struct {
 	FirstError  string  `json:"first_error,omitempty"`
 	LoaderCalls int64   `json:"loader_calls"`
 	Latency     Latency `json:"latency"`
+	// NearHits counts requests answered from the near cache (approach
+	// "stampede-near" only).
+	NearHits int64 `json:"near_hits,omitempty"`
 }
 
 // Hot is one approach in the hot-key expiry scenario.
@@ -117,6 +134,9 @@ type Hot struct {
 	// AfterExpiry covers requests started within WindowMs after the first
 	// load of each expiry.
 	AfterExpiry Latency `json:"latency_after_expiry"`
+	// NearHits counts requests answered from the near cache (approach
+	// "stampede-near" only).
+	NearHits int64 `json:"near_hits,omitempty"`
 }
 
 // HotSeries is every request of one hot-key run (when it started, in

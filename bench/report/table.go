@@ -20,6 +20,8 @@ func Label(approach string) string {
 		return "singleflight per process"
 	case "lock-poll":
 		return "lock + 50 ms poll"
+	case "stampede-near":
+		return "stampede GetOrLoad + near cache"
 	}
 	return approach
 }
@@ -59,12 +61,27 @@ func tables(r *Results) []table {
 			header: []string{"approach", "expiries", "loads/expiry", "max", "waited", "p50", "p99", "p99.9",
 				"p50 after", "p99 after", "p99.9 after", "errors"},
 		}
+		near := false
 		for _, x := range r.Hot {
-			t.rows = append(t.rows, []string{Label(x.Approach), fmt.Sprint(x.Expiries),
+			near = near || x.NearHits > 0
+		}
+		if near {
+			t.about += " \"near\" is the share of requests the near cache answered."
+			t.header = append(t.header[:5], append([]string{"near"}, t.header[5:]...)...)
+		}
+		for _, x := range r.Hot {
+			row := []string{Label(x.Approach), fmt.Sprint(x.Expiries),
 				fmt.Sprintf("%.2f", x.LoadsPerExpiry), fmt.Sprint(x.MaxLoadsPerExpiry),
-				fmt.Sprintf("%d of %d", x.Waited, x.Requests),
-				ms(x.Overall.P50), ms(x.Overall.P99), ms(x.Overall.P999),
-				ms(x.AfterExpiry.P50), ms(x.AfterExpiry.P99), ms(x.AfterExpiry.P999), errs(x.Errors, x.FirstError)})
+				fmt.Sprintf("%d of %d", x.Waited, x.Requests)}
+			if near {
+				n := "-"
+				if x.NearHits > 0 {
+					n = share(x.NearHits, int64(x.Requests))
+				}
+				row = append(row, n)
+			}
+			t.rows = append(t.rows, append(row, ms(x.Overall.P50), ms(x.Overall.P99), ms(x.Overall.P999),
+				ms(x.AfterExpiry.P50), ms(x.AfterExpiry.P99), ms(x.AfterExpiry.P999), errs(x.Errors, x.FirstError)))
 		}
 		ts = append(ts, t)
 	}
@@ -124,7 +141,7 @@ func tables(r *Results) []table {
 			fmt.Sprintf("Cold stampede over N absent keys at once from %d processes (every process asks for every key), loader %s. "+
 				"Cells: loader calls (ideal: N) · p99.", r.ScaleKeys[0].Procs, ms(c.ScaleLoadMs)), "keys", r.ScaleKeys))
 	}
-	return ts
+	return append(ts, nearTables(r)...)
 }
 
 func scaleTable(title, about, axis string, pts []Scale) table {

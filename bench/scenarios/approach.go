@@ -42,11 +42,21 @@ type approachOptions struct {
 // newGetter builds approach name on rdb.
 func newGetter(name string, rdb *redis.Client, o approachOptions) (getter, error) {
 	switch name {
-	case "stampede":
-		c, err := cache.New(rdb, &cache.Options{Namespace: o.ns, TTL: o.ttl, StaleTTL: o.stale,
-			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second})
+	case "stampede", nearApproach:
+		opts := &cache.Options{Namespace: o.ns, TTL: o.ttl, StaleTTL: o.stale,
+			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second}
+		if name == nearApproach {
+			opts.Near = &cache.Near{MaxEntries: 100_000}
+		}
+		c, err := cache.New(rdb, opts)
 		if err != nil {
 			return nil, err
+		}
+		if name == nearApproach {
+			if err := awaitNear(c, nearWait); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
 		}
 		return stampedeGetter{c}, nil
 	case "naive":
@@ -66,6 +76,8 @@ func (s stampedeGetter) get(ctx context.Context, key string, load func(context.C
 }
 
 func (s stampedeGetter) close() { _ = s.c.Close() }
+
+func (s stampedeGetter) nearHits() int64 { return int64(s.c.Stats().NearHits) }
 
 type baselineGetter struct {
 	ns string

@@ -14,7 +14,11 @@ import (
 // its calls with INCR on the server, so that every process counts.
 func Cold(ctx context.Context, e *Env, r *report.Results) error {
 	c := e.Cfg
-	for _, a := range Approaches() {
+	approaches := cacheApproaches(ctx, e, &r.Notes)
+	if len(approaches) == len(Approaches()) {
+		e.Progress.Step("cold stampede · "+report.Label(nearApproach)+": skipped", 0)
+	}
+	for _, a := range approaches {
 		e.Progress.Step(fmt.Sprintf("cold stampede · %s", report.Label(a)), c.Load+100*time.Millisecond)
 		o, err := coldRun(ctx, e, coldSpec{approach: a, ns: e.key("cold", a), procs: c.Procs, keys: 1,
 			perKey: c.Goroutines, goroutines: c.Goroutines, load: c.Load})
@@ -22,7 +26,7 @@ func Cold(ctx context.Context, e *Env, r *report.Results) error {
 			return fmt.Errorf("%s: %w", a, err)
 		}
 		r.Cold = append(r.Cold, report.Cold{Approach: a, Procs: c.Procs, Goroutines: c.Goroutines,
-			Requests: o.requests, Errors: o.errors, FirstError: o.firstErr, LoaderCalls: o.loads, Latency: summarize(o.lat)})
+			Requests: o.requests, Errors: o.errors, FirstError: o.firstErr, LoaderCalls: o.loads, Latency: summarize(o.lat), NearHits: o.nearHits})
 	}
 	return nil
 }
@@ -38,7 +42,7 @@ type coldSpec struct {
 
 type coldOutcome struct {
 	merged
-	loads int64
+	loads, nearHits int64
 }
 
 func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
@@ -56,6 +60,9 @@ func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
 		return coldOutcome{}, err
 	}
 	o := coldOutcome{merged: merge(res)}
+	for _, r := range res {
+		o.nearHits += r.NearHits
+	}
 	n, err := e.RDB.Get(ctx, counter).Int64()
 	switch {
 	case redisx.IsNil(err):

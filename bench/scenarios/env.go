@@ -27,6 +27,11 @@ type Config struct {
 	ScaleProcs []int         // scaling: process counts
 	ScaleKeys  []int         // scaling: distinct key counts
 	ScaleLoad  time.Duration // scaling by keys: loader time, short to keep 10 000 keys bounded
+
+	CoherenceCycles int // coherence: write cycles (3 measured writes each)
+	MemEntries      int // near memory: entries whose heap is measured
+	FloodKeys       int // near memory: distinct keys of the flood
+	FloodMax        int // near memory: the flooded near cache's MaxEntries
 }
 
 // Env is what scenarios run with. It is used by one goroutine at a time.
@@ -37,6 +42,9 @@ type Env struct {
 	Progress *report.Progress
 	RunID    string
 	Caps     lock.Capabilities // what the server was found to offer
+	Embedded bool              // the server is the embedded miniredis
+
+	nearChecked, nearOK bool // NearWorks's answer, once found
 }
 
 // key returns a key (or prefix) private to this run.
@@ -83,13 +91,16 @@ type Scenario struct {
 func All() []Scenario {
 	n := len(Approaches())
 	return []Scenario{
-		{Name: "cold", Title: "cold stampede", Steps: func(Config) int { return n }, Run: Cold},
-		{Name: "hot", Title: "hot-key expiry", Steps: func(Config) int { return n }, Run: Hot},
+		{Name: "cold", Title: "cold stampede", Steps: func(Config) int { return n + 1 }, Run: Cold},
+		{Name: "hot", Title: "hot-key expiry", Steps: func(Config) int { return n + 1 }, Run: Hot},
 		{Name: "hit", Title: "hit path", Steps: func(Config) int { return len(hitModes()) }, Run: Hit},
 		{Name: "lock", Title: "lock", Steps: func(Config) int { return len(releaseStrategies()) }, Run: Lock},
 		{Name: "large", Title: "large values", Steps: func(Config) int { return len(largeSizes()) }, Run: Large},
 		{Name: "scaling", Title: "scaling", Run: Scaling,
 			Steps: func(c Config) int { return n * (len(c.ScaleProcs) + len(c.ScaleKeys)) }},
+		{Name: "near-hit", Title: "near cache hit path", Steps: func(Config) int { return len(nearHitModes()) }, Run: NearHitPath},
+		{Name: "coherence", Title: "near cache coherence", Steps: func(Config) int { return 1 }, Run: Coherence},
+		{Name: "near-memory", Title: "near cache memory", Steps: func(Config) int { return 1 }, Run: NearMemory},
 	}
 }
 

@@ -24,12 +24,9 @@ func hitModes() []hitMode {
 // queue on the server and blur the latencies.
 const hitGoroutines = 8
 
-// Hit is the hit path: every process reads one fresh value in a closed
-// loop, through GetOrLoad and, as the floor, with a plain GET and a
-// msgpack decode of the same record.
-func Hit(ctx context.Context, e *Env, r *report.Results) error {
-	cfg := e.Cfg
-	ns := e.key("hit")
+// storeHitItem stores the item the hit paths read: through a Cache of
+// namespace ns as "item", and raw (msgpack) as ns:raw.
+func storeHitItem(ctx context.Context, e *Env, ns string) error {
 	c, err := cache.New(e.RDB, &cache.Options{Namespace: ns})
 	if err != nil {
 		return err
@@ -45,6 +42,18 @@ func Hit(ctx context.Context, e *Env, r *report.Results) error {
 	}
 	if err := e.RDB.Set(ctx, ns+":raw", raw, time.Hour).Err(); err != nil {
 		return fmt.Errorf("store the raw item: %w", err)
+	}
+	return nil
+}
+
+// Hit is the hit path: every process reads one fresh value in a closed
+// loop, through GetOrLoad and, as the floor, with a plain GET and a
+// msgpack decode of the same record.
+func Hit(ctx context.Context, e *Env, r *report.Results) error {
+	cfg := e.Cfg
+	ns := e.key("hit")
+	if err := storeHitItem(ctx, e, ns); err != nil {
+		return err
 	}
 	g := min(cfg.Goroutines, hitGoroutines)
 	for _, m := range hitModes() {

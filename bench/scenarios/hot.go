@@ -23,7 +23,11 @@ func Hot(ctx context.Context, e *Env, r *report.Results) error {
 	window := max(2*c.Load, 50*time.Millisecond)
 	perPod := c.Rate / float64(c.Procs)
 	interval := time.Duration(float64(time.Second) / perPod)
-	for _, a := range Approaches() {
+	approaches := cacheApproaches(ctx, e, &r.Notes)
+	if len(approaches) == len(Approaches()) {
+		e.Progress.Step("hot-key expiry · "+report.Label(nearApproach)+": skipped", 0)
+	}
+	for _, a := range approaches {
 		e.Progress.Step(fmt.Sprintf("hot-key expiry · %s", report.Label(a)), c.Duration)
 		ns := e.key("hot", a)
 		list := ns + ":loadlog"
@@ -86,6 +90,7 @@ func hotSummary(approach string, res []podResult, loads []float64, c Config, win
 	for _, r := range res {
 		h.Requests += r.Requests
 		h.Errors += r.Errors
+		h.NearHits += r.NearHits
 		if h.FirstError == "" {
 			h.FirstError = r.FirstErr
 		}

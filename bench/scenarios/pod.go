@@ -15,11 +15,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/hotkv/stampede/bench/report"
 )
 
 // job is one pod's part of a scenario run.
 type job struct {
-	Kind     string // "cold", "hot" or "hit"
+	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader" or "near-memory"
 	Approach string // an approach, or for "hit" a hit mode
 	NS       string // key prefix (stampede's Namespace)
 	Pod      int
@@ -42,6 +44,17 @@ type job struct {
 	Key string
 
 	Load, TTL, Stale time.Duration
+
+	// hit with Throughput: count requests, time one in 256.
+	Throughput bool
+
+	// coherence ("coh-writer", "coh-reader"): Cycles write cycles on Key;
+	// the reader acknowledges each change it saw on List.
+	Cycles int
+
+	// near memory: Entries entries measured, then a flood of FloodKeys
+	// keys through a near cache of FloodMax entries.
+	Entries, FloodKeys, FloodMax int
 }
 
 // podResult is what a pod reports for a job. Times are in microseconds.
@@ -51,6 +64,12 @@ type podResult struct {
 	FirstErr string  `json:",omitempty"`
 	Lat      []int64 // per request
 	At       []int64 `json:",omitempty"` // hot: start of each request since the run's start
+	NearHits int64   `json:",omitempty"` // requests answered from the near cache
+	Elapsed  int64   `json:",omitempty"` // throughput runs: how long the run took, ns
+
+	Writes []cohWrite         `json:",omitempty"` // coherence: the writer's writes
+	Marks  []cohMark          `json:",omitempty"` // coherence: what the reader saw change
+	Mem    *report.NearMemory `json:",omitempty"` // near memory
 }
 
 // record adds one request to r.
@@ -128,6 +147,10 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	switch j.Kind {
+	case "coh-writer", "coh-reader", "near-memory":
+		return runNearJob(rdb, j, in, say)
+	}
 	var g getter
 	var err error
 	switch j.Kind {
@@ -161,24 +184,50 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 			return nil, fmt.Errorf("warm up: %w", err)
 		}
 	}
+	near0 := nearHits(g)
+	start, err := awaitGo(in, say)
+	if err != nil {
+		return nil, err
+	}
+	var res *podResult
+	switch j.Kind {
+	case "cold":
+		res = runCold(rdb, j, g, start)
+	case "hot":
+		res = runHot(rdb, j, g, start)
+	case "hit":
+		if j.Throughput {
+			res = runThroughput(j, g, start)
+		} else {
+			res = runHit(j, g, start)
+		}
+	}
+	res.NearHits = nearHits(g) - near0
+	return res, nil
+}
+
+// nearHits returns the near-cache hits g counted so far: 0 for getters
+// without a near cache.
+func nearHits(g getter) int64 {
+	if n, ok := g.(interface{ nearHits() int64 }); ok {
+		return n.nearHits()
+	}
+	return 0
+}
+
+// awaitGo says ready and waits for the parent's go; it returns the
+// instant to start at.
+func awaitGo(in *bufio.Scanner, say func(string, ...any)) (time.Time, error) {
 	say("ready")
 	if !in.Scan() {
-		return nil, errors.New("no go")
+		return time.Time{}, errors.New("no go")
 	}
 	ns, ok := strings.CutPrefix(in.Text(), "go ")
 	startNs, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil {
-		return nil, fmt.Errorf("want go <ns>, got %q", in.Text())
+		return time.Time{}, fmt.Errorf("want go <ns>, got %q", in.Text())
 	}
-	start := time.Unix(0, startNs)
-	switch j.Kind {
-	case "cold":
-		return runCold(rdb, j, g, start), nil
-	case "hot":
-		return runHot(rdb, j, g, start), nil
-	default:
-		return runHit(j, g, start), nil
-	}
+	return time.Unix(0, startNs), nil
 }
 
 // sleep waits d or until ctx ends.
@@ -286,8 +335,8 @@ func newHitGetter(mode string, rdb *redis.Client, ns string) (getter, error) {
 	switch mode {
 	case "raw":
 		return rawGetter{rdb: rdb, key: ns + ":raw"}, nil
-	case "stampede":
-		return newGetter("stampede", rdb, approachOptions{ns: ns, ttl: time.Hour})
+	case "stampede", nearApproach:
+		return newGetter(mode, rdb, approachOptions{ns: ns, ttl: time.Hour})
 	}
 	return nil, fmt.Errorf("unknown hit mode %q", mode)
 }

@@ -1,0 +1,181 @@
+package report
+
+import "fmt"
+
+// NearHit is one way of reading one hot key from one process.
+type NearHit struct {
+	Mode       string  `json:"mode"`
+	Label      string  `json:"label"`
+	Goroutines int     `json:"goroutines"`
+	ValueBytes int     `json:"value_bytes"`
+	Ops        int     `json:"ops"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	PerSec     float64 `json:"ops_per_s"`
+	// VsRaw is PerSec over the raw GET's PerSec in the same run.
+	VsRaw    float64 `json:"vs_raw_get"`
+	NearHits int64   `json:"near_hits"`
+	Latency  Latency `json:"latency"`
+}
+
+// Dist summarises a distribution, in milliseconds.
+type Dist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P90 float64 `json:"p90_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+}
+
+// Coherence is the time from a write in one process to another process
+// no longer serving the old value from its near cache.
+type Coherence struct {
+	// Skipped says why the scenario did not run.
+	Skipped string `json:"skipped,omitempty"`
+	// Reads and NearHits are the reader's: how often it read, and how
+	// many reads its near cache answered.
+	Reads    int64 `json:"reads"`
+	NearHits int64 `json:"near_hits"`
+	// Rows: one per kind of write ("Set", "refresh", "Delete"), then
+	// "all".
+	Rows []CoherenceRow `json:"rows,omitempty"`
+}
+
+// CoherenceRow is the coherence latency of one kind of write.
+type CoherenceRow struct {
+	Write string `json:"write"`
+	// NearBefore counts writes before which the reader's last read of the
+	// old value came from its near cache (the case measured): all of
+	// them, unless something flushed it.
+	NearBefore int `json:"near_before"`
+	// Early counts writes the reader saw before the writer's call
+	// returned (the invalidation overtook the reply); they count as 0.
+	Early   int  `json:"early"`
+	Latency Dist `json:"latency"`
+}
+
+// NearMemory is the near cache's heap cost and its bound under a flood
+// of distinct keys.
+type NearMemory struct {
+	Skipped string `json:"skipped,omitempty"`
+	// ValueBytes is the size of each value ([]byte, before encoding).
+	ValueBytes int `json:"value_bytes"`
+
+	// Entries were read once into a near cache large enough for all of
+	// them (MaxEntries Entries + 10%); Present of them were found there
+	// on a second pass. HeapFilled is the heap they take (after GC, less
+	// the heap before), HeapDecoded the same once every entry was hit and
+	// kept its decoded value.
+	Entries     int   `json:"entries"`
+	Present     int64 `json:"present"`
+	HeapFilled  int64 `json:"heap_filled_bytes"`
+	HeapDecoded int64 `json:"heap_decoded_bytes"`
+
+	// FloodKeys distinct keys were read once each through a near cache of
+	// MaxEntries FloodMax. FloodPeak is the highest heap seen while
+	// reading (garbage included), FloodAfter the heap after GC at the
+	// end (both less the heap before); FloodPresent counts the near hits
+	// of a second pass over the last FloodMax keys read.
+	FloodKeys     int     `json:"flood_keys"`
+	FloodMax      int     `json:"flood_max_entries"`
+	FloodPeak     int64   `json:"flood_peak_heap_bytes"`
+	FloodAfter    int64   `json:"flood_after_heap_bytes"`
+	FloodPresent  int64   `json:"flood_present"`
+	FloodSeconds  float64 `json:"flood_s"`
+	FloodNearHits int64   `json:"flood_near_hits"`
+}
+
+// nearTables builds the tables of the near-cache scenarios that ran.
+func nearTables(r *Results) []table {
+	var ts []table
+	if len(r.NearHit) > 0 {
+		x0 := r.NearHit[0]
+		t := table{
+			title: "Near cache: hit path",
+			about: fmt.Sprintf("One process, %d goroutines read one fresh key (a %d-byte payload, msgpack) in a closed loop. "+
+				"\"× raw\" is the throughput over the raw GET's in this run. The clock is read once every 256 requests, "+
+				"and only those are timed.", x0.Goroutines, x0.ValueBytes),
+			header: []string{"mode", "ops/s", "× raw GET", "near hits", "p50", "p99", "errors"},
+		}
+		for _, x := range r.NearHit {
+			t.rows = append(t.rows, []string{x.Label, fmt.Sprintf("%.0f", x.PerSec), fmt.Sprintf("%.2f", x.VsRaw),
+				share(x.NearHits, int64(x.Ops)), usMs(x.Latency.P50), usMs(x.Latency.P99), errs(x.Errors, x.FirstError)})
+		}
+		ts = append(ts, t)
+	}
+	if c := r.Coherence; c != nil {
+		t := table{
+			title: "Near cache: coherence across processes",
+			about: "Process A writes one key; process B holds it in its near cache and reads it in a tight loop (cache.Get). " +
+				"Latency: from A's call returning (for the refresh, from its loader returning, so the refresh's write counts) " +
+				"to B's first read that no longer returns the old value; both take time.Now on one host. " +
+				"A writes again only once B has served the new state from its near cache. " +
+				"\"early\": B saw the change before A's call returned (counted as 0); " +
+				"\"near before\": B's last read of the old value came from its near cache.",
+			header: []string{"write", "writes", "p50", "p90", "p99", "max", "early", "near before"},
+		}
+		if c.Skipped != "" {
+			t.rows = append(t.rows, []string{"skipped: " + c.Skipped, "", "", "", "", "", "", ""})
+		}
+		for _, x := range c.Rows {
+			t.rows = append(t.rows, []string{x.Write, fmt.Sprint(x.Latency.N), ms(x.Latency.P50), ms(x.Latency.P90),
+				ms(x.Latency.P99), ms(x.Latency.Max), fmt.Sprint(x.Early), fmt.Sprintf("%d of %d", x.NearBefore, x.Latency.N)})
+		}
+		if c.Reads > 0 {
+			t.about += fmt.Sprintf(" B read %d times, %s from its near cache.", c.Reads, share(c.NearHits, c.Reads))
+		}
+		ts = append(ts, t)
+	}
+	if m := r.NearMemory; m != nil {
+		t := table{
+			title: "Near cache: memory",
+			about: fmt.Sprintf("Heap (runtime.ReadMemStats after GC, less the heap before) of a process whose near cache holds "+
+				"values of %d bytes ([]byte, msgpack), then a flood of distinct keys, each read once, through a near cache "+
+				"with a smaller MaxEntries.", m.ValueBytes),
+			header: []string{"measure", "value"},
+		}
+		if m.Skipped != "" {
+			t.rows = append(t.rows, []string{"skipped", m.Skipped})
+		} else {
+			per := float64(m.HeapFilled) / float64(max(1, m.Entries))
+			t.rows = append(t.rows,
+				[]string{fmt.Sprintf("heap, %s entries read once", count(m.Entries)), fmt.Sprintf("%s (%.0f B per entry)", mib(m.HeapFilled), per)},
+				[]string{"heap, each entry also hit once (decoded value kept)", fmt.Sprintf("%s (%.0f B per entry)", mib(m.HeapDecoded), float64(m.HeapDecoded)/float64(max(1, m.Entries)))},
+				[]string{"entries found again on a second pass", fmt.Sprintf("%d of %d", m.Present, m.Entries)},
+				[]string{"flood: distinct keys read, MaxEntries", fmt.Sprintf("%s keys, %s (%.1f s, %.0f reads/s)", count(m.FloodKeys), count(m.FloodMax), m.FloodSeconds, float64(m.FloodKeys)/max(m.FloodSeconds, 1e-9))},
+				[]string{"flood: peak heap while reading (garbage included)", mib(m.FloodPeak)},
+				[]string{"flood: heap after GC", fmt.Sprintf("%s (≈ %s entries at %.0f B each)", mib(m.FloodAfter), count(int(float64(m.FloodAfter)/max(per, 1))), per)},
+				[]string{fmt.Sprintf("flood: near hits re-reading the last %s keys", count(m.FloodMax)), fmt.Sprint(m.FloodPresent)},
+			)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// usMs is ms for latencies timed in whole microseconds: 0 means less than
+// one.
+func usMs(v float64) string {
+	if v <= 0 {
+		return "< 1 µs"
+	}
+	return ms(v)
+}
+
+func share(n, of int64) string {
+	if of <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// count writes n with thin spaces between thousands.
+func count(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + " " + s[i:]
+	}
+	return s
+}
