@@ -424,3 +424,45 @@ func TestACL_cache_deleteDenied(t *testing.T) {
 		t.Errorf("Get: %v, want ErrPermission", err)
 	}
 }
+
+// TestACL_cache_near: the near cache needs NearPerms beyond CachePerms.
+// Without them it stays off, says why in a warning, and the cache works
+// from the server; with them it answers hits.
+func TestACL_cache_near(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		for _, granted := range []bool{false, true} {
+			ns := namespace(t)
+			perms := redistest.CachePerms(s.Kind, ns)
+			if granted {
+				perms = append(perms, redistest.NearPerms()...)
+			}
+			logs := newLogSink()
+			c := aclCache(t, s.User(t, perms...), ns, cache.Options{Near: &cache.Near{MaxEntries: 100}, Logger: slog.New(logs)})
+			if granted {
+				redistest.WaitFor(t, ctx, "near cache active", c.NearActive)
+			} else {
+				logs.waitLog(t, ctx, "near cache off", "NOPERM")
+			}
+			var calls atomic.Int64
+			get := func() bool {
+				if v, err := cache.GetOrLoad(ctx, c, "k", constLoader("v", &calls)); err != nil || v != "v" {
+					t.Fatalf("granted %v: GetOrLoad = %q, %v", granted, v, err)
+				}
+				return c.Stats().NearHits > 0
+			}
+			if granted {
+				// The invalidations of the load's own writes may arrive
+				// after the next read filled the near cache, and drop it.
+				redistest.WaitFor(t, ctx, "a near hit", get)
+			} else {
+				for range 5 {
+					get()
+				}
+			}
+			if st := c.Stats(); c.NearActive() != granted || (st.NearHits > 0) != granted || calls.Load() != 1 {
+				t.Fatalf("granted %v: NearActive %v, NearHits %d, loads %d", granted, c.NearActive(), st.NearHits, calls.Load())
+			}
+		}
+	}, trackingKinds...)
+}

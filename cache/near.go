@@ -38,6 +38,7 @@ type nearCache struct {
 	trusted atomic.Int64 // Unix ns until which entries may be served
 
 	invalidations, flushes atomic.Uint64
+	pttlRefused            atomic.Bool // warned once: fills need PTTL
 }
 
 // nearEntry is a stored value as one read found it.

@@ -2,12 +2,14 @@ package cache
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
 
@@ -120,6 +122,9 @@ func (c *Cache) fetch(ctx context.Context, k keys) read {
 	ttl := pipe.PTTL(ctx, k.value)
 	_, _ = pipe.Exec(ctx)
 	raw, err := get.Bytes()
+	if redisx.IsNoPerm(ttl.Err()) && n.pttlRefused.CompareAndSwap(false, true) {
+		c.log(slog.LevelWarn, "near cache not filled: the server refused PTTL; grant +pttl", "err", ttl.Err())
+	}
 	n.finish(t, c.nearEntry(raw, err, ttl, sent))
 	return read{raw: raw, err: err, done: time.Now()}
 }

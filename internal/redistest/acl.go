@@ -123,6 +123,14 @@ func CachePerms(kind Kind, ns string) []string {
 	return p
 }
 
+// NearPerms are what cache.Options.Near adds to CachePerms on every kind:
+// the tracking connection asks its own id, turns tracking on, and
+// subscribes to the invalidation channel; a read that fills the near cache
+// asks the key's expiry too.
+func NearPerms() []string {
+	return []string{"+pttl", "+client|id", "+client|tracking", "&__redis__:invalidate"}
+}
+
 // FencePerms are what ObtainOptions.Fencing adds to LockPerms on every
 // kind: the fence keys ("{key}:fence" for a key without a hash tag) and
 // the script that draws the number.
