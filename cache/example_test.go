@@ -137,3 +137,39 @@ func ExampleSet() {
 	// <nil>
 	// true
 }
+
+func ExampleNear() {
+	mr := miniredis.NewMiniRedis() // a real program connects to its Redis, Valkey or Cluster
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	// Hits are answered in this process, and an entry leaves every
+	// process's near cache when its value changes on the server.
+	c, err := cache.New(rdb, &cache.Options{
+		TTL:  time.Minute,
+		Near: &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	load := func(ctx context.Context) (string, error) { return "Ada", nil }
+	for range 2 {
+		name, err := cache.GetOrLoad(ctx, c, "user:42:name", load)
+		fmt.Println(name, err)
+	}
+	// miniredis has no CLIENT TRACKING, so here every read goes to the
+	// server; on Redis >= 6 or Valkey, NearActive reports true and the
+	// second call is a near hit (Stats.NearHits).
+	fmt.Println("near cache active:", c.NearActive())
+	// Output:
+	// Ada <nil>
+	// Ada <nil>
+	// near cache active: false
+}
