@@ -107,6 +107,14 @@ func FuzzBaseKey(f *testing.F) {
 		{"/", "[example.com]:80", "/"},
 		{"/", "[::1]:80", "/"},
 		{"/", "::1:80", "/"},
+		// Targets in the key's form already (see quickKey), and near misses.
+		{"/x?id=1&page=2", "h", "/x?page=2&id=1"},
+		{"/x?id=2&id=1&page=", "h", "/x?id=1&id=2&page="},
+		{"/x~y/z.w_-?id=a~b.c", "H:80", "/x~y/z.w_-?id=a~b.c&"},
+		{"/x?id=1&", "h", "/x?id"},
+		{"/x?id=%31&page=+", "h", "/x?page=%20&id=1"},
+		{"//x//?id=1", "h", "/x?id=1"},
+		{"/x?=1", "h", "/x?id=1=2"},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
@@ -127,6 +135,11 @@ func checkBaseKey(t *testing.T, m *Middleware, target, host, other string) {
 	key, ok := m.baseKey(r)
 	if !ok {
 		return
+	}
+	// The key built without parsing, for targets already in the key's
+	// form, is the one parsing builds.
+	if parsed, ok := m.parsedKey(r); !ok || parsed != key {
+		t.Errorf("key %q of %q, %q; parsing makes %q (%v)", key, target, host, parsed, ok)
 	}
 	first, rest, _ := strings.Cut(key, "\n")
 	if strings.HasPrefix(first, "vary ") || rest != "" && !strings.HasPrefix(rest, "url ") || strings.Contains(rest, "\n") {

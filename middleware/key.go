@@ -36,6 +36,15 @@ func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	if m.o.KeyFunc != nil {
 		return m.o.KeyFunc(r)
 	}
+	if key, ok := m.quickKey(r); ok {
+		return key, true
+	}
+	return m.parsedKey(r)
+}
+
+// parsedKey is baseKey for any request: it parses the target and
+// normalises the query.
+func (m *Middleware) parsedKey(r *http.Request) (key string, ok bool) {
 	received := r.URL
 	if r.RequestURI != "" {
 		u, err := url.ParseRequestURI(r.RequestURI)
@@ -104,6 +113,93 @@ func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 		b.WriteString(headerValue(r.Header, h))
 	}
 	return b.String(), true
+}
+
+// quickKey is baseKey for the common request whose key is its target as
+// received, without parsing it: an origin-form target whose path has only
+// unreserved characters and slashes and whose query is already in the
+// key's form (name=value pairs of unreserved characters, sorted by name,
+// every name keyed), which r.URL has not rewritten. It builds the key
+// with one allocation; ok is false for every other request, whose key
+// parsedKey builds (the same key: a test compares them).
+func (m *Middleware) quickKey(r *http.Request) (key string, ok bool) {
+	uri := r.RequestURI
+	if uri == "" || uri[0] != '/' || r.URL.Scheme != "" || r.URL.Host != "" {
+		return "", false
+	}
+	path, query, _ := strings.Cut(uri, "?")
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c != '/' && !unreserved(c) {
+			return "", false
+		}
+	}
+	if !m.keyForm(query) || r.URL.RawQuery != query || r.URL.EscapedPath() != path {
+		return "", false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	host := keyHost(r.Host, scheme)
+	n := len("GET ://") + len(scheme) + len(host) + len(path) + 1 + len(query)
+	for _, h := range m.keyHeaders {
+		n += len("\n: ") + len(h) + len(headerValue(r.Header, h))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString("GET ")
+	b.WriteString(scheme)
+	b.WriteString("://")
+	b.WriteString(host)
+	b.WriteString(path)
+	if query != "" {
+		b.WriteByte('?')
+		b.WriteString(query)
+	}
+	for _, h := range m.keyHeaders {
+		b.WriteString("\n")
+		b.WriteString(h)
+		b.WriteString(": ")
+		b.WriteString(headerValue(r.Header, h))
+	}
+	return b.String(), true
+}
+
+// keyForm reports whether the raw query q is what keyQuery makes of it:
+// empty, or name=value pairs joined by '&' whose names and values have
+// only unreserved characters (which url.QueryEscape leaves as they are),
+// names not empty, keyed, and in sorted order (a repeated name's values
+// are then adjacent, in their order, as sortedQuery writes them).
+func (m *Middleware) keyForm(q string) bool {
+	prev := ""
+	for len(q) > 0 {
+		pair, rest, more := strings.Cut(q, "&")
+		if more && rest == "" {
+			return false // a trailing '&'
+		}
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok || name == "" || name < prev || !m.keyedParam(name) {
+			return false
+		}
+		for i := 0; i < len(name); i++ {
+			if !unreserved(name[i]) {
+				return false
+			}
+		}
+		for i := 0; i < len(value); i++ {
+			if !unreserved(value[i]) {
+				return false
+			}
+		}
+		prev, q = name, rest
+	}
+	return true
+}
+
+// unreserved reports whether c is an unreserved character of RFC 3986
+// 2.3, which neither url.PathEscape nor url.QueryEscape escapes.
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // keyHost is host lower-cased, without the default port of scheme. It
@@ -250,8 +346,12 @@ func (m *Middleware) prepareRender(rr *http.Request) {
 // tabs): other bytes are part of the value the handler sees, so they must
 // be part of the key. It must not modify h (Values returns h's own slice).
 func headerValue(h http.Header, name string) string {
+	vs := h.Values(name)
+	if len(vs) == 1 {
+		return strings.Trim(vs[0], " \t") // a part of h's string: no allocation
+	}
 	var b strings.Builder
-	for i, v := range h.Values(name) {
+	for i, v := range vs {
 		if i > 0 {
 			b.WriteString(", ")
 		}

@@ -16,7 +16,7 @@ type Middleware struct {
 	c            *cache.Cache
 	o            Options
 	now          func() time.Time
-	statusHeader string
+	statusHeader string   // canonical, or "-"
 	keyHeaders   []string // canonical
 	limit        int      // StoreLimit or its default
 	maxValue     int      // the cache's MaxValueSize
@@ -43,6 +43,9 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	}
 	if m.statusHeader == "" {
 		m.statusHeader = "X-Cache"
+	}
+	if m.statusHeader != "-" {
+		m.statusHeader = http.CanonicalHeaderKey(m.statusHeader)
 	}
 	m.maxValue = c.MaxValueSize()
 	limit, err := o.storeLimit(m.maxValue)

@@ -11,6 +11,12 @@ import (
 
 // response is what the cache stores for a request: everything needed to
 // answer it again, and the request header values it was rendered for.
+//
+// A response read from the cache is read-only: with the cache's near cache
+// on (cache.Options.Near) every hit on an entry returns the same decoded
+// response, header map, body and Vary slices included, to every request
+// it answers, concurrently. write copies what it hands to a
+// ResponseWriter; the vary index keeps Vary as it is and only reads it.
 type response struct {
 	Status     int
 	Header     http.Header
@@ -93,13 +99,25 @@ func storedSize(r *http.Request, rec *recorder) int {
 // If-Unmodified-Since are left to the origin, which RFC 9110 13.1.1 and
 // 13.1.4 allow a cache.
 func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *response, status string) {
+	// resp is shared (see response): w gets copies of its header values,
+	// all in one allocation with the three fields added here, each slice
+	// capped at its own end, so that whoever appends to one (an outer
+	// middleware) reallocates it rather than write into the next.
+	n := 3
+	for _, vs := range resp.Header {
+		n += len(vs)
+	}
+	vals := make([]string, 0, n)
 	h := w.Header()
 	for k, vs := range resp.Header {
-		h[k] = append([]string(nil), vs...)
+		start := len(vals)
+		vals = append(vals, vs...)
+		h[k] = vals[start:len(vals):len(vals)]
 	}
 	age := max(0, m.now().UnixMilli()-resp.Stored) / 1000
-	h.Set("Age", strconv.FormatInt(age, 10))
-	m.setStatus(h, status)
+	vals = append(vals, strconv.FormatInt(age, 10))
+	h["Age"] = vals[len(vals)-1 : len(vals) : len(vals)]
+	m.putStatus(h, status, vals[len(vals):])
 	if resp.Status >= 200 && resp.Status < 300 && notModified(r, resp.Header) {
 		h.Del("Content-Length")
 		w.WriteHeader(http.StatusNotModified)
@@ -120,7 +138,11 @@ func notModified(r *http.Request, h http.Header) bool {
 		etag := h.Get("Etag")
 		return etag != "" && noneMatch(inm, etag)
 	}
-	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	v := r.Header.Get("If-Modified-Since")
+	if v == "" {
+		return false // without parsing: ParseTime's errors allocate
+	}
+	ims, err := http.ParseTime(v)
 	if err != nil {
 		return false
 	}
@@ -144,13 +166,29 @@ func noneMatch(fields []string, etag string) bool {
 }
 
 func (m *Middleware) setStatus(h http.Header, status string) {
-	if m.o.StatusHeader != "-" {
-		h.Set(m.statusHeader, status)
+	m.putStatus(h, status, make([]string, 0, 2))
+}
+
+// putStatus sets the status header and Cache-Status in h, with their
+// values in room (capacity 2, length 0), which it takes over.
+func (m *Middleware) putStatus(h http.Header, status string, room []string) {
+	if m.statusHeader != "-" {
+		room = append(room, status)
+		h[m.statusHeader] = room[len(room)-1 : len(room) : len(room)]
 	}
-	detail := map[string]string{
-		statusHit: "hit", statusStale: "hit; fwd=stale", statusMiss: "fwd=miss; stored", statusBypass: "fwd=bypass",
-	}[status]
-	h.Set("Cache-Status", "stampede; "+detail)
+	var detail string
+	switch status {
+	case statusHit:
+		detail = "stampede; hit"
+	case statusStale:
+		detail = "stampede; hit; fwd=stale"
+	case statusMiss:
+		detail = "stampede; fwd=miss; stored"
+	default:
+		detail = "stampede; fwd=bypass"
+	}
+	room = append(room, detail)
+	h["Cache-Status"] = room[len(room)-1 : len(room) : len(room)]
 }
 
 // Values of the status header.

@@ -1,7 +1,7 @@
 package middleware
 
 import (
-	"crypto/sha256"
+	"hash/maphash"
 	"net/http"
 	"sort"
 	"strings"
@@ -11,35 +11,55 @@ import (
 // varyIndex remembers, per base key, the header names responses vary on,
 // so requests go straight to their variant's key. It is bounded: when
 // full it forgets everything, which costs one extra lookup per resource.
-// Entries are keyed by the SHA-256 of the base key, so the index holds
-// at most varyIndexMax times 32 bytes of keys however long the base keys
-// (up to a whole request target and header values) are.
+// Entries are keyed by a 64-bit hash of the base key (hash/maphash, with a
+// seed of the index's own), so the index holds at most varyIndexMax times
+// 8 bytes of keys however long the base keys (up to a whole request
+// target and header values) are. Two base keys with one hash share an
+// entry: that costs lookups, never a wrong answer, since a stored
+// response is served only to a request it matches (response.matches).
+//
+// Lookups take no lock (every hit makes one); puts, which come with
+// renders, take mu. The names stored are read-only: they are a stored
+// response's Vary, which near-cache hits share (see response).
 type varyIndex struct {
+	once  sync.Once
+	seed  maphash.Seed
+	names sync.Map // uint64 → []string
 	mu    sync.Mutex
-	names map[[sha256.Size]byte][]string
+	n     int // entries in names; guarded by mu
 }
 
 const varyIndexMax = 10000
 
+func (v *varyIndex) key(base string) uint64 {
+	v.once.Do(func() { v.seed = maphash.MakeSeed() })
+	return maphash.String(v.seed, base)
+}
+
 func (v *varyIndex) get(base string) []string {
-	k := sha256.Sum256([]byte(base))
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.names[k]
+	names, _ := v.names.Load(v.key(base))
+	s, _ := names.([]string)
+	return s
 }
 
 func (v *varyIndex) put(base string, names []string) {
-	k := sha256.Sum256([]byte(base))
+	k := v.key(base)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(names) == 0 {
-		delete(v.names, k)
+		if _, had := v.names.LoadAndDelete(k); had {
+			v.n--
+		}
 		return
 	}
-	if v.names == nil || len(v.names) >= varyIndexMax {
-		v.names = make(map[[sha256.Size]byte][]string)
+	if _, had := v.names.Swap(k, names); had {
+		return
 	}
-	v.names[k] = names
+	if v.n++; v.n > varyIndexMax {
+		v.names.Clear()
+		v.names.Store(k, names)
+		v.n = 1
+	}
 }
 
 // variantKey extends base with the request's values of the headers a
