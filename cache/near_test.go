@@ -31,6 +31,22 @@ func nearCache(t *testing.T, s *redistest.Server, opts *cache.Options) *cache.Ca
 	return c
 }
 
+// settle calls get until two calls in a row are near hits with no
+// invalidation between them. A process's own writes (a load's claim and
+// value) are invalidated by the server too, and those invalidations may
+// arrive after the next read filled the near cache, dropping it once more;
+// tests that count near hits exactly start from a settled near cache.
+func settle(t *testing.T, ctx context.Context, c *cache.Cache, get func()) {
+	t.Helper()
+	redistest.WaitFor(t, ctx, "a settled near cache", func() bool {
+		before := c.Stats()
+		get()
+		get()
+		after := c.Stats()
+		return after.NearInvalidations == before.NearInvalidations && after.NearHits == before.NearHits+2
+	})
+}
+
 func constLoader(v string, calls *atomic.Int64) loader.Func[string] {
 	return func(context.Context) (string, error) {
 		calls.Add(1)
@@ -47,8 +63,15 @@ func TestNear_hitsAndInvalidation(t *testing.T) {
 		a := nearCache(t, s, opts)
 		b := nearCache(t, s, opts)
 		var calls atomic.Int64
+		if s.Kind == redistest.Miniredis {
+			if err := cache.Set(ctx, a, "k", "v1"); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			setAndWait(t, ctx, a, b, "k", "v1")
+		}
 		for range 5 {
-			v, err := cache.GetOrLoad(ctx, b, "k", constLoader("v1", &calls))
+			v, err := cache.GetOrLoad(ctx, b, "k", constLoader("loaded", &calls))
 			if err != nil || v != "v1" {
 				t.Fatalf("GetOrLoad = %q, %v; want v1", v, err)
 			}
@@ -56,15 +79,15 @@ func TestNear_hitsAndInvalidation(t *testing.T) {
 		st := b.Stats()
 		if s.Kind == redistest.Miniredis {
 			// No CLIENT TRACKING: the near cache stays off.
-			if b.NearActive() || st.NearHits != 0 {
-				t.Fatalf("miniredis: NearActive %v, NearHits %d; want off", b.NearActive(), st.NearHits)
+			if b.NearActive() || st.NearHits != 0 || st.Hits != 5 {
+				t.Fatalf("miniredis: NearActive %v, NearHits %d, Hits %d; want off, 0, 5", b.NearActive(), st.NearHits, st.Hits)
 			}
 			return
 		}
-		// The first call loads, the second reads the server and fills
-		// the near cache, the other three are near hits.
-		if st.NearHits != 3 || st.Hits != 4 || calls.Load() != 1 {
-			t.Fatalf("NearHits %d Hits %d loads %d; want 3, 4, 1", st.NearHits, st.Hits, calls.Load())
+		// The first call reads the server and fills the near cache, the
+		// other four are near hits.
+		if st.NearHits != 4 || st.Hits != 5 || calls.Load() != 0 {
+			t.Fatalf("NearHits %d Hits %d loads %d; want 4, 5, 0", st.NearHits, st.Hits, calls.Load())
 		}
 		before := b.Stats().NearInvalidations
 		if err := cache.Set(ctx, a, "k", "v2"); err != nil {

@@ -318,9 +318,11 @@ func TestGetOrLoad_hotKey_processes(t *testing.T) {
 			loads = append(loads, time.Unix(0, ns))
 		}
 		// The first load is the warm-up; after that the value expires every
-		// TTL (+ load time) and is refreshed once per expiry.
-		if len(loads) < 6 {
-			t.Fatalf("%d loads in %v, want the warm-up and at least 5 refreshes", len(loads), dur)
+		// TTL (+ load time, + the time to notice) and is refreshed once per
+		// expiry: 5 cycles of at least 1.1s fit 5.5s only on an idle
+		// machine, so 4 refreshes are what the test asks to see.
+		if len(loads) < 5 {
+			t.Fatalf("%d loads in %v, want the warm-up and at least 4 refreshes", len(loads), dur)
 		}
 		for i := 1; i < len(loads); i++ {
 			if gap := loads[i].Sub(loads[i-1]); gap < ttl {
