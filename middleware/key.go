@@ -133,7 +133,9 @@ func (m *Middleware) quickKey(r *http.Request) (key string, ok bool) {
 			return "", false
 		}
 	}
-	if !m.keyForm(query) || r.URL.RawQuery != query || r.URL.EscapedPath() != path {
+	// With RawPath empty, r.URL.EscapedPath() is Path escaped, which is
+	// Path itself when it equals path.
+	if r.URL.Path != path || r.URL.RawPath != "" || r.URL.RawQuery != query || !m.keyForm(query) {
 		return "", false
 	}
 	scheme := "http"

@@ -15,6 +15,7 @@ func TestQuickKey_sameAsParsed(t *testing.T) {
 		name, target, host string
 		hdr                []string
 		tls, quick         bool
+		rewrite            string // r.URL.Path as an outer middleware set it
 	}{
 		{name: "plain", target: "/report?region=eu&year=2026", host: "example.com", quick: true},
 		{name: "no query", target: "/a/b/c", host: "Example.COM:80", quick: true},
@@ -32,6 +33,7 @@ func TestQuickKey_sameAsParsed(t *testing.T) {
 		{name: "semicolon", target: "/x?a=1;b=2", host: "h"},
 		{name: "path with a colon", target: "/a:b", host: "h"},
 		{name: "absolute form", target: "http://h/x", host: "h"},
+		{name: "path rewritten", target: "/api/x?a=1", host: "h", rewrite: "/x"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +43,9 @@ func TestQuickKey_sameAsParsed(t *testing.T) {
 			}
 			for i := 0; i+1 < len(tt.hdr); i += 2 {
 				r.Header.Add(tt.hdr[i], tt.hdr[i+1])
+			}
+			if tt.rewrite != "" {
+				r.URL.Path = tt.rewrite
 			}
 			if tt.tls {
 				r.TLS = &tls.ConnectionState{}
