@@ -74,7 +74,7 @@ func defaults(quick bool) scenarios.Config {
 		Duration: 5 * time.Second, TTL: time.Second,
 		HitDuration: 1500 * time.Millisecond, LockDuration: time.Second, LargeIters: 200,
 		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond,
-		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 1_000_000, FloodMax: 100_000}
+		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 300_000, FloodMax: 100_000}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {

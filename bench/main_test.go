@@ -50,7 +50,11 @@ func TestRun_quick(t *testing.T) {
 			}
 			t.Logf("quick run took %v", time.Since(start).Round(time.Millisecond))
 
-			for _, f := range []string{"report.md", "results.json", "hot-latency.png", "loader-calls.png", "scaling.png"} {
+			files := []string{"report.md", "results.json", "hot-latency.png", "loader-calls.png", "scaling.png"}
+			if tt.near {
+				files = append(files, "coherence.png")
+			}
+			for _, f := range files {
 				b, err := os.ReadFile(filepath.Join(out, f))
 				switch {
 				case err != nil:

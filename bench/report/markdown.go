@@ -27,9 +27,10 @@ func WriteMarkdown(dir string, r *Results) error {
 		"as pods are; all of them share the one server.\n")
 
 	plots := map[string]string{
-		"Hot-key expiry":             "hot-latency.png",
-		"Cold stampede":              "loader-calls.png",
-		"Scaling with distinct keys": "scaling.png",
+		"Hot-key expiry":                         "hot-latency.png",
+		"Cold stampede":                          "loader-calls.png",
+		"Scaling with distinct keys":             "scaling.png",
+		"Near cache: coherence across processes": "coherence.png",
 	}
 	for _, t := range tables(r) {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", t.title, t.about)

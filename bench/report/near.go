@@ -1,6 +1,15 @@
 package report
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
 
 // NearHit is one way of reading one hot key from one process.
 type NearHit struct {
@@ -39,6 +48,8 @@ type Coherence struct {
 	// Rows: one per kind of write ("Set", "refresh", "Delete"), then
 	// "all".
 	Rows []CoherenceRow `json:"rows,omitempty"`
+	// Samples holds every latency (ms) by kind of write, for the plot.
+	Samples map[string][]float64 `json:"-"`
 }
 
 // CoherenceRow is the coherence latency of one kind of write.
@@ -52,6 +63,10 @@ type CoherenceRow struct {
 	// returned (the invalidation overtook the reply); they count as 0.
 	Early   int  `json:"early"`
 	Latency Dist `json:"latency"`
+	// Dropped is the time to the start of the reader's read that found
+	// the change: by then its near cache had dropped the old value, and
+	// the read went to the server.
+	Dropped Dist `json:"dropped"`
 }
 
 // NearMemory is the near cache's heap cost and its bound under a flood
@@ -110,16 +125,19 @@ func nearTables(r *Results) []table {
 				"Latency: from A's call returning (for the refresh, from its loader returning, so the refresh's write counts) " +
 				"to B's first read that no longer returns the old value; both take time.Now on one host. " +
 				"A writes again only once B has served the new state from its near cache. " +
+				"\"dropped\": to the start of B's read that found the change, by when B's near cache had let the old value go " +
+				"(the rest is that read's round trip to the server). " +
 				"\"early\": B saw the change before A's call returned (counted as 0); " +
 				"\"near before\": B's last read of the old value came from its near cache.",
-			header: []string{"write", "writes", "p50", "p90", "p99", "max", "early", "near before"},
+			header: []string{"write", "writes", "p50", "p90", "p99", "max", "dropped p50", "dropped p99", "early", "near before"},
 		}
 		if c.Skipped != "" {
-			t.rows = append(t.rows, []string{"skipped: " + c.Skipped, "", "", "", "", "", "", ""})
+			t.rows = append(t.rows, []string{"skipped: " + c.Skipped, "", "", "", "", "", "", "", "", ""})
 		}
 		for _, x := range c.Rows {
 			t.rows = append(t.rows, []string{x.Write, fmt.Sprint(x.Latency.N), ms(x.Latency.P50), ms(x.Latency.P90),
-				ms(x.Latency.P99), ms(x.Latency.Max), fmt.Sprint(x.Early), fmt.Sprintf("%d of %d", x.NearBefore, x.Latency.N)})
+				ms(x.Latency.P99), ms(x.Latency.Max), ms(x.Dropped.P50), ms(x.Dropped.P99),
+				fmt.Sprint(x.Early), fmt.Sprintf("%d of %d", x.NearBefore, x.Latency.N)})
 		}
 		if c.Reads > 0 {
 			t.about += fmt.Sprintf(" B read %d times, %s from its near cache.", c.Reads, share(c.NearHits, c.Reads))
@@ -178,4 +196,53 @@ func count(n int) string {
 		s = s[:i] + " " + s[i:]
 	}
 	return s
+}
+
+// coherencePlot draws the distribution of the coherence latencies by kind
+// of write: the share of writes seen by the other process within x ms.
+func coherencePlot(path string, c *Coherence) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("near cache coherence across processes (%d writes)", c.Rows[len(c.Rows)-1].Latency.N)
+	p.X.Label.Text = "ms from the write returning to the other process no longer serving the old value"
+	p.Y.Label.Text = "share of writes"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	lo, hi := math.Inf(1), 0.0
+	for _, ms := range c.Samples {
+		for _, v := range ms {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	lo = math.Pow(10, math.Floor(math.Log10(max(lo, 0.01))))
+	p.X.Min, p.X.Max = lo, math.Pow(10, math.Ceil(math.Log10(max(hi, 2*lo))))
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top, p.Legend.Left = true, true
+	for i, k := range []string{"Set", "refresh", "Delete"} {
+		s := slices.Clone(c.Samples[k])
+		if len(s) == 0 {
+			continue
+		}
+		slices.Sort(s)
+		xys := make(plotter.XYs, len(s))
+		for j, v := range s {
+			xys[j] = plotter.XY{X: max(v, lo), Y: float64(j+1) / float64(len(s))}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(k, l)
+	}
+	target, err := plotter.NewLine(plotter.XYs{{X: 2, Y: 0}, {X: 2, Y: 1}})
+	if err != nil {
+		return err
+	}
+	target.Color = loadColor()
+	target.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
+	p.Add(target)
+	p.Legend.Add("2 ms", target)
+	return save(path, [][]*plot.Plot{{p}}, 20*vg.Centimeter, 11*vg.Centimeter)
 }

@@ -23,7 +23,9 @@ import (
 //     the loads marked, and the same requests folded around the expiries;
 //   - loader-calls.png: loader calls per approach (cold stampede) and
 //     loads per expiry (hot key);
-//   - scaling.png: loader calls and p99 as processes and keys grow.
+//   - scaling.png: loader calls and p99 as processes and keys grow;
+//   - coherence.png: the near cache's coherence latencies across
+//     processes, as a distribution.
 func WritePlots(dir string, r *Results) error {
 	r.Plots = nil
 	colors := map[string]color.Color{}
@@ -47,6 +49,12 @@ func WritePlots(dir string, r *Results) error {
 			return err
 		}
 		r.Plots = append(r.Plots, "scaling.png")
+	}
+	if c := r.Coherence; c != nil && len(c.Samples) > 0 && len(c.Rows) > 0 {
+		if err := coherencePlot(filepath.Join(dir, "coherence.png"), c); err != nil {
+			return err
+		}
+		r.Plots = append(r.Plots, "coherence.png")
 	}
 	return nil
 }

@@ -77,6 +77,7 @@ type cohWrite struct {
 type cohMark struct {
 	State int64
 	At    int64 // Unix ns: when the read that saw it returned
+	Began int64 // Unix ns: when that read began
 	// NearBefore: the read before it (of the previous state) came from
 	// the near cache.
 	NearBefore bool
@@ -89,14 +90,14 @@ func coherenceSummary(writes []cohWrite, marks []cohMark) (*report.Coherence, er
 	if len(marks) != len(writes)+2 || marks[0].State != cohMiss || marks[len(marks)-1].State != cohStop {
 		return nil, fmt.Errorf("coherence: %d writes but the reader saw %d changes", len(writes), len(marks))
 	}
-	byKind := map[string][]int64{}
+	byKind, droppedBy := map[string][]int64{}, map[string][]int64{}
 	rows := map[string]*report.CoherenceRow{}
 	kinds := []string{"Set", "refresh", "Delete"}
 	for _, k := range kinds {
 		rows[k] = &report.CoherenceRow{Write: k}
 	}
 	all := &report.CoherenceRow{Write: "all"}
-	var every []int64
+	var every, dropped []int64
 	for i, w := range writes {
 		m := marks[i+1]
 		if m.State != w.ID {
@@ -118,13 +119,21 @@ func coherenceSummary(writes []cohWrite, marks []cohMark) (*report.Coherence, er
 		}
 		byKind[w.Kind] = append(byKind[w.Kind], lat)
 		every = append(every, lat)
+		d := max(0, min(m.Began, m.At)-w.At)
+		droppedBy[w.Kind] = append(droppedBy[w.Kind], d)
+		dropped = append(dropped, d)
 	}
-	out := &report.Coherence{}
+	out := &report.Coherence{Samples: map[string][]float64{}}
+	for k, ns := range byKind {
+		for _, v := range ns {
+			out.Samples[k] = append(out.Samples[k], float64(v)/1e6)
+		}
+	}
 	for _, k := range kinds {
-		rows[k].Latency = dist(byKind[k])
+		rows[k].Latency, rows[k].Dropped = dist(byKind[k]), dist(droppedBy[k])
 		out.Rows = append(out.Rows, *rows[k])
 	}
-	all.Latency = dist(every)
+	all.Latency, all.Dropped = dist(every), dist(dropped)
 	out.Rows = append(out.Rows, *all)
 	return out, nil
 }
@@ -234,6 +243,7 @@ func runCohReader(c *cache.Cache, near *atomic.Bool, ack func(ctx context.Contex
 	res := &podResult{}
 	state, acked, prevNear := int64(-2), true, false
 	for {
+		t0 := time.Now().UnixNano()
 		it, err := cache.Get[Item](ctx, c, j.Key)
 		now := time.Now().UnixNano()
 		res.Requests++
@@ -255,7 +265,7 @@ func runCohReader(c *cache.Cache, near *atomic.Bool, ack func(ctx context.Contex
 		}
 		n := near.Load()
 		if s != state {
-			res.Marks = append(res.Marks, cohMark{State: s, At: now, NearBefore: prevNear})
+			res.Marks = append(res.Marks, cohMark{State: s, At: now, Began: t0, NearBefore: prevNear})
 			state, acked = s, false
 			if s == cohStop {
 				return res, nil
