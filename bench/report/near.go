@@ -90,12 +90,13 @@ type NearMemory struct {
 	// MaxEntries FloodMax. FloodPeak is the highest heap seen while
 	// reading (garbage included), FloodAfter the heap after GC at the
 	// end (both less the heap before); FloodPresent counts the near hits
-	// of a second pass over the last FloodMax keys read.
+	// of a second pass over the last FloodSample keys read.
 	FloodKeys     int     `json:"flood_keys"`
 	FloodMax      int     `json:"flood_max_entries"`
 	FloodPeak     int64   `json:"flood_peak_heap_bytes"`
 	FloodAfter    int64   `json:"flood_after_heap_bytes"`
 	FloodPresent  int64   `json:"flood_present"`
+	FloodSample   int     `json:"flood_sample"`
 	FloodSeconds  float64 `json:"flood_s"`
 	FloodNearHits int64   `json:"flood_near_hits"`
 }
@@ -163,7 +164,7 @@ func nearTables(r *Results) []table {
 				[]string{"flood: distinct keys read, MaxEntries", fmt.Sprintf("%s keys, %s (%.1f s, %.0f reads/s)", count(m.FloodKeys), count(m.FloodMax), m.FloodSeconds, float64(m.FloodKeys)/max(m.FloodSeconds, 1e-9))},
 				[]string{"flood: peak heap while reading (garbage included)", mib(m.FloodPeak)},
 				[]string{"flood: heap after GC", fmt.Sprintf("%s (≈ %s entries at %.0f B each)", mib(m.FloodAfter), count(int(float64(m.FloodAfter)/max(per, 1))), per)},
-				[]string{fmt.Sprintf("flood: near hits re-reading the last %s keys", count(m.FloodMax)), fmt.Sprint(m.FloodPresent)},
+				[]string{fmt.Sprintf("flood: near hits re-reading the last %s keys", count(m.FloodSample)), fmt.Sprint(m.FloodPresent)},
 			)
 		}
 		ts = append(ts, t)
