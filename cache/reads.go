@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -13,14 +14,17 @@ import (
 	"github.com/hotkv/stampede/loader"
 )
 
-// The hit path's reads: concurrent callers of one key share GETs, in
-// batches. A caller that finds no read of the key in flight sends its own;
-// one that finds a read in flight does not take its reply, which may have
-// been sent before the caller started (and so predate a Set or Delete that
-// returned before it did): it joins the batch that waits behind it, whose
-// GET is sent when the read in flight returns. So each caller's value was
-// read after it started, and a hot key costs one GET per round trip per
-// process, not one per caller.
+// The hit path's reads: concurrent callers of one key share GETs. A
+// caller may share a GET only if it was sent after the caller started: a
+// reply to a GET sent before may predate a Set or Delete that returned
+// before the caller started, which the caller must see. So callers join
+// a batch that is still open: its GET is not sent yet. The first caller
+// opens a batch and yields once before sending it, letting callers that
+// are ready to run join (concurrent callers tend to arrive together); a
+// caller that finds readDepth GETs of the key in flight opens a batch
+// that is sent when one of them returns. A hot key costs about readDepth
+// GETs per round trip per process, not one per caller.
+const readDepth = 2
 
 // read is what one GET of a value key found.
 type read struct {
@@ -31,15 +35,22 @@ type read struct {
 
 // readBatch is a GET shared by the callers that joined it.
 type readBatch struct {
-	done chan struct{} // closed when r is set
-	r    read
+	done   chan struct{} // closed when r is set
+	r      read
+	led    bool // opened by a caller that sends it, not by readDone
+	joined int  // callers that joined it (under reads.mu)
 }
 
-// reads holds, by value key, the keys with a GET in flight, and the batch
-// forming behind it (nil until a second caller comes).
+// readSlot is a key's GETs in flight and the batch open for joining.
+type readSlot struct {
+	inflight int
+	open     *readBatch
+}
+
+// reads holds the slots of the keys being read, by value key.
 type reads struct {
 	mu    sync.Mutex
-	slots map[string]*readBatch
+	slots map[string]*readSlot
 }
 
 // read returns what a GET of k sent after the call began finds. With the
@@ -47,49 +58,79 @@ type reads struct {
 func (c *Cache) read(ctx context.Context, k keys) read {
 	rs := &c.reads
 	rs.mu.Lock()
-	next, busy := rs.slots[k.value]
-	if !busy {
+	sl := rs.slots[k.value]
+	if sl == nil {
 		if rs.slots == nil {
-			rs.slots = make(map[string]*readBatch)
+			rs.slots = make(map[string]*readSlot)
 		}
-		rs.slots[k.value] = nil
+		sl = &readSlot{}
+		rs.slots[k.value] = sl
+	}
+	b := sl.open
+	switch {
+	case b != nil:
+		b.joined++ // not sent yet: join it
 		rs.mu.Unlock()
-		r := c.fetch(ctx, k)
-		c.readDone(k)
-		return r
+	case sl.inflight < readDepth:
+		b = &readBatch{done: make(chan struct{}), led: true}
+		sl.open = b
+		rs.mu.Unlock()
+		runtime.Gosched() // let callers that are ready to run join
+		rs.mu.Lock()
+		sl.open = nil
+		sl.inflight++
+		shared := b.joined > 0
+		rs.mu.Unlock()
+		if !shared {
+			b.r = c.fetch(ctx, k)
+			close(b.done)
+			c.readDone(k)
+			return b.r
+		}
+		// Others wait for this GET: it must not fail because this caller
+		// gives up.
+		c.send(k, b)
+	default:
+		b = &readBatch{done: make(chan struct{})} // sent by readDone
+		sl.open = b
+		rs.mu.Unlock()
 	}
-	if next == nil {
-		next = &readBatch{done: make(chan struct{})}
-		rs.slots[k.value] = next
-	}
-	rs.mu.Unlock()
 	select {
-	case <-next.done:
-		return next.r
+	case <-b.done:
+		return b.r
 	case <-ctx.Done():
 		return read{err: ctx.Err(), done: time.Now()}
 	}
 }
 
-// readDone ends k's read in flight: the batch behind it, if any, is sent
-// now, in the background (its callers wait with their own contexts).
+// readDone ends one of k's GETs in flight: a batch waiting for a place in
+// flight is sent now.
 func (c *Cache) readDone(k keys) {
 	rs := &c.reads
 	rs.mu.Lock()
-	next := rs.slots[k.value]
-	if next == nil {
-		delete(rs.slots, k.value)
+	sl := rs.slots[k.value]
+	b := sl.open
+	if b == nil || b.led {
+		sl.inflight--
+		if sl.inflight == 0 && sl.open == nil {
+			delete(rs.slots, k.value)
+		}
 		rs.mu.Unlock()
 		return
 	}
-	rs.slots[k.value] = nil // next is in flight; another batch forms behind it
+	sl.open = nil // b takes the place in flight
 	rs.mu.Unlock()
+	c.send(k, b)
+}
 
+// send sends the shared GET b of k in the background, on a context of the
+// Cache's (its callers wait with their own), and then ends it.
+func (c *Cache) send(k keys, b *readBatch) {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
-		next.r = read{err: ErrClosed, done: time.Now()}
-		close(next.done)
+		b.r = read{err: ErrClosed, done: time.Now()}
+		close(b.done)
 		c.readDone(k)
 		return
 	}
@@ -98,9 +139,9 @@ func (c *Cache) readDone(k keys) {
 	go func() {
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.base, writeTimeout)
-		next.r = c.fetch(ctx, k)
+		b.r = c.fetch(ctx, k)
 		cancel()
-		close(next.done)
+		close(b.done)
 		c.readDone(k)
 	}()
 }
