@@ -82,6 +82,7 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 	c.ann = startAnnouncer(rc, s.ns+":announce", c.announceRefused, c.announceRestored)
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if s.near != nil {
+		coarseStart()
 		c.near = newNearCache(s.near, s.ns)
 		c.track = startTracking(rc, c.near, c.log)
 	}
@@ -105,6 +106,7 @@ func (c *Cache) Close() error {
 	if c.near != nil {
 		c.track.close()
 		c.near.close()
+		coarseStop()
 	}
 	return nil
 }
@@ -154,8 +156,8 @@ func (c *Cache) background(parent context.Context, wait time.Duration) flight.St
 	}
 }
 
-// clock returns the time of Options.Now's clock, given the real time now:
-// a hit reads the clock once.
+// clock returns the time of Options.Now's clock, given the real time now
+// (the coarse clock's, on near hits).
 func (c *Cache) clock(now time.Time) time.Time {
 	if c.s.realClock {
 		return now
@@ -387,7 +389,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 // nearGet answers Get from the near cache, if it can; ok is false when
 // the server must be asked.
 func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, ok bool) {
-	now := time.Now()
+	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
 		return v, nil, false

@@ -212,7 +212,7 @@ func nearValue[V any](c *Cache, key string, ne *nearEntry) (V, error) {
 // server would) or a fresh not-found. ok is false when the server must be
 // asked.
 func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, load loader.Func[V]) (v V, err error, ok bool) {
-	now := time.Now() // once: on some machines reading the clock is most of a hit's cost
+	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
 		return v, nil, false

@@ -172,9 +172,10 @@ func (tr *tracker) stop() {
 	}
 }
 
-// active reports whether entries may be served now.
+// active reports whether entries may be served now (by the coarse clock,
+// which near hits read).
 func (t *tracking) active() bool {
-	return t != nil && time.Now().UnixNano() < t.n.trusted.Load()
+	return t != nil && coarse.now.Load() < t.n.trusted.Load()
 }
 
 // retrustLocked sets how long entries may be served: a lease past the
