@@ -48,8 +48,11 @@ const benchRows = 36
 //
 // Compare req/s; renders/op says how often the handler ran and
 // nonhits/op how many answers were not cache hits; x-syncmap is
-// stampede-near's ratio to syncmap. The ratios to uncached are logged at
-// the end.
+// stampede-near's ratio to syncmap. On a machine shared with other work
+// req/s also depends on how much CPU the process got (cores): cpu-µs/op
+// is the process's CPU time per request (client and server together;
+// not the Redis server's) and x-syncmap-cpu syncmap's over
+// stampede-near's. The ratios to uncached are logged at the end.
 func BenchmarkResponseCache(b *testing.B) {
 	s := redistest.Shared(b, redistest.Redis8)
 	ns := "bench" + strings.ReplaceAll(redistest.Key(b, "")[len("test:"):], "/", ".")
@@ -89,6 +92,7 @@ func BenchmarkResponseCache(b *testing.B) {
 	b.Cleanup(client.CloseIdleConnections)
 
 	reqPerSec := map[string]float64{} // of each case's last (longest) run
+	cpuPerReq := map[string]float64{} // µs of the process's CPU time per request, likewise
 	for _, tc := range cases {
 		srv := httptest.NewServer(tc.handler)
 		b.Cleanup(srv.Close)
@@ -109,6 +113,7 @@ func BenchmarkResponseCache(b *testing.B) {
 			var nonHits atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(benchParallelism)
+			cpu0 := processCPU()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -130,6 +135,18 @@ func BenchmarkResponseCache(b *testing.B) {
 			rps := float64(b.N) / b.Elapsed().Seconds()
 			reqPerSec[tc.name] = rps
 			b.ReportMetric(rps, "req/s")
+			// On a shared machine req/s also says how much CPU the
+			// process got; the CPU time per request (client and server:
+			// they share the process) does not.
+			if cpu := processCPU() - cpu0; cpu > 0 {
+				perReq := float64(cpu) / float64(time.Microsecond) / float64(b.N)
+				cpuPerReq[tc.name] = perReq
+				b.ReportMetric(perReq, "cpu-µs/op")
+				b.ReportMetric(float64(cpu)/float64(b.Elapsed()), "cores")
+				if m := cpuPerReq["syncmap"]; m > 0 && tc.name == "stampede-near" {
+					b.ReportMetric(m/perReq, "x-syncmap-cpu") // syncmap's CPU per request over ours
+				}
+			}
 			if base := reqPerSec["uncached"]; base > 0 && tc.name != "uncached" {
 				b.ReportMetric(rps/base, "x-uncached")
 			}
@@ -147,7 +164,8 @@ func BenchmarkResponseCache(b *testing.B) {
 	}
 
 	if m, n := reqPerSec["syncmap"], reqPerSec["stampede-near"]; m > 0 && n > 0 {
-		b.Logf("stampede-near %.0f req/s = %.2fx syncmap %.0f req/s", n, n/m, m)
+		b.Logf("stampede-near %.0f req/s = %.2fx syncmap %.0f req/s; CPU per request %.1fµs, syncmap %.1fµs (%.2fx)",
+			n, n/m, m, cpuPerReq["stampede-near"], cpuPerReq["syncmap"], cpuPerReq["syncmap"]/cpuPerReq["stampede-near"])
 	}
 	base := reqPerSec["uncached"]
 	if base == 0 {
