@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -14,14 +15,15 @@ import (
 
 // bypass says why r must not use the cache, or "".
 func (m *Middleware) bypass(r *http.Request) string {
+	h := r.Header
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		return "method"
-	case r.Header.Get("Authorization") != "":
+	case first(h, "Authorization") != "":
 		return "authorization"
-	case r.Header.Get("Cookie") != "" && !m.o.CacheRequestsWithCookies:
+	case first(h, "Cookie") != "" && !m.o.CacheRequestsWithCookies:
 		return "cookie"
-	case r.Header.Get("Range") != "", r.Header.Get("Upgrade") != "":
+	case first(h, "Range") != "", first(h, "Upgrade") != "":
 		return "range or upgrade"
 	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
 		// A body is no part of the key, and the render for the cache gets
@@ -31,10 +33,32 @@ func (m *Middleware) bypass(r *http.Request) string {
 	case r.URL.Opaque != "" || r.URL.User != nil:
 		// "GET http:x" and user information: see baseKey.
 		return "opaque or user-info target"
-	case strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Cache-Control"), ",")), "no-store"):
+	case slices.ContainsFunc(h["Cache-Control"], func(v string) bool { return containsASCIIFold(v, "no-store") }):
 		return "no-store"
 	}
 	return ""
+}
+
+// first is h.Get(name) for a name in canonical form, without
+// canonicalising it again: the hit path asks for a few every request.
+func first(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// containsASCIIFold reports whether s contains sub, an ASCII lower-case
+// string, in any letter case of ASCII letters. (No other character
+// lower-cases to one of the letters of "no-store", which is what it is
+// for.)
+func containsASCIIFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 func clientNoCache(r *http.Request) bool {

@@ -134,11 +134,11 @@ func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *respons
 // If-Modified-Since against Last-Modified (ignored when either is not a
 // valid date).
 func notModified(r *http.Request, h http.Header) bool {
-	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 {
-		etag := h.Get("Etag")
+	if inm := r.Header["If-None-Match"]; len(inm) > 0 {
+		etag := first(h, "Etag")
 		return etag != "" && noneMatch(inm, etag)
 	}
-	v := r.Header.Get("If-Modified-Since")
+	v := first(r.Header, "If-Modified-Since")
 	if v == "" {
 		return false // without parsing: ParseTime's errors allocate
 	}
