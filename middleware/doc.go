@@ -58,6 +58,18 @@
 // and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
 //
+// # Near cache
+//
+// Over a Cache with a near cache (cache.Options.Near), a hit is answered
+// from process memory: no round trip and no decoding, just the key, a
+// lookup and the response written out. The near cache is as coherent as
+// the cache's: a page rendered again, refreshed, purged with
+// cache.Delete (the key is described under "The key") or expired in any
+// process stops being served by every other process once the server's
+// invalidation reaches it, and at once by the process that changed it.
+// Hits share one decoded response, which the middleware never modifies:
+// what it hands to the ResponseWriter is a copy.
+//
 // # Observing
 //
 // Options.Observer receives an Event for every request answered (hit,
