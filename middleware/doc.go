@@ -61,8 +61,8 @@
 // # Near cache
 //
 // Over a Cache with a near cache (cache.Options.Near), a hit is answered
-// from process memory: no round trip and no decoding, just the key, a
-// lookup and the response written out. The near cache is as coherent as
+// from process memory: no round trip, and the stored response is decoded
+// once per entry, not per hit. The near cache is as coherent as
 // the cache's: a page rendered again, refreshed, purged with
 // cache.Delete (the key is described under "The key") or expired in any
 // process stops being served by every other process once the server's
