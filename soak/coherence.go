@@ -8,11 +8,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +40,22 @@ import (
 // The check runs in every worker, with the same bound, and the two kinds
 // are reported apart: in a worker without the near cache a read older
 // than the bound has no legitimate cause either (the server held no such
-// value: that would be a stale set; or a joined load predated the Delete).
+// value: that would be a stale set; or a joined load predated the Delete),
+// with one exception that GetOrLoad documents: while failing open, a call
+// makes no promise about Deletes in other processes. A caller whose own
+// read failed, or that began during the fail-open cool-down, joins a load
+// of its process that may have begun before such a Delete, and takes its
+// result (cache/wait.go, outcome.accepts: a caller without a read of its
+// own accepts any result). Such reads are counted apart and do not fail
+// the run: a read older than the bound that the near cache did not answer
+// (the Observer, which runs in the caller's goroutine, saw no near hit in
+// the reader's goroutine during the call), made while the worker's Cache
+// may have been failing open (a server error less than FailOpenCooldown
+// before the call began, or during it). A read the near cache answered is
+// never excused.
+//
+// Each violation is described in the samples with the key's recent
+// events in the worker (the Cache's events and the loader's reads).
 
 // superseded bucket bounds: how long after the Delete that superseded its
 // version a read began, for reads that returned a superseded version.
@@ -48,8 +66,130 @@ type coherence struct {
 	checked   atomic.Int64
 	ages      [5]atomic.Int64 // by ageBuckets, then "up to the bound"
 	violation atomic.Int64    // began more than the bound after the supersession
+	failOpen  atomic.Int64    // the same, while failing open and not from the near cache
 	maxAge    atomic.Int64    // ns, of the reads within the bound
 	errs      atomic.Int64    // checks that could not read the records
+
+	// For the description of a violation: per key, the near cache's hits
+	// (counted by the Observer of the worker's value Cache), the last
+	// one's time (Unix ns), and the recent events.
+	nearHits, lastNearHit []atomic.Int64
+	history               []keyHistory
+
+	// The Cache's server errors, and the last one's time (Unix ns): each
+	// transport error starts the fail-open cool-down.
+	serverErrs, lastServerErr atomic.Int64
+
+	// The near hits by goroutine (*atomic.Int64 by goroutine id): the
+	// Observer runs in the caller's goroutine, so a read knows exactly
+	// whether the near cache answered it.
+	byGoroutine sync.Map
+}
+
+// goroutineHits returns the near-hit counter of the calling goroutine.
+func (c *coherence) goroutineHits() *atomic.Int64 {
+	id := goid()
+	if p, ok := c.byGoroutine.Load(id); ok {
+		return p.(*atomic.Int64)
+	}
+	p, _ := c.byGoroutine.LoadOrStore(id, new(atomic.Int64))
+	return p.(*atomic.Int64)
+}
+
+// goid returns the calling goroutine's id, from the first line of its
+// stack ("goroutine 123 [running]:"). The soak needs it only to tell a
+// read answered by the near cache from one that was not.
+func goid() uint64 {
+	var b [64]byte
+	s := b[:runtime.Stack(b[:], false)]
+	s = bytes.TrimPrefix(s, []byte("goroutine "))
+	var id uint64
+	for _, ch := range s {
+		if ch < '0' || ch > '9' {
+			break
+		}
+		id = id*10 + uint64(ch-'0')
+	}
+	return id
+}
+
+// readStart is what checkRead needs to know of the moment a read began.
+type readStart struct {
+	began                     time.Time
+	keyHits                   int64         // near hits of the key, by every goroutine
+	mine                      *atomic.Int64 // near hits of this goroutine
+	mineAtStart               int64
+	serverErrs, lastServerErr int64
+}
+
+func (c *coherence) start(k int) readStart {
+	mine := c.goroutineHits()
+	return readStart{keyHits: c.nearHits[k].Load(), mine: mine, mineAtStart: mine.Load(),
+		serverErrs: c.serverErrs.Load(), lastServerErr: c.lastServerErr.Load(), began: time.Now()}
+}
+
+// observe is the Observer of the worker's value Cache.
+func (c *coherence) observe(e cache.Event) {
+	k, err := strconv.Atoi(strings.TrimPrefix(e.Key, "k"))
+	if err != nil || k < 0 || k >= len(c.nearHits) {
+		return
+	}
+	now := time.Now().UnixNano()
+	if e.Kind == cache.EventServerError {
+		c.lastServerErr.Store(now)
+		c.serverErrs.Add(1)
+	}
+	if e.Near {
+		c.nearHits[k].Add(1)
+		c.lastNearHit[k].Store(now)
+		c.goroutineHits().Add(1)
+	}
+	what := e.Kind.String()
+	if e.Near {
+		what = "near " + what
+	}
+	if e.Duration > 0 {
+		what += " " + e.Duration.Round(time.Microsecond).String()
+	}
+	if e.Err != nil {
+		what += " (" + errKind(e.Err) + ")"
+	}
+	c.history[k].add(now, what)
+}
+
+// keyHistory is the last events of one key in a worker: its Cache's
+// events and its loader's reads, for the description of a violation.
+type keyHistory struct {
+	mu   sync.Mutex // guards the fields below
+	evs  [256]keyEvent
+	next int
+}
+
+type keyEvent struct {
+	at   int64 // Unix ns
+	what string
+}
+
+func (h *keyHistory) add(at int64, what string) {
+	h.mu.Lock()
+	h.evs[h.next%len(h.evs)] = keyEvent{at, what}
+	h.next++
+	h.mu.Unlock()
+}
+
+// since renders the events from from on, with times relative to zero.
+func (h *keyHistory) since(from, zero int64) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for i := max(0, h.next-len(h.evs)); i < h.next; i++ {
+		e := h.evs[i%len(h.evs)]
+		if e.at < from {
+			continue
+		}
+		fmt.Fprintf(&b, "; %+.1fms %s", float64(e.at-zero)/1e6, e.what)
+	}
+	return b.String()
 }
 
 // coherenceReport is the coherence part of a worker's report.
@@ -57,6 +197,7 @@ type coherenceReport struct {
 	Checked    int64   `json:"checked"`       // reads checked
 	Superseded []int64 `json:"superseded"`    // reads of a superseded version within the bound, by age: <=1ms, <=5ms, <=25ms, <=100ms, <=bound
 	Violations int64   `json:"violations"`    // reads of a version superseded more than the bound before they began
+	FailOpen   int64   `json:"fail_open"`     // the same, not from the near cache and while failing open (excused)
 	MaxAge     int64   `json:"max_age_ns"`    // the oldest supersession a read within the bound returned
 	Errors     int64   `json:"check_errors"`  // checks that could not read the records
 	Lost       int64   `json:"tracking_lost"` // "tracking connection lost" logged by this worker's caches
@@ -64,7 +205,7 @@ type coherenceReport struct {
 }
 
 func (c *coherence) report() coherenceReport {
-	r := coherenceReport{Checked: c.checked.Load(), Violations: c.violation.Load(), MaxAge: c.maxAge.Load(), Errors: c.errs.Load()}
+	r := coherenceReport{Checked: c.checked.Load(), Violations: c.violation.Load(), FailOpen: c.failOpen.Load(), MaxAge: c.maxAge.Load(), Errors: c.errs.Load()}
 	for i := range c.ages {
 		r.Superseded = append(r.Superseded, c.ages[i].Load())
 	}
@@ -75,6 +216,7 @@ func (c *coherence) report() coherenceReport {
 func (r coherenceReport) add(o coherenceReport) coherenceReport {
 	r.Checked += o.Checked
 	r.Violations += o.Violations
+	r.FailOpen += o.FailOpen
 	r.MaxAge = max(r.MaxAge, o.MaxAge)
 	r.Errors += o.Errors
 	r.Lost += o.Lost
@@ -117,35 +259,31 @@ return 0`)
 // runs, and it was written right after that Delete returned, at least
 // the bound ago. (A Delete recorded late is missed, which can hide a
 // violation, never invent one.)
-func (w *worker) checkRead(ctx context.Context, op string, k int, ver int64, began time.Time) {
+func (w *worker) checkRead(ctx context.Context, op string, k int, v string, ver int64, st readStart) {
+	ended, began := time.Now(), st.began
 	c := &w.coh
 	c.checked.Add(1)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	// The first Deletes after ver: in version order, which is nearly the
-	// order they returned in.
-	zs, err := w.direct.ZRangeByScoreWithScores(ctx, histKey(w.cfg.Prefix, k), &redis.ZRangeBy{
-		Min: "(" + strconv.FormatInt(ver, 10), Max: "+inf", Count: 64}).Result()
+	first, by, err := w.superseded(ctx, k, ver, began)
 	if err != nil {
 		c.errs.Add(1)
 		return
-	}
-	first, by := int64(-1), int64(0)
-	for _, z := range zs {
-		t, err := strconv.ParseInt(z.Member.(string), 10, 64)
-		if err != nil || t > began.UnixNano() {
-			continue
-		}
-		if first < 0 || t < first {
-			first, by = t, int64(z.Score)
-		}
 	}
 	if first < 0 {
 		return // nothing superseded ver before the read began
 	}
 	age := time.Duration(began.UnixNano() - first)
 	if age > w.cfg.Bound {
-		c.violation.Add(1)
+		near := st.mine.Load() != st.mineAtStart // the near cache answered this read
+		failingOpen := !near && (c.serverErrs.Load() != st.serverErrs || st.lastServerErr >= began.Add(-failOpenCooldown).UnixNano())
+		what := "older than the bound"
+		if failingOpen {
+			c.failOpen.Add(1)
+			what = "older than the bound while failing open"
+		} else {
+			c.violation.Add(1)
+		}
 		// Where did it come from? The server's value now, over the
 		// direct client: the same old version there is a stale set.
 		held := "?"
@@ -154,8 +292,15 @@ func (w *worker) checkRead(ctx context.Context, op string, k int, ver int64, beg
 		} else if err == redis.Nil {
 			held = "nothing"
 		}
-		w.sample(fmt.Sprintf("%s (near %v): %s(%s) began %v after the Delete that followed version %d returned (bound %v) and returned version %d; the server holds %s now",
-			w.name(), w.cfg.Near, op, cacheKey(k), age.Round(time.Microsecond), by, w.cfg.Bound, ver, held))
+		how := ""
+		if w.cfg.Near {
+			last := time.Unix(0, c.lastNearHit[k].Load())
+			how = fmt.Sprintf(" (answered by the near cache: %v; it answered %d reads of the key in this worker during the call, the last %v after the call began)",
+				near, c.nearHits[k].Load()-st.keyHits, last.Sub(began).Round(time.Microsecond))
+		}
+		w.sampleViolation(failingOpen, fmt.Sprintf("%s: %s (near %v): %s(%s) began %v after the Delete that followed version %d returned (bound %v), took %v and returned %s%s; the server holds %s now; the key's events in this worker, ms after the call began%s",
+			what, w.name(), w.cfg.Near, op, cacheKey(k), age.Round(time.Microsecond), by, w.cfg.Bound, ended.Sub(began).Round(time.Microsecond), v, how, held,
+			c.history[k].since(first-int64(time.Second), began.UnixNano())))
 		return
 	}
 	i := 0
@@ -169,6 +314,30 @@ func (w *worker) checkRead(ctx context.Context, op string, k int, ver int64, beg
 			break
 		}
 	}
+}
+
+// superseded returns when the earliest recorded Delete that superseded
+// version ver of key k returned before at (Unix ns), and the version it
+// followed; first is -1 if none did.
+func (w *worker) superseded(ctx context.Context, k int, ver int64, at time.Time) (first, by int64, err error) {
+	// The first Deletes after ver: in version order, which is nearly the
+	// order they returned in.
+	zs, err := w.direct.ZRangeByScoreWithScores(ctx, histKey(w.cfg.Prefix, k), &redis.ZRangeBy{
+		Min: "(" + strconv.FormatInt(ver, 10), Max: "+inf", Count: 64}).Result()
+	if err != nil {
+		return -1, 0, err
+	}
+	first = -1
+	for _, z := range zs {
+		t, err := strconv.ParseInt(z.Member.(string), 10, 64)
+		if err != nil || t > at.UnixNano() {
+			continue
+		}
+		if first < 0 || t < first {
+			first, by = t, int64(z.Score)
+		}
+	}
+	return first, by, nil
 }
 
 // logCounter is the slog.Handler of the worker's caches: it counts what
@@ -204,4 +373,18 @@ func describe(raw []byte) string {
 		return "an undecodable value"
 	}
 	return v
+}
+
+// sampleViolation keeps the first few descriptions of reads older than
+// the bound, apart from the other samples: 4 violations and 2 excused
+// ones (failOpen).
+func (w *worker) sampleViolation(failOpen bool, s string) {
+	w.mu.Lock()
+	if failOpen && w.excused < 2 || !failOpen && len(w.violations)-w.excused < 4 {
+		w.violations = append(w.violations, s)
+		if failOpen {
+			w.excused++
+		}
+	}
+	w.mu.Unlock()
 }

@@ -164,6 +164,9 @@ func parseValue(v string) (key string, version int64, by string, ok bool) {
 	return key, n, by, ok1 && ok2 && err == nil
 }
 
+// failOpenCooldown is the Caches' FailOpenCooldown.
+const failOpenCooldown = 250 * time.Millisecond
+
 // newCache returns the Cache the traffic uses: short TTLs and waits, so a
 // few minutes see many expiries, stale refreshes, waits and takeovers.
 // In a near worker it has the near cache too (see near).
@@ -171,6 +174,7 @@ func (w *worker) newCache() (*cache.Cache, error) {
 	return cache.New(w.cacheC, &cache.Options{
 		Near:             w.near(),
 		Logger:           w.logger,
+		Observer:         w.coh.observe,
 		Namespace:        namespace(w.cfg.Prefix),
 		TTL:              time.Second,
 		StaleTTL:         500 * time.Millisecond,
@@ -179,7 +183,7 @@ func (w *worker) newCache() (*cache.Cache, error) {
 		WaitTimeout:      time.Second,
 		PollInterval:     100 * time.Millisecond,
 		RefreshBackoff:   200 * time.Millisecond,
-		FailOpenCooldown: 250 * time.Millisecond,
+		FailOpenCooldown: failOpenCooldown,
 		TTLJitter:        0.2,
 	})
 }

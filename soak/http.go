@@ -85,7 +85,7 @@ func (w *worker) openWeb() (*web, error) {
 		WaitTimeout:      time.Second,
 		PollInterval:     100 * time.Millisecond,
 		RefreshBackoff:   200 * time.Millisecond,
-		FailOpenCooldown: 250 * time.Millisecond,
+		FailOpenCooldown: failOpenCooldown,
 	})
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/codec"
@@ -31,6 +32,7 @@ func (probe) DialHook(next redis.DialHook) redis.DialHook { return next }
 // fills read a value with its expiry (GET and PTTL) in one.
 func (p probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := time.Now()
 		floors := make([]int64, len(cmds))
 		ks := make([]int, len(cmds))
 		for i, cmd := range cmds {
@@ -42,7 +44,7 @@ func (p probe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		err := next(ctx, cmds)
 		for i, cmd := range cmds {
 			if ks[i] >= 0 && cmd.Err() == nil {
-				p.check(cmd, ks[i], floors[i])
+				p.check(ctx, cmd, ks[i], floors[i], sent)
 			}
 		}
 		return err
@@ -55,11 +57,11 @@ func (p probe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if k < 0 {
 			return next(ctx, cmd)
 		}
-		floor := p.w.minVer[k].Load()
+		floor, sent := p.w.minVer[k].Load(), time.Now()
 		if err := next(ctx, cmd); err != nil {
 			return err
 		}
-		p.check(cmd, k, floor)
+		p.check(ctx, cmd, k, floor, sent)
 		return nil
 	}
 }
@@ -84,8 +86,11 @@ func (p probe) key(cmd redis.Cmder) int {
 }
 
 // check checks what a GET of key k read against floor, the version of
-// this process's latest completed Delete of k when the GET was sent.
-func (p probe) check(cmd redis.Cmder, k int, floor int64) {
+// this process's latest completed Delete of k when the GET was sent, and
+// against every worker's Deletes recorded as returned before it was sent
+// (at sent; see record): a version one of those superseded was written
+// after that Delete, a stale set too.
+func (p probe) check(ctx context.Context, cmd redis.Cmder, k int, floor int64, sent time.Time) {
 	sc, ok := cmd.(*redis.StringCmd)
 	if !ok {
 		return
@@ -105,12 +110,27 @@ func (p probe) check(cmd redis.Cmder, k int, floor int64) {
 		p.w.wrongValues.Add(1)
 		p.w.sample(fmt.Sprintf("%s: GET of %s read %q", p.w.name(), cacheKey(k), v))
 	case ver < floor:
-		p.w.mu.Lock()
-		seen := p.w.staleSets[v]
-		p.w.staleSets[v] = true
-		p.w.mu.Unlock()
-		if !seen {
-			p.w.sample(fmt.Sprintf("%s: the cache held %s after a Delete that followed version %d completed (stale set)", p.w.name(), v, floor))
+		p.staleSet(v, fmt.Sprintf("%s: the cache held %s after a Delete that followed version %d completed (stale set)", p.w.name(), v, floor))
+	default:
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		first, by, err := p.w.superseded(ctx, k, ver, sent)
+		if err != nil {
+			p.w.countErr("database superseded", err)
+		} else if first >= 0 {
+			p.staleSet(v, fmt.Sprintf("%s: the cache held %s %v after another worker's Delete that followed version %d returned (stale set)",
+				p.w.name(), v, sent.Sub(time.Unix(0, first)).Round(time.Microsecond), by))
 		}
+	}
+}
+
+// staleSet counts the stale value v once, and keeps a sample of it.
+func (p probe) staleSet(v, sample string) {
+	p.w.mu.Lock()
+	seen := p.w.staleSets[v]
+	p.w.staleSets[v] = true
+	p.w.mu.Unlock()
+	if !seen {
+		p.w.sampleViolation(false, sample)
 	}
 }

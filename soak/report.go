@@ -101,6 +101,7 @@ func (w *worker) report() workerReport {
 		r.Excluded = append(r.Excluded, k)
 	}
 	r.StaleSamples = append(r.StaleSamples, w.samples...)
+	r.StaleSamples = append(r.StaleSamples, w.violations...)
 	r.StaleSets = int64(len(w.staleSets))
 	r.Cache = w.c.Stats()
 	r.Near = w.cfg.Near

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,7 @@ func (w *worker) loader(k int) func(context.Context) (string, error) {
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return "", err
 		}
+		w.coh.history[k].add(time.Now().UnixNano(), "loader read version "+strconv.FormatInt(n, 10))
 		return value(cacheKey(k), n, w.name()), nil
 	}
 }
@@ -87,7 +89,7 @@ func (w *worker) get(ctx context.Context, k int, viaGet bool) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	w.requests.Add(1)
-	began := time.Now()
+	st := w.coh.start(k)
 	op := "GetOrLoad"
 	var v string
 	err := cache.ErrMiss
@@ -126,7 +128,7 @@ func (w *worker) get(ctx context.Context, k int, viaGet bool) {
 		w.sample(fmt.Sprintf("%s: %s(%s) began after a Delete that followed version %d and returned %s, loaded by another process", w.name(), op, cacheKey(k), floor, v))
 	}
 	if ok && key == cacheKey(k) {
-		w.checkRead(ctx, op, k, ver, began)
+		w.checkRead(ctx, op, k, v, ver, st)
 	}
 }
 
@@ -177,6 +179,7 @@ func (w *worker) writer(ctx context.Context, r *rand.Rand) {
 			continue
 		}
 		done := time.Now()
+		w.coh.history[k].add(done.UnixNano(), "this worker's Delete after version "+strconv.FormatInt(v, 10)+" returned")
 		raise(&w.minVer[k], v)
 		if err := record.Run(wctx, w.direct, []string{delKey(w.cfg.Prefix, k), histKey(w.cfg.Prefix, k)}, v, done.UnixNano()).Err(); err != nil {
 			w.countErr("database record", err)

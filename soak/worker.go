@@ -44,12 +44,14 @@ type worker struct {
 	trackingLost, nearOff         atomic.Int64 // counted by logger
 	logger                        *slog.Logger // the caches': counts what the near cache logs (logCounter)
 
-	mu        sync.Mutex // guards the maps and slices below
-	errs      map[string]int64
-	faults    map[string]int64
-	excluded  map[string]bool
-	staleSets map[string]bool // stale values the probe saw
-	samples   []string
+	mu         sync.Mutex // guards the maps and slices below
+	errs       map[string]int64
+	faults     map[string]int64
+	excluded   map[string]bool
+	staleSets  map[string]bool // stale values the probe saw
+	samples    []string
+	violations []string // reads older than the coherence bound, described
+	excused    int      // of violations, those while failing open
 }
 
 // workerMain is a worker process: it reads commands on stdin and answers
@@ -71,6 +73,8 @@ func runWorker(cfg workerConfig, stdin *os.File, stdout *os.File) error {
 	w := &worker{cfg: cfg, errs: map[string]int64{}, faults: map[string]int64{}, excluded: map[string]bool{}, staleSets: map[string]bool{},
 		accepted: make([]atomic.Int64, cfg.Counters), minVer: make([]atomic.Int64, cfg.Keys)}
 	w.logger = slog.New(logCounter{w})
+	w.coh.nearHits, w.coh.lastNearHit = make([]atomic.Int64, cfg.Keys), make([]atomic.Int64, cfg.Keys)
+	w.coh.history = make([]keyHistory, cfg.Keys)
 	reply := func(kind string, v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
