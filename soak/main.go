@@ -35,17 +35,23 @@
 //   - stale sets: the coordinator audits the cache about twice a second and
 //     once after the traffic has stopped; a cached version below the one a
 //     completed Delete followed is a rebuild that wrote after that Delete,
-//     and at the end every cached value must equal the database's;
+//     and at the end every cached value must equal the database's; each
+//     worker also checks every GET of its cache client against every
+//     worker's Deletes recorded as returned before the GET was sent;
 //   - no value is ever returned for the wrong key;
-//   - coherence: no GetOrLoad returns a version that a completed Delete
+//   - coherence: no read (GetOrLoad, or Get) returns a version that a completed Delete
 //     (any worker's) had superseded more than the coherence bound before
 //     the call began. The first -near-workers workers (default: half)
 //     run their caches with the near cache (cache.Options.Near, a small
 //     MaxEntries so that it evicts, and a short Lease so that black holes
 //     make it lapse; its tracking connections go through the worker's
 //     fault proxy like the rest), and the bound is that Lease plus a
-//     margin (see coherence.go). On a server that tracks (not miniredis),
-//     the near cache must have answered reads;
+//     margin (see coherence.go). Reads the near cache did not answer,
+//     made while the Cache may have been failing open, are counted apart
+//     (GetOrLoad promises nothing about other processes' Deletes then).
+//     On a server that tracks (not miniredis), the near cache must have
+//     answered reads. A stricter form: -near-workers N (all) -near-lease
+//     50ms -near-margin 0;
 //   - no wrong HTTP response: every reply is for the requested path and
 //     query, for the request's user where the page depends on it, and a
 //     private page, a page that sets a cookie or a request with a cookie
