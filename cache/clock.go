@@ -11,8 +11,8 @@ import (
 // system clock costs about as much as the rest of a near hit; reading
 // this costs an atomic load. It lags the real time by up to coarseTick
 // (more while the process is starved of CPU), which is how much later an
-// entry may be found stale or past its server expiry, and how much the
-// Lease may be overrun.
+// entry may be found stale or past its server expiry. The Lease is held
+// to the real clock (see nearCache.lookup).
 var coarse struct {
 	now atomic.Int64 // Unix ns
 

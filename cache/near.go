@@ -82,9 +82,18 @@ func newNearCache(n *Near, ns string) *nearCache {
 	}
 }
 
-// lookup returns tag's entry if it may be served at now (Unix ns).
+// lookup returns tag's entry if it may be served at now (Unix ns, by the
+// coarse clock).
 func (n *nearCache) lookup(tag string, now int64) *nearEntry {
-	if now >= n.trusted.Load() {
+	trusted := n.trusted.Load()
+	if now >= trusted {
+		return nil
+	}
+	// Pings renew the trust every Lease/4, so it normally has more than
+	// half a Lease left. When it has less, pings are late: the coarse
+	// clock may lag too (a process short of CPU), and the real one
+	// decides. So the Lease is overrun only by a lag above Lease/2.
+	if trusted-now < int64(n.lease/2) && time.Now().UnixNano() >= trusted {
 		return nil
 	}
 	e, ok := n.store.GetIfPresent(tag)
