@@ -217,22 +217,23 @@ func checkNear(t *testing.T, r *report.Results, near bool) {
 		t.Errorf("near hit path has %d modes, want 3", len(r.NearHit))
 	}
 
-	c := r.Coherence
-	switch {
-	case c == nil || c.Skipped != "" || len(c.Rows) != 4:
-		t.Errorf("coherence: %+v, want 4 rows", c)
-	case c.NearHits == 0 || c.Reads < int64(c.Rows[3].Latency.N):
-		t.Errorf("coherence: the reader read %d times, %d from its near cache", c.Reads, c.NearHits)
-	default:
-		cycles := r.Config.CoherenceCycles
-		for _, row := range c.Rows {
-			want := cycles
-			if row.Write == "all" {
-				want = 3 * cycles
-			}
-			if row.Latency.N != want || row.NearBefore == 0 {
-				t.Errorf("coherence %s: %d writes, %d met the old value in the near cache; want %d writes, most in the near cache",
-					row.Write, row.Latency.N, row.NearBefore, want)
+	for _, c := range []*report.Coherence{r.Coherence, r.CoherencePaced} {
+		switch {
+		case c == nil || c.Skipped != "" || len(c.Rows) != 4:
+			t.Errorf("coherence: %+v, want 4 rows", c)
+		case c.NearHits == 0 || c.Reads < int64(c.Rows[3].Latency.N):
+			t.Errorf("coherence (pace %v µs): the reader read %d times, %d from its near cache", c.PaceUs, c.Reads, c.NearHits)
+		default:
+			cycles := r.Config.CoherenceCycles
+			for _, row := range c.Rows {
+				want := cycles
+				if row.Write == "all" {
+					want = 3 * cycles
+				}
+				if row.Latency.N != want || row.NearBefore == 0 {
+					t.Errorf("coherence (pace %v µs) %s: %d writes, %d met the old value in the near cache; want %d writes, most in the near cache",
+						c.PaceUs, row.Write, row.Latency.N, row.NearBefore, want)
+				}
 			}
 		}
 	}

@@ -51,7 +51,7 @@ func WritePlots(dir string, r *Results) error {
 		r.Plots = append(r.Plots, "scaling.png")
 	}
 	if c := r.Coherence; c != nil && len(c.Samples) > 0 && len(c.Rows) > 0 {
-		if err := coherencePlot(filepath.Join(dir, "coherence.png"), c); err != nil {
+		if err := coherencePlot(filepath.Join(dir, "coherence.png"), c, r.CoherencePaced); err != nil {
 			return err
 		}
 		r.Plots = append(r.Plots, "coherence.png")

@@ -39,8 +39,10 @@ func sample() *Results {
 	r.NearHit = []NearHit{{Mode: "raw", Label: "raw GET + msgpack decode", Goroutines: 32, ValueBytes: 256, Ops: 1000, PerSec: 1000, VsRaw: 1, Latency: lat},
 		{Mode: "stampede-near", Label: "stampede GetOrLoad + near cache", Goroutines: 32, ValueBytes: 256, Ops: 50000, PerSec: 50000, VsRaw: 50, NearHits: 49990}}
 	d := Dist{N: 170, P50: 0.3, P90: 0.5, P99: 1.2, Max: 3}
-	r.Coherence = &Coherence{Samples: map[string][]float64{"Set": {0.1, 0.2, 3}, "Delete": {0.05, 0}}, Reads: 1e6, NearHits: 999e3, Rows: []CoherenceRow{{Write: "Set", NearBefore: 170, Early: 2, Latency: d},
+	r.Coherence = &Coherence{ReadEveryUs: 1, Samples: map[string][]float64{"Set": {0.1, 0.2, 3}, "Delete": {0.05, 0}}, Reads: 1e6, NearHits: 999e3, Rows: []CoherenceRow{{Write: "Set", NearBefore: 170, Early: 2, Latency: d},
 		{Write: "all", NearBefore: 510, Early: 2, Latency: Dist{N: 510, P50: 0.3, P90: 0.5, P99: 1.2, Max: 3}, Dropped: d}}}
+	r.CoherencePaced = &Coherence{Samples: map[string][]float64{"Set": {1.1, 1.2}}, Reads: 2000, NearHits: 1900, PaceUs: 50, ReadEveryUs: 1100,
+		Rows: []CoherenceRow{{Write: "all", NearBefore: 510, Latency: Dist{N: 510, P50: 1.1, P90: 1.2, P99: 1.3, Max: 2}, Dropped: d}}}
 	r.NearMemory = &NearMemory{ValueBytes: 256, Entries: 100000, Present: 100000, HeapFilled: 60 << 20, HeapDecoded: 90 << 20,
 		FloodKeys: 1000000, FloodMax: 100000, FloodPeak: 200 << 20, FloodAfter: 55 << 20, FloodPresent: 5000, FloodSeconds: 20}
 	return r
@@ -75,7 +77,8 @@ func TestWrite_all(t *testing.T) {
 	for _, want := range []string{"| stampede GetOrLoad | 1 |", "![Scaling with distinct keys](scaling.png)",
 		"| DELIFEQ | - | - | - | - | skipped: the server has no DELIFEQ |", "| 1 MiB | DELEX IFDEQ (XXH3 digest) | 61 |", "## Notes",
 		"| stampede GetOrLoad + near cache | 4 | 1.00 | 1 | 0 of 2000 | 95.0% |", "| stampede GetOrLoad + near cache | 50000 | 50.00 | 100.0% | < 1 µs |",
-		"| all | 510 | 300 µs | 500 µs | 1.20 ms | 3.00 ms | 300 µs | 1.20 ms | 2 | 510 of 510 |", "| flood: heap after GC | 55.0 MiB (≈ 91 666 entries at 629 B each) |"} {
+		"| tight loop: a read every 1.00 µs, 99.9% near | all | 510 | 300 µs | 500 µs | 1.20 ms | 3.00 ms | 300 µs | 1.20 ms | 2 | 510 of 510 |",
+		"| paced (sleep 50 µs): a read every 1.10 ms, 95.0% near | all | 510 | 1.10 ms |", "| flood: heap after GC | 55.0 MiB (≈ 91 666 entries at 629 B each) |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

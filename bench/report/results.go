@@ -30,9 +30,11 @@ type Results struct {
 	ScaleKeys  []Scale `json:"scale_keys,omitempty"`
 
 	// The near cache (cache.Options.Near).
-	NearHit    []NearHit   `json:"near_hit,omitempty"`
-	Coherence  *Coherence  `json:"coherence,omitempty"`
-	NearMemory *NearMemory `json:"near_memory,omitempty"`
+	NearHit   []NearHit  `json:"near_hit,omitempty"`
+	Coherence *Coherence `json:"coherence,omitempty"`
+	// CoherencePaced is Coherence with a reader that sleeps between reads.
+	CoherencePaced *Coherence  `json:"coherence_paced,omitempty"`
+	NearMemory     *NearMemory `json:"near_memory,omitempty"`
 
 	// Notes are things a reader must know: what was skipped and why.
 	Notes []string `json:"notes,omitempty"`

@@ -99,7 +99,7 @@ func All() []Scenario {
 		{Name: "scaling", Title: "scaling", Run: Scaling,
 			Steps: func(c Config) int { return n * (len(c.ScaleProcs) + len(c.ScaleKeys)) }},
 		{Name: "near-hit", Title: "near cache hit path", Steps: func(Config) int { return len(nearHitModes()) }, Run: NearHitPath},
-		{Name: "coherence", Title: "near cache coherence", Steps: func(Config) int { return 1 }, Run: Coherence},
+		{Name: "coherence", Title: "near cache coherence", Steps: func(Config) int { return 2 }, Run: Coherence},
 		{Name: "near-memory", Title: "near cache memory", Steps: func(Config) int { return 1 }, Run: NearMemory},
 	}
 }

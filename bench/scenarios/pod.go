@@ -49,8 +49,10 @@ type job struct {
 	Throughput bool
 
 	// coherence ("coh-writer", "coh-reader"): Cycles write cycles on Key;
-	// the reader acknowledges each change it saw on List.
+	// the reader acknowledges each change it saw on List, and sleeps Pace
+	// between reads (0: none).
 	Cycles int
+	Pace   time.Duration
 
 	// near memory: Entries entries measured, then a flood of FloodKeys
 	// keys through a near cache of FloodMax entries.
