@@ -16,13 +16,14 @@ import (
 // Coherence measures how long after a write in one process another
 // process stops serving the old value from its near cache. Two pods: the
 // writer changes one key, the reader holds it in its near cache and reads
-// it in a tight loop with cache.Get, noting the instant each change first
-// shows. Each cycle is four writes:
+// it with cache.Get in a tight loop (then, in a second run, sleeping
+// cohPace between reads), noting the instant each change first shows.
+// Each cycle is four writes:
 //
-//  1. Set v (not measured: the reader saw a miss before, from the server);
-//  2. Set v', fresh for 2 ms only (measured: "Set");
-//  3. once v' is stale, GetOrLoad: it serves v' and refreshes it in the
-//     background, writing v” (measured from the loader's return, so the
+//  1. Set v1 (not measured: the reader saw a miss before, from the server);
+//  2. Set v2, fresh for 2 ms only (measured: "Set");
+//  3. once v2 is stale, GetOrLoad: it serves v2 and refreshes it in the
+//     background, writing v3 (measured from the loader's return, so the
 //     refresh's conditional write counts too: "refresh");
 //  4. Delete (measured: "Delete").
 //
