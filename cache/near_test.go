@@ -86,8 +86,8 @@ func TestNear_hitsAndInvalidation(t *testing.T) {
 		}
 		// The first call reads the server and fills the near cache, the
 		// other four are near hits.
-		if st.NearHits != 4 || st.Hits != 5 || calls.Load() != 0 {
-			t.Fatalf("NearHits %d Hits %d loads %d; want 4, 5, 0", st.NearHits, st.Hits, calls.Load())
+		if st.NearHits != 4 || st.Hits != 5 || calls.Load() != 0 || st.NearEntries != 1 {
+			t.Fatalf("NearHits %d Hits %d loads %d NearEntries %d; want 4, 5, 0, 1", st.NearHits, st.Hits, calls.Load(), st.NearEntries)
 		}
 		before := b.Stats().NearInvalidations
 		if err := cache.Set(ctx, a, "k", "v2"); err != nil {

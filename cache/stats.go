@@ -40,6 +40,7 @@ type Stats struct {
 	NearHits          uint64 // of Hits and StaleHits, those answered from the near cache
 	NearInvalidations uint64 // entries dropped because their key changed (told by the server, or written here)
 	NearFlushes       uint64 // times the near cache was emptied: tracking lost, lapsed, or nodes changed
+	NearEntries       uint64 // entries in the near cache now (otter's estimate), not a count since New
 }
 
 // Add returns the sum of s and o, field by field: for totals over the
@@ -63,6 +64,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.NearHits += o.NearHits
 	s.NearInvalidations += o.NearInvalidations
 	s.NearFlushes += o.NearFlushes
+	s.NearEntries += o.NearEntries
 	return s
 }
 
@@ -104,9 +106,10 @@ func (s *striped) Load() uint64 {
 // Stats returns a snapshot of the counters.
 func (c *Cache) Stats() Stats {
 	n := &c.n
-	var invals, flushes uint64
+	var invals, flushes, entries uint64
 	if c.near != nil {
 		invals, flushes = c.near.invalidations.Load(), c.near.flushes.Load()
+		entries = uint64(max(c.near.store.EstimatedSize(), 0))
 	}
 	nf, ns := n.nearFresh.Load(), n.nearStale.Load()
 	return Stats{
@@ -115,7 +118,7 @@ func (c *Cache) Stats() Stats {
 		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
 		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
 		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(),
-		NearHits: nf + ns, NearInvalidations: invals, NearFlushes: flushes,
+		NearHits: nf + ns, NearInvalidations: invals, NearFlushes: flushes, NearEntries: entries,
 	}
 }
 
