@@ -155,6 +155,13 @@ func TestProxy_resetAndDrop(t *testing.T) {
 		t.Fatalf("after Reset: %v, want a reset", err)
 	}
 
+	// The reset link leaves the proxy's list when its pumps have ended,
+	// a moment after the client saw the reset; Drop must not count it.
+	for deadline := time.Now().Add(10 * time.Second); p.Conns() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open after Reset", p.Conns())
+		}
+	}
 	c2, r2 := dial(t, p)
 	if _, err := roundTrip(c2, r2, "x"); err != nil {
 		t.Fatal(err)
