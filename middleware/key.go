@@ -106,13 +106,18 @@ func (m *Middleware) parsedKey(r *http.Request) (key string, ok bool) {
 			}
 		}
 	}
+	m.writeKeyHeaders(&b, r)
+	return b.String(), true
+}
+
+// writeKeyHeaders ends a key with the request's keyed header fields.
+func (m *Middleware) writeKeyHeaders(b *strings.Builder, r *http.Request) {
 	for _, h := range m.keyHeaders {
 		b.WriteString("\n")
 		b.WriteString(h)
 		b.WriteString(": ")
 		b.WriteString(headerValue(r.Header, h))
 	}
-	return b.String(), true
 }
 
 // quickKey is baseKey for the common request whose key is its target as
@@ -158,12 +163,7 @@ func (m *Middleware) quickKey(r *http.Request) (key string, ok bool) {
 		b.WriteByte('?')
 		b.WriteString(query)
 	}
-	for _, h := range m.keyHeaders {
-		b.WriteString("\n")
-		b.WriteString(h)
-		b.WriteString(": ")
-		b.WriteString(headerValue(r.Header, h))
-	}
+	m.writeKeyHeaders(&b, r)
 	return b.String(), true
 }
 
