@@ -19,6 +19,8 @@ import (
 // stale hit, a request that renders, or waits for another's render (its
 // X-Cache then says HIT), is a miss; a render a client forced with
 // no-cache (middleware.Options.AllowNoCache) counts in none of them.
+// Hits and stale hits answered by the near cache (Options.Near) count in
+// Hits or StaleHits and in NearHits.
 type Stats struct {
 	Hits           uint64 // fresh values served
 	StaleHits      uint64 // stale values served while one process refreshes
