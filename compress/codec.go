@@ -221,14 +221,14 @@ func (c *Codec) Decompress(b []byte) ([]byte, error) {
 	case algS2:
 		n, err := s2.DecodedLen(body)
 		if err != nil {
-			return nil, fmt.Errorf("%w: s2: %v", ErrCorrupt, err)
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 		if n > c.maxSize {
 			return nil, c.tooLarge(n)
 		}
 		out, err := s2.Decode(make([]byte, n), body)
 		if err != nil {
-			return nil, fmt.Errorf("%w: s2: %v", ErrCorrupt, err)
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 		return out, nil
 	case algZstd:
