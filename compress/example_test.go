@@ -1,0 +1,39 @@
+package compress_test
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/compress"
+)
+
+func ExampleS2() {
+	codec := compress.S2(cache.Msgpack, nil) // compress encodings of 64 bytes or more
+	// In a program: cache.New(rdb, &cache.Options{Codec: codec}).
+
+	page := strings.Repeat(`<li class="item">product</li>`, 100)
+	b, err := codec.Marshal(page)
+	if err != nil {
+		panic(err)
+	}
+	plain, _ := cache.Msgpack.Marshal(page)
+	fmt.Printf("framed: %t, smaller: %t\n", b[0] == 0xc1, len(b) < len(plain)/10)
+
+	var got string
+	if err := codec.Unmarshal(b, &got); err != nil {
+		panic(err)
+	}
+	fmt.Println(got == page)
+
+	// Short values, and entries written before the wrapper was added, are
+	// the inner codec's bytes: both sides read them.
+	small, _ := codec.Marshal("hi")
+	var s string
+	_ = cache.Msgpack.Unmarshal(small, &s)
+	fmt.Println(s)
+	// Output:
+	// framed: true, smaller: true
+	// true
+	// hi
+}
