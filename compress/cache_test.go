@@ -72,7 +72,7 @@ func TestCache_roundTrip(t *testing.T) {
 		}
 		plain, _ := cache.Msgpack.Marshal(v)
 		for _, key := range []string{"a", "b"} {
-			if b := stored(t, s, ns, key); len(b) >= len(plain)/2 || b[0] != 0xc1 {
+			if b := stored(t, s, ns, key); len(b) >= len(plain)*3/4 || b[0] != 0xc1 {
 				t.Errorf("%q stored as %d bytes starting %#x; msgpack alone is %d", key, len(b), b[0], len(plain))
 			}
 		}

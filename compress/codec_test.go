@@ -3,6 +3,8 @@ package compress_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,35 +16,51 @@ import (
 )
 
 // doc is a JSON-like value: records with repeated field names and
-// somewhat varied contents, as API responses are.
+// varied contents drawn from a small vocabulary, as API responses are.
 type doc struct {
 	ID    int      `json:"id" msgpack:"id"`
 	Name  string   `json:"name" msgpack:"name"`
 	Email string   `json:"email" msgpack:"email"`
 	Tags  []string `json:"tags" msgpack:"tags"`
+	Bio   string   `json:"bio" msgpack:"bio"`
 	Score float64  `json:"score" msgpack:"score"`
 }
 
-// docs returns records whose msgpack encoding is about size bytes.
+var words = strings.Fields(`the a of and to in is for on with as by at from
+	order ship pay user admin beta region price stock item cart green blue
+	red small large fast slow new old open closed north south east west
+	alpha delta gamma omega river stone cloud light dark paper glass metal
+	wood iron gold silver lake hill field road city town`)
+
+// docs returns records whose msgpack encoding is at least size bytes,
+// the same records on every call.
 func docs(tb testing.TB, size int) []doc {
 	tb.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	word := func() string { return words[r.IntN(len(words))] }
 	var out []doc
-	for i := 0; ; i++ {
-		out = append(out, doc{
-			ID:    i,
-			Name:  "user " + strings.Repeat(string(rune('a'+i%26)), 3+i%7),
-			Email: "user" + string(rune('a'+i%26)) + "@example.com",
-			Tags:  []string{"admin", "beta", "region-" + string(rune('0'+i%10))}[:1+i%3],
-			Score: float64(i*37%1000) / 7,
-		})
-		b, err := cache.Msgpack.Marshal(out)
+	n := 0
+	for i := 0; n < size; i++ {
+		d := doc{
+			ID:    r.IntN(1_000_000),
+			Name:  word() + " " + word(),
+			Email: fmt.Sprintf("%s.%s%d@example.com", word(), word(), r.IntN(100)),
+			Tags:  []string{word(), word(), word()}[:1+r.IntN(3)],
+			Score: r.Float64() * 100,
+		}
+		bio := make([]string, 5+r.IntN(15))
+		for j := range bio {
+			bio[j] = word()
+		}
+		d.Bio = strings.Join(bio, " ")
+		out = append(out, d)
+		b, err := cache.Msgpack.Marshal(d)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if len(b) >= size {
-			return out
-		}
+		n += len(b)
 	}
+	return out
 }
 
 func TestCodec_roundTrip(t *testing.T) {
