@@ -1,0 +1,25 @@
+module github.com/hotkv/stampede/gocronlock
+
+go 1.26.0
+
+replace github.com/hotkv/stampede => ../
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/go-co-op/gocron/v2 v2.21.2
+	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
+	github.com/jonboulle/clockwork v0.5.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
