@@ -34,6 +34,7 @@ func TestExamples(t *testing.T) {
 		{"query", []string{"-rows", "20000"}, `the query ran \d+ times without the cache and once with it`},
 		{"httpserver", []string{"-demo"}, `200 requests on 2 instances were answered by 1 render`},
 		{"cron", nil, `every tick ran exactly once`},
+		{"gocron", nil, `every tick ran exactly once`},
 		{"payments", nil, `with fencing, the store turned d's late refund away`},
 	}
 	dependOnSources(t)
