@@ -94,24 +94,14 @@ func runThroughput(j job, g getter, start time.Time) *podResult {
 				if err == nil && it.ID != 42 {
 					err = fmt.Errorf("read a wrong item %+v", it)
 				}
-				mine.Requests++
-				if err != nil {
-					mine.Errors++
-					if mine.FirstErr == "" {
-						mine.FirstErr = err.Error()
-					}
-				}
 				if timed {
-					mine.Lat = append(mine.Lat, time.Since(t).Microseconds())
+					mine.record(0, time.Since(t), err, false)
+				} else {
+					mine.count(err)
 				}
 			}
 			mu.Lock()
-			res.Requests += mine.Requests
-			res.Errors += mine.Errors
-			if res.FirstErr == "" {
-				res.FirstErr = mine.FirstErr
-			}
-			res.Lat = append(res.Lat, mine.Lat...)
+			res.merge(&mine)
 			mu.Unlock()
 		})
 	}

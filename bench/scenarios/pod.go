@@ -76,6 +76,15 @@ type podResult struct {
 
 // record adds one request to r.
 func (r *podResult) record(at time.Duration, lat time.Duration, err error, withAt bool) {
+	r.count(err)
+	r.Lat = append(r.Lat, lat.Microseconds())
+	if withAt {
+		r.At = append(r.At, at.Microseconds())
+	}
+}
+
+// count adds one request to r without its latency.
+func (r *podResult) count(err error) {
 	r.Requests++
 	if err != nil {
 		r.Errors++
@@ -83,10 +92,16 @@ func (r *podResult) record(at time.Duration, lat time.Duration, err error, withA
 			r.FirstErr = err.Error()
 		}
 	}
-	r.Lat = append(r.Lat, lat.Microseconds())
-	if withAt {
-		r.At = append(r.At, at.Microseconds())
+}
+
+// merge adds the requests of o, one goroutine's share, to r.
+func (r *podResult) merge(o *podResult) {
+	r.Requests += o.Requests
+	r.Errors += o.Errors
+	if r.FirstErr == "" {
+		r.FirstErr = o.FirstErr
 	}
+	r.Lat = append(r.Lat, o.Lat...)
 }
 
 // PodMain runs this process as a pod: it takes jobs from stdin until stdin
@@ -385,12 +400,7 @@ func runHit(j job, g getter, start time.Time) *podResult {
 				mine.record(0, time.Since(t0), err, false)
 			}
 			mu.Lock()
-			res.Requests += mine.Requests
-			res.Errors += mine.Errors
-			if res.FirstErr == "" {
-				res.FirstErr = mine.FirstErr
-			}
-			res.Lat = append(res.Lat, mine.Lat...)
+			res.merge(&mine)
 			mu.Unlock()
 		})
 	}
