@@ -62,14 +62,7 @@ func BenchmarkResponseCache(b *testing.B) {
 	}
 	b.Cleanup(func() { c.Close() })
 	// The same namespace with a near cache, on a client of its own.
-	nc, err := cache.New(s.Client(b), &cache.Options{Namespace: ns, Near: &cache.Near{MaxEntries: 10_000}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { nc.Close() })
-	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
-	defer cancel()
-	redistest.WaitFor(b, ctx, "the near cache active", nc.NearActive)
+	nc := benchNearCache(b, s, ns)
 
 	var renders atomic.Int64
 	page := benchPage(&renders)
@@ -316,14 +309,7 @@ func (mc *benchMapCache) write(w http.ResponseWriter, e *benchMapEntry, status s
 func BenchmarkHit(b *testing.B) {
 	s := redistest.Shared(b, redistest.Redis8)
 	ns := "bench" + strings.ReplaceAll(redistest.Key(b, "")[len("test:"):], "/", ".")
-	nc, err := cache.New(s.Client(b), &cache.Options{Namespace: ns, Near: &cache.Near{MaxEntries: 10_000}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { nc.Close() })
-	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
-	defer cancel()
-	redistest.WaitFor(b, ctx, "the near cache active", nc.NearActive)
+	nc := benchNearCache(b, s, ns)
 	var renders atomic.Int64
 	page := benchPage(&renders)
 	for _, tc := range []struct {
@@ -367,3 +353,18 @@ type benchWriter struct {
 func (w *benchWriter) Header() http.Header         { return w.header }
 func (w *benchWriter) WriteHeader(code int)        { w.status = code }
 func (w *benchWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// benchNearCache returns a Cache with a near cache in namespace ns on a
+// client of its own, once the near cache answers.
+func benchNearCache(b *testing.B, s *redistest.Server, ns string) *cache.Cache {
+	b.Helper()
+	nc, err := cache.New(s.Client(b), &cache.Options{Namespace: ns, Near: &cache.Near{MaxEntries: 10_000}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+	defer cancel()
+	redistest.WaitFor(b, ctx, "the near cache active", nc.NearActive)
+	return nc
+}
