@@ -12,23 +12,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sort"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/examples/internal/replicas"
 	"github.com/hotkv/stampede/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -38,115 +31,18 @@ const (
 )
 
 func main() {
-	if id := os.Getenv("CRON_INSTANCE"); id != "" {
-		n, _ := strconv.Atoi(id)
-		if err := instance(n); err != nil {
-			fmt.Fprintln(os.Stderr, "instance", id+":", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "cron:", err)
-		os.Exit(1)
-	}
-}
-
-// run starts the server (unless REDIS_URL names one) and the instances, and
-// prints what happened at each tick.
-func run() error {
-	rdb, url, closeAll, err := embedded.Open(context.Background())
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	rdb.Del(context.Background(), "cron:report")
-	fmt.Printf("%d instances, one job per second for %d seconds, server %s\n\n", instances, ticks, url)
-
-	start := time.Now().Truncate(time.Second).Add(2 * time.Second) // first tick, shared by all
-	var (
-		mu    sync.Mutex
-		lines []string
-		wg    sync.WaitGroup
-		errs  = make(chan error, instances)
-	)
-	for i := range instances {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), "CRON_INSTANCE="+strconv.Itoa(i), "REDIS_URL="+url,
-			"CRON_START="+strconv.FormatInt(start.UnixMilli(), 10))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				mu.Lock()
-				lines = append(lines, sc.Text())
-				mu.Unlock()
-			}
-			errs <- cmd.Wait()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-
-	// Lines are "tick instance verdict".
-	byTick := map[string][]string{}
-	for _, l := range lines {
-		f := strings.SplitN(l, " ", 3)
-		byTick[f[0]] = append(byTick[f[0]], "instance-"+f[1]+" "+f[2])
-	}
-	var order []string
-	for t := range byTick {
-		order = append(order, t)
-	}
-	sort.Strings(order)
-	ok := true
-	for _, t := range order {
-		sort.Strings(byTick[t])
-		ran := 0
-		for _, v := range byTick[t] {
-			if strings.HasSuffix(v, "ran the job") {
-				ran++
-			}
-		}
-		ok = ok && ran == 1
-		fmt.Printf("tick %s\n  %s\n", t, strings.Join(byTick[t], "\n  "))
-	}
-	if !ok || len(order) != ticks {
-		return fmt.Errorf("some tick did not run exactly once")
-	}
-	fmt.Println("\nevery tick ran exactly once")
-	return nil
+	replicas.Main(replicas.Setup{Name: "cron", Key: "cron:report", Instances: instances, Ticks: ticks}, instance)
 }
 
 // instance is one replica: at every tick of its (skewed) clock it tries to
 // run the job.
-func instance(n int) error {
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+func instance(in replicas.Instance) error {
+	n := in.N
+	c, err := lock.New(in.Redis, nil)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	c, err := lock.New(rdb, nil)
-	if err != nil {
-		return err
-	}
-	ms, _ := strconv.ParseInt(os.Getenv("CRON_START"), 10, 64)
-	first := time.UnixMilli(ms)
+	first := in.First
 	name := strconv.Itoa(n)
 	// Ctrl-C or SIGTERM (a pod being stopped) ends the instance between
 	// ticks, or cancels the job it is running.
@@ -182,7 +78,7 @@ func instance(n int) error {
 				verdict += " (held by " + info.Metadata + ")"
 			}
 		}
-		fmt.Println(tick.Format("15:04:05"), name, verdict)
+		in.Report(tick.Format("15:04:05"), verdict)
 	}
 	return nil
 }

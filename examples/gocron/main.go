@@ -13,27 +13,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sort"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
+	"github.com/hotkv/stampede/examples/internal/replicas"
 	"github.com/hotkv/stampede/gocronlock"
-	"github.com/hotkv/stampede/internal/embedded"
 	"github.com/hotkv/stampede/lock"
 	"github.com/jonboulle/clockwork"
-	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -43,110 +36,14 @@ const (
 )
 
 func main() {
-	if id := os.Getenv("CRON_INSTANCE"); id != "" {
-		n, _ := strconv.Atoi(id)
-		if err := instance(n); err != nil {
-			fmt.Fprintln(os.Stderr, "instance", id+":", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "gocron:", err)
-		os.Exit(1)
-	}
-}
-
-// run starts the server (unless REDIS_URL names one) and the instances, and
-// prints what happened at each tick.
-func run() error {
-	rdb, url, closeAll, err := embedded.Open(context.Background())
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	rdb.Del(context.Background(), "gocron:report")
-	fmt.Printf("%d instances, one job per second for %d seconds, server %s\n\n", instances, ticks, url)
-
-	start := time.Now().Truncate(time.Second).Add(2 * time.Second) // first tick, shared by all
-	var (
-		mu    sync.Mutex
-		lines []string
-		wg    sync.WaitGroup
-		errs  = make(chan error, instances)
-	)
-	for i := range instances {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), "CRON_INSTANCE="+strconv.Itoa(i), "REDIS_URL="+url,
-			"CRON_START="+strconv.FormatInt(start.UnixMilli(), 10))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				mu.Lock()
-				lines = append(lines, sc.Text())
-				mu.Unlock()
-			}
-			errs <- cmd.Wait()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-
-	// Lines are "tick instance verdict".
-	byTick := map[string][]string{}
-	for _, l := range lines {
-		f := strings.SplitN(l, " ", 3)
-		byTick[f[0]] = append(byTick[f[0]], "instance-"+f[1]+" "+f[2])
-	}
-	var order []string
-	for t := range byTick {
-		order = append(order, t)
-	}
-	sort.Strings(order)
-	ok := true
-	for _, t := range order {
-		sort.Strings(byTick[t])
-		ran := 0
-		for _, v := range byTick[t] {
-			if strings.HasSuffix(v, "ran the job") {
-				ran++
-			}
-		}
-		ok = ok && ran == 1
-		fmt.Printf("tick %s\n  %s\n", t, strings.Join(byTick[t], "\n  "))
-	}
-	if !ok || len(order) != ticks {
-		return fmt.Errorf("some tick did not run exactly once")
-	}
-	fmt.Println("\nevery tick ran exactly once")
-	return nil
+	replicas.Main(replicas.Setup{Name: "gocron", Key: "gocron:report", Instances: instances, Ticks: ticks}, instance)
 }
 
 // instance is one replica: a gocron scheduler with a skewed clock running
 // the job every second, locked with gocronlock.
-func instance(n int) error {
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
-	if err != nil {
-		return err
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	c, err := lock.New(rdb, nil)
+func instance(in replicas.Instance) error {
+	n := in.N
+	c, err := lock.New(in.Redis, nil)
 	if err != nil {
 		return err
 	}
@@ -158,8 +55,7 @@ func instance(n int) error {
 	if err != nil {
 		return err
 	}
-	ms, _ := strconv.ParseInt(os.Getenv("CRON_START"), 10, 64)
-	first := time.UnixMilli(ms)
+	first := in.First
 	clock := skewed{clockwork.NewRealClock(), time.Duration(n) * skew}
 	s, err := gocron.NewScheduler(gocron.WithClock(clock), gocron.WithDistributedLocker(locker))
 	if err != nil {
@@ -171,7 +67,7 @@ func instance(n int) error {
 	attempts := make(chan struct{}, ticks)
 	_, err = s.NewJob(gocron.DurationJob(time.Second),
 		gocron.NewTask(func(ctx context.Context) {
-			fmt.Println(tick(), name, "ran the job")
+			in.Report(tick(), "ran the job")
 			select { // the job: fast, so MinHold matters
 			case <-ctx.Done():
 			case <-time.After(20 * time.Millisecond):
@@ -187,7 +83,7 @@ func instance(n int) error {
 			} else if info, err := c.Inspect(context.Background(), "gocron:report"); err == nil {
 				verdict += " (held by " + info.Metadata + ")"
 			}
-			fmt.Println(tick(), name, verdict)
+			in.Report(tick(), verdict)
 			attempts <- struct{}{}
 		})),
 	)
