@@ -3,64 +3,25 @@ package compress_test
 import (
 	"bytes"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
+	"github.com/hotkv/stampede/internal/sample"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
-// doc is a JSON-like value: records with repeated field names and
-// varied contents drawn from a small vocabulary, as API responses are.
-type doc struct {
-	ID    int      `json:"id" msgpack:"id"`
-	Name  string   `json:"name" msgpack:"name"`
-	Email string   `json:"email" msgpack:"email"`
-	Tags  []string `json:"tags" msgpack:"tags"`
-	Bio   string   `json:"bio" msgpack:"bio"`
-	Score float64  `json:"score" msgpack:"score"`
-}
-
-var words = strings.Fields(`the a of and to in is for on with as by at from
-	order ship pay user admin beta region price stock item cart green blue
-	red small large fast slow new old open closed north south east west
-	alpha delta gamma omega river stone cloud light dark paper glass metal
-	wood iron gold silver lake hill field road city town`)
+// doc is a JSON-like value (see package sample).
+type doc = sample.Doc
 
 // docs returns records whose msgpack encoding is at least size bytes,
 // the same records on every call.
 func docs(tb testing.TB, size int) []doc {
 	tb.Helper()
-	r := rand.New(rand.NewPCG(1, 2))
-	word := func() string { return words[r.IntN(len(words))] }
-	var out []doc
-	n := 0
-	for i := 0; n < size; i++ {
-		d := doc{
-			ID:    r.IntN(1_000_000),
-			Name:  word() + " " + word(),
-			Email: fmt.Sprintf("%s.%s%d@example.com", word(), word(), r.IntN(100)),
-			Tags:  []string{word(), word(), word()}[:1+r.IntN(3)],
-			Score: r.Float64() * 100,
-		}
-		bio := make([]string, 5+r.IntN(15))
-		for j := range bio {
-			bio[j] = word()
-		}
-		d.Bio = strings.Join(bio, " ")
-		out = append(out, d)
-		b, err := cache.Msgpack.Marshal(d)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		n += len(b)
-	}
-	return out
+	return sample.Docs(size)
 }
 
 func TestCodec_roundTrip(t *testing.T) {
