@@ -1,0 +1,66 @@
+// Summarises the JSON results of the HTTP cache test suite (npm package
+// http-cache-tests) with the suite's own classification, dependencies
+// honoured, as its web page shows them: per kind of test (required,
+// optimal, check), how many passed and how each of the others ended, then
+// the required and optimal tests that did not pass, with the suite's note.
+//
+//	node cache-tests-summary.mjs <suite dir> <results.json> [published-results.json ...]
+//
+// A published result file (the suite's results/*.json) is scored the same
+// way, on the same tests, for comparison.
+import fs from 'fs'
+import path from 'path'
+import { pathToFileURL } from 'url'
+
+const [suiteDir, resultsFile, ...others] = process.argv.slice(2)
+if (!suiteDir || !resultsFile) {
+  console.error('usage: node cache-tests-summary.mjs <suite dir> <results.json> [published.json ...]')
+  process.exit(2)
+}
+const load = f => import(pathToFileURL(path.join(suiteDir, f)).href)
+const tests = (await load('tests/index.mjs')).default
+tests.push((await load('tests/surrogate-control.mjs')).default)
+const display = await load('lib/display.mjs')
+
+const kinds = ['required', 'optimal', 'check']
+const kindOf = t => t.kind || 'required'
+const all = tests.flatMap(s => s.tests.filter(t => !t.browser_only).map(t => ({ ...t, suite: s.name })))
+
+function score (results) {
+  const out = {}
+  for (const k of kinds) out[k] = { total: 0, passed: 0, outcomes: {} }
+  const failed = []
+  for (const t of all) {
+    if (results[t.id] === undefined) continue
+    const [symbol] = [display.determineTestResult(tests, t.id, results, true)[2]]
+    const k = out[kindOf(t)]
+    k.total++
+    if (symbol === '✅' || symbol === 'Y') k.passed++
+    else {
+      k.outcomes[symbol] = (k.outcomes[symbol] || 0) + 1
+      if (kindOf(t) !== 'check') failed.push({ t, symbol, note: results[t.id] === true ? '' : (results[t.id][1] || '') })
+    }
+  }
+  return { out, failed }
+}
+
+const mine = score(JSON.parse(fs.readFileSync(resultsFile, 'utf8')))
+const legend = '✅ pass, ⛔️ fail, ⚠️ optimal not met, Y/N check, ⚪️ a test it depends on failed, 🔹 setup failed, ⁉️ harness failed, ↻ retry'
+console.log(`results: ${resultsFile}`)
+for (const k of kinds) {
+  const o = mine.out[k]
+  const rest = Object.entries(o.outcomes).map(([s, n]) => `${n} ${s}`).join(', ')
+  console.log(`  ${k.padEnd(8)} ${String(o.passed).padStart(3)} of ${String(o.total).padStart(3)} passed${rest ? ` (others: ${rest})` : ''}`)
+}
+console.log(`  (${legend})`)
+for (const f of others) {
+  const s = score(JSON.parse(fs.readFileSync(f, 'utf8')))
+  console.log(`  ${path.basename(f, '.json').padEnd(14)} ` + kinds.map(k => `${k} ${s.out[k].passed}/${s.out[k].total}`).join(', '))
+}
+console.log('\nnot passed (required, then optimal):')
+for (const kind of ['required', 'optimal']) {
+  for (const { t, symbol, note } of mine.failed.filter(f => kindOf(f.t) === kind)) {
+    const name = t.name.replace(/\s+/g, ' ')
+    console.log(`  ${symbol} ${kind.padEnd(8)} ${t.id}: ${name}${note ? ` [${String(note).replace(/\s+/g, ' ')}]` : ''}`)
+  }
+}

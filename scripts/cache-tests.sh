@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs the public HTTP cache test suite (npm package http-cache-tests) through
+# examples/proxy — the middleware in front of httputil.ReverseProxy — and
+# prints the suite's own classification of the results: required, optimal
+# and check tests passed, the published caches' scores on the same tests,
+# and every required or optimal test that did not pass.
+#
+#   scripts/cache-tests.sh             # shared-cache configuration (see below)
+#   scripts/cache-tests.sh -defaults   # the middleware's defaults, as inside an application
+#   scripts/cache-tests.sh -id freshness-max-age   # one test, with the requests and responses
+#
+# The shared-cache configuration is what a shared cache in front of an origin
+# is usually set to, and what the suite's published caches run with: only
+# responses with explicit freshness are stored (-explicit), a request's
+# no-cache is honoured (-allow-no-cache) and requests with cookies are cached
+# (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
+# and Go; Redis comes from scripts/provision.sh if it ran (STAMPEDE_REDIS8),
+# else redis-server on PATH, else the proxy's embedded server.
+# Results go to ${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}.
+set -euo pipefail
+
+version=0.4.5
+root=$(cd "$(dirname "$0")/.." && pwd)
+suite_home=${CACHE_TESTS_HOME:-$HOME/.cache/stampede/http-cache-tests-$version}
+out=${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}
+mode=shared
+id=
+while [ $# -gt 0 ]; do
+	case $1 in
+	-defaults) mode=defaults ;;
+	-id) id=$2; shift ;;
+	*) echo "usage: $0 [-defaults] [-id test-id]" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+for cmd in node npm go; do
+	command -v $cmd >/dev/null || { echo "cache-tests: $cmd not found (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+done
+suite=$suite_home/node_modules/http-cache-tests
+if [ ! -f "$suite/cli.mjs" ]; then
+	echo "cache-tests: installing http-cache-tests@$version into $suite_home" >&2
+	mkdir -p "$suite_home"
+	npm install --prefix "$suite_home" --no-audit --no-fund --loglevel=error "http-cache-tests@$version" >&2
+fi
+
+mkdir -p "$out"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# free_port prints a loopback port nothing listens on.
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 20000))
+		(echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
+	done
+}
+# wait_port waits until something listens on port $1 (10 s at most).
+wait_port() {
+	for _ in $(seq 200); do
+		(echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "cache-tests: nothing listens on port $1" >&2
+	return 1
+}
+
+redis_args=()
+server=${STAMPEDE_REDIS8:-$(command -v redis-server || true)}
+if [ -n "$server" ]; then
+	rp=$(free_port)
+	"$server" --port "$rp" --bind 127.0.0.1 --save '' --appendonly no >"$out/redis.log" 2>&1 &
+	pids+=($!)
+	wait_port "$rp"
+	redis_args=(-redis "redis://127.0.0.1:$rp/0")
+fi
+
+op=$(free_port)
+(cd "$suite" && npm_config_port=$op npm_package_config_protocol=http npm_config_pidfile="$out/origin.pid" \
+	exec node --no-warnings server/server.mjs >"$out/origin.log" 2>&1) &
+pids+=($!)
+wait_port "$op"
+
+(cd "$root/examples" && go build -o "$out/proxy" ./proxy)
+pp=$(free_port)
+flags=(-origin "http://127.0.0.1:$op" -listen "127.0.0.1:$pp" -namespace "cache-tests-$$")
+if [ $mode = shared ]; then
+	flags+=(-explicit -allow-no-cache -cache-cookies)
+else
+	flags+=(-explicit=false)
+fi
+"$out/proxy" "${flags[@]}" "${redis_args[@]}" >"$out/proxy.log" 2>&1 &
+pids+=($!)
+wait_port "$pp"
+
+cd "$suite"
+if [ -n "$id" ]; then
+	npm_config_base="http://127.0.0.1:$pp" npm_config_id="$id" node --no-warnings cli.mjs
+	exit 0
+fi
+npm_config_base="http://127.0.0.1:$pp" npm_package_config_id= node --no-warnings cli.mjs >"$out/results-$mode.json"
+echo "configuration: $mode (${flags[*]:4})"
+published=()
+for f in trafficserver apache squid varnish nginx fastly nuster; do
+	[ -f "results/$f.json" ] && published+=("results/$f.json")
+done
+node "$root/scripts/cache-tests-summary.mjs" "$suite" "$out/results-$mode.json" "${published[@]}"
