@@ -1,0 +1,122 @@
+package stampedeprom
+
+import (
+	"errors"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/lock"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// kinds is how many EventKind values there can be (they are uint8s).
+const kinds = 256
+
+// CacheObserver returns a function for cache.Options.Observer that counts
+// the Cache's Events under the label cache=name: every Event in
+// stampede_cache_events_total by its kind (and, for hits and stale hits,
+// its tier: near or server), the loader's run time in
+// stampede_cache_load_duration_seconds and the wait for another process's
+// load in stampede_cache_wait_duration_seconds.
+//
+// Every series it uses is created (at 0) now, so that counting allocates
+// nothing. Each Cache should have its own name; Caches that share a name
+// add up. The function is safe for concurrent use.
+func (m *Metrics) CacheObserver(name string) func(cache.Event) {
+	// events[kind][tier], tier 0 the server and 1 the near cache. Kinds
+	// that do not exist (String "unknown") are left nil.
+	events := new([kinds][2]prometheus.Counter)
+	for k := 1; k < kinds; k++ {
+		kind := cache.EventKind(k)
+		s := kind.String()
+		switch {
+		case s == "unknown":
+		case kind == cache.EventHit || kind == cache.EventStale:
+			events[k] = [2]prometheus.Counter{m.cacheEvents.WithLabelValues(name, s, "server"), m.cacheEvents.WithLabelValues(name, s, "near")}
+		default:
+			c := m.cacheEvents.WithLabelValues(name, s, "")
+			events[k] = [2]prometheus.Counter{c, c}
+		}
+	}
+	loads := resolve(m.cacheLoads, name, "ok", "not-found", "error")
+	waits := resolve(m.cacheWaits, name, "ok", "timeout", "error")
+	return func(e cache.Event) {
+		tier := 0
+		if e.Near {
+			tier = 1
+		}
+		if c := events[e.Kind][tier]; c != nil {
+			c.Inc()
+		} else {
+			m.cacheEvents.WithLabelValues(name, e.Kind.String(), "").Inc()
+		}
+		switch e.Kind {
+		case cache.EventLoad:
+			r := 0
+			switch {
+			case e.Err == nil:
+			case errors.Is(e.Err, cache.ErrNotFound):
+				r = 1
+			default:
+				r = 2
+			}
+			loads[r].Observe(e.Duration.Seconds())
+		case cache.EventWait:
+			r := 0
+			switch {
+			case e.Err == nil:
+			case errors.Is(e.Err, cache.ErrWaitTimeout):
+				r = 1
+			default:
+				r = 2
+			}
+			waits[r].Observe(e.Duration.Seconds())
+		}
+	}
+}
+
+// LockObserver returns a function for lock.Options.Observer that counts the
+// lock Client's Events under the label lock=name: every Event in
+// stampede_lock_events_total by its kind, the time each Obtain took
+// (retries and waiting included) in stampede_lock_obtain_duration_seconds
+// by result, and how long each released lock was held in
+// stampede_lock_held_duration_seconds.
+//
+// Every series it uses is created (at 0) now, so that counting allocates
+// nothing. The function is safe for concurrent use.
+func (m *Metrics) LockObserver(name string) func(lock.Event) {
+	events := new([kinds]prometheus.Counter)
+	for k := 1; k < kinds; k++ {
+		if s := lock.EventKind(k).String(); s != "unknown" {
+			events[k] = m.lockEvents.WithLabelValues(name, s)
+		}
+	}
+	obtain := resolve(m.lockObtain, name, lock.EventObtained.String(), lock.EventNotObtained.String(), lock.EventObtainFailed.String())
+	held := m.lockHeld.WithLabelValues(name)
+	return func(e lock.Event) {
+		if c := events[e.Kind]; c != nil {
+			c.Inc()
+		} else {
+			m.lockEvents.WithLabelValues(name, e.Kind.String()).Inc()
+		}
+		switch e.Kind {
+		case lock.EventObtained:
+			obtain[0].Observe(e.Duration.Seconds())
+		case lock.EventNotObtained:
+			obtain[1].Observe(e.Duration.Seconds())
+		case lock.EventObtainFailed:
+			obtain[2].Observe(e.Duration.Seconds())
+		case lock.EventReleased:
+			held.Observe(e.Duration.Seconds())
+		}
+	}
+}
+
+// resolve returns the series of v for the label values name and each of
+// results.
+func resolve(v *prometheus.HistogramVec, name string, results ...string) []prometheus.Observer {
+	obs := make([]prometheus.Observer, len(results))
+	for i, r := range results {
+		obs[i] = v.WithLabelValues(name, r)
+	}
+	return obs
+}
