@@ -22,10 +22,12 @@ const (
 	EventRefreshFailed                      // a refresh found the lock expired or taken (Err matches ErrNotHeld), or its server call failed
 	EventLost                               // Do, RunOnce or KeepAlive lost the lock while the work ran; Err matches ErrLost
 	EventSkipped                            // RunOnce did not run its job: another instance holds the lock
+	EventWoken                              // a waiting Obtain was woken by the release that handed it the lock; reported before its EventObtained
+	EventWakeMissed                         // a waiting Obtain found by its poll that the lock had been handed to it: the release's notification was lost, late or refused
 )
 
 var eventNames = [...]string{"", "obtained", "not-obtained", "obtain-failed", "released", "release-failed",
-	"refreshed", "refresh-failed", "lost", "skipped"}
+	"refreshed", "refresh-failed", "lost", "skipped", "woken", "wake-missed"}
 
 // String returns the kind's name in lower case, e.g. "not-obtained", or
 // "unknown".

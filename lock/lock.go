@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/internal/lockvalue"
@@ -24,6 +25,12 @@ type Client struct {
 	obtainFenced *redis.Script
 	logger       *slog.Logger
 	observer     func(Event) // called outside any lock; see Options.Observer
+	threshold    int         // DigestThreshold
+
+	handoff    *redis.Script          // handoff.lua
+	handoffOff atomic.Pointer[string] // the server's refusal of the hand-off script; nil while it runs
+	pubDenied  atomic.Bool            // a hand-off's PUBLISH was refused (warned once)
+	waker      waker
 }
 
 // New returns a Client using rc. It makes no server call: the server's
@@ -41,6 +48,8 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 		obtainFenced: redis.NewScript(obtainFencedSrc),
 		logger:       opts.logger(),
 		observer:     opts.observer(),
+		threshold:    opts.digestThreshold(),
+		handoff:      redis.NewScript(handoffSrc),
 	}, nil
 }
 
@@ -82,6 +91,10 @@ type Lock struct {
 	meta  string
 	fence int64
 	sent  time.Time // when the attempt that obtained it was sent: it is held until at least sent+ttl
+
+	// handoff is set for a lock obtained with a Retry where hand-off works:
+	// its release hands it to the first live waiter.
+	handoff *handoffKeys
 }
 
 // Key returns the locked key.
@@ -149,7 +162,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 
 // obtain is Obtain after its arguments were checked, without reporting.
 // Its errors match ErrNotObtained unless a server call failed.
-func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) (*Lock, error) {
+func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) (l *Lock, err error) {
 	deadline, hasDeadline := ctx.Deadline()
 	if opts.MaxWait > 0 && (!hasDeadline || start.Add(opts.MaxWait).Before(deadline)) {
 		deadline = start.Add(opts.MaxWait)
@@ -167,15 +180,57 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		}
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
-	var timer *time.Timer
+	var (
+		timer  *time.Timer
+		hk     handoffKeys
+		useHK  bool          // hand-off works for this key and client
+		queued bool          // registered with the waker (and so, maybe, in the queue)
+		wake   chan struct{} // this waiter's wake-up, while queued
+		woken  bool          // the attempt under way follows a wake-up
+	)
+	if opts.Retry != nil {
+		hk, useHK = c.handoffUsable(ctx, key)
+	}
+	defer func() {
+		if queued {
+			c.wakerRemove(hk.channel, token)
+			if l == nil {
+				// Never leave a lock handed to a waiter that gave up.
+				c.leave(ctx, hk, value, token)
+			}
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			// No attempt on an ended context, whatever the client would do
 			// with it: the caller must not get a lock it gave up on.
 			return nil, notObtained(ctx)
 		}
+		wait := time.Duration(-1)
+		if opts.Retry != nil {
+			wait = opts.Retry.Backoff(attempt)
+		}
 		sent := time.Now()
-		fence, ok, err := c.try(ctx, key, fenceKey, value, ttl)
+		var (
+			fence  int64
+			ok     bool
+			handed bool
+		)
+		if queued {
+			var res waitResult
+			res, fence, err = c.waitStep(ctx, hk, value, token, ttl, opts.Fencing, entryLife(max(wait, 0)))
+			if err != nil && scriptUnusable(err) && ctx.Err() == nil {
+				// Refused before it wrote anything: poll the plain way.
+				c.handoffRefused(err)
+				c.wakerRemove(hk.channel, token)
+				queued, useHK = false, false
+				attempt--
+				continue
+			}
+			ok, handed = res != waitQueued, res == waitHanded
+		} else {
+			fence, ok, err = c.try(ctx, key, fenceKey, value, ttl)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, notObtained(ctx)
@@ -183,14 +238,39 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 			return nil, fmt.Errorf("lock: obtain %q: %w", key, redisx.Denied("obtain", err, ""))
 		}
 		if ok {
-			return &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}, nil
+			l = &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}
+			if useHK {
+				l.handoff = &hk
+			}
+			if handed {
+				kind := EventWakeMissed
+				if woken {
+					kind = EventWoken
+				}
+				c.emit(kind, key, time.Since(start), nil)
+			}
+			return l, nil
 		}
-		if opts.Retry == nil {
+		woken = false
+		if opts.Retry == nil || wait < 0 {
 			return nil, notObtained(ctx)
 		}
-		wait := opts.Retry.Backoff(attempt)
-		if wait < 0 {
-			return nil, notObtained(ctx)
+		if useHK && !queued {
+			// Join the queue at once rather than after a back-off step:
+			// subscribe first, so that a hand-off right after reaches us.
+			sub, _ := c.conn.Client().(subscriber)
+			var ready chan struct{}
+			wake, ready = c.wakerAdd(sub, hk.channel, token)
+			queued = true
+			select {
+			case <-ready:
+			default:
+				if err := sleepUntil(ctx, ready, min(wait, time.Until(deadline))); err != nil {
+					return nil, err
+				}
+			}
+			attempt--
+			continue
 		}
 		if left := time.Until(deadline); wait > left {
 			// One last attempt at the deadline rather than none.
@@ -209,8 +289,26 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		case <-ctx.Done():
 			return nil, notObtained(ctx)
 		case <-timer.C:
+		case <-wake:
+			woken = true
+			timer.Stop() // since Go 1.23 no stale tick follows
+
 		}
 	}
+}
+
+// sleepUntil waits until ready is closed or d has passed; it returns
+// notObtained's error if ctx ends first.
+func sleepUntil(ctx context.Context, ready chan struct{}, d time.Duration) error {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return notObtained(ctx)
+	case <-ready:
+	case <-t.C:
+	}
+	return nil
 }
 
 // notObtained is Obtain's error when it did not get the lock: ErrNotObtained,
@@ -266,7 +364,14 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) 
 // release is Release; warnNotHeld says whether finding the lock not held
 // is logged here (Do and RunOnce log it once, as a lost lock).
 func (l *Lock) release(ctx context.Context, warnNotHeld bool) error {
-	ok, err := l.c.conn.DeleteIfEqual(ctx, l.key, l.value)
+	var ok, done bool
+	var err error
+	if l.handoff != nil && l.c.handoffOff.Load() == nil {
+		ok, done, err = l.c.releaseHandoff(ctx, *l.handoff, l.value)
+	}
+	if !done {
+		ok, err = l.c.conn.DeleteIfEqual(ctx, l.key, l.value)
+	}
 	d := time.Since(l.sent)
 	switch {
 	case err != nil:

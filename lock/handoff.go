@@ -1,0 +1,203 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// Hand-off: an Obtain with a Retry that finds the lock held joins a wait
+// queue kept next to the lock (QueueKey, in the lock's cluster slot) and
+// subscribes to the lock's channel (HandoffChannel). Releasing a lock
+// obtained with a Retry hands it, in the same script, to the first live
+// waiter in the queue (newcomers' SET NX fails meanwhile) and publishes that
+// waiter's token; the waiter, woken, extends the lock to its own TTL and
+// returns. The waiter's poll, paced by its RetryStrategy, stays as the
+// safety net: it refreshes the waiter's entry, finds a lock handed to it
+// whose notification was lost, and hands a lock found free (expired, or
+// released without hand-off) to the first live waiter. See handoff.lua.
+
+//go:embed handoff.lua
+var handoffSrc string
+
+// handoffKeys are the keys and channel of one lock's hand-off.
+type handoffKeys struct {
+	keys    []string // lock, queue, entries, fence counter
+	channel string
+}
+
+// handoffKeysFor returns key's hand-off keys; ok is false for keys that
+// cannot have siblings (a '}' but no hash tag).
+func handoffKeysFor(key string) (handoffKeys, bool) {
+	q, ok := QueueKey(key)
+	if !ok {
+		return handoffKeys{}, false
+	}
+	e, _ := redisx.Sibling(key, "queue:entries")
+	f, _ := FenceKey(key)
+	ch, _ := HandoffChannel(key)
+	return handoffKeys{keys: []string{key, q, e, f}, channel: ch}, true
+}
+
+// QueueKey returns the key of the wait queue of the lock on key (a sorted
+// set of waiters' tokens), in the same cluster slot as key; ok is false
+// for keys that cannot have one (a '}' but no hash tag). Next to it,
+// QueueKey(key)+":entries" holds each waiter's entry (a hash). Both expire
+// with their last entry, an entry a little over two back-off steps after
+// its waiter last polled.
+func QueueKey(key string) (queueKey string, ok bool) { return redisx.Sibling(key, "queue") }
+
+// HandoffChannel returns the channel on which a release announces that
+// it handed the lock on key to a waiter (the message is the waiter's
+// token); ok is false for keys that cannot have one.
+func HandoffChannel(key string) (channel string, ok bool) { return redisx.Sibling(key, "handoff") }
+
+// entryLife is how long a waiter's queue entry lives after a poll that is
+// followed by a wait of at most wait: a dead waiter leaves a gap no longer
+// than this, a live one refreshes it in time.
+func entryLife(wait time.Duration) time.Duration { return 2*wait + 100*time.Millisecond }
+
+// handoffUsable reports whether hand-off can be used for key: the server
+// runs scripts for the client's user, this client has not found the
+// hand-off refused, and key has siblings. Where it cannot, it says why
+// once (Options.Logger, Warn).
+func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bool) {
+	if c.handoffOff.Load() != nil {
+		return handoffKeys{}, false
+	}
+	hk, ok := handoffKeysFor(key)
+	if !ok {
+		return handoffKeys{}, false
+	}
+	caps, err := c.conn.CapabilitiesFor(ctx, key)
+	if err != nil {
+		return handoffKeys{}, false
+	}
+	if caps.ScriptsDenied != "" {
+		c.handoffRefused(fmt.Errorf("%s", caps.ScriptsDenied))
+		return handoffKeys{}, false
+	}
+	return hk, true
+}
+
+// handoffRefused turns hand-off off for this client after the server
+// refused it (scripts, or a command or key the script needs), with one
+// warning: waiters then poll, as they did before hand-off.
+func (c *Client) handoffRefused(err error) {
+	msg := err.Error()
+	if c.handoffOff.CompareAndSwap(nil, &msg) {
+		c.log(slog.LevelWarn, "waiters poll for released locks instead of being handed them: the server refused the hand-off script "+
+			"(grant the commands listed in the README's Permissions section)", "err", msg)
+	}
+}
+
+// publishRefused warns, once, that the server refused a hand-off's
+// announcement: waiters then learn of it by their poll.
+func (c *Client) publishRefused(msg string) {
+	if msg != "" && c.pubDenied.CompareAndSwap(false, true) {
+		c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused PUBLISH on the hand-off channel "+
+			"(grant the channel, see the README's Permissions section)", "err", msg)
+	}
+}
+
+// scriptUnusable reports whether err says the hand-off script cannot run
+// for this user or server (as opposed to a transport error or a bad fence
+// counter), so that the caller falls back to the plain operation.
+func scriptUnusable(err error) bool {
+	if !redisx.IsReply(err) || strings.Contains(err.Error(), "lock: fence counter") {
+		return false
+	}
+	return redisx.IsNoPerm(err) || redisx.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "script")
+}
+
+// handoffReply runs the hand-off script and returns its reply's code and
+// its second element, an integer or a string.
+func (c *Client) handoffReply(ctx context.Context, hk handoffKeys, args ...any) (code int64, n int64, s string, err error) {
+	v, err := c.handoff.Run(ctx, c.conn.Client(), hk.keys, append([]any{args[0], hk.channel}, args[1:]...)...).Slice()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if len(v) == 0 {
+		return 0, 0, "", errors.New("lock: empty reply from the hand-off script")
+	}
+	code, _ = v[0].(int64)
+	if len(v) > 1 {
+		switch x := v[1].(type) {
+		case int64:
+			n = x
+		case string:
+			s = x
+		}
+	}
+	return code, n, s, nil
+}
+
+// releaseHandoff releases a lock obtained with a Retry: deletes it, or
+// hands it to the first live waiter. done is false when the script could
+// not run (refused): the caller then releases the plain way.
+func (c *Client) releaseHandoff(ctx context.Context, hk handoffKeys, value string) (ok, done bool, err error) {
+	want, mode := value, ""
+	if len(value) > c.threshold {
+		want, mode = redisx.SHA1Hex(value), "sha1"
+	}
+	code, _, perr, err := c.handoffReply(ctx, hk, "r", want, mode)
+	if err != nil {
+		if scriptUnusable(err) {
+			c.handoffRefused(err)
+			return false, false, nil
+		}
+		return false, true, err
+	}
+	c.publishRefused(perr)
+	return code > 0, true, nil
+}
+
+// waitResult is what one wait step found.
+type waitResult uint8
+
+const (
+	waitQueued waitResult = iota // held by another; queued
+	waitTook                     // found free and taken
+	waitHanded                   // had been handed to this waiter
+)
+
+// waitStep makes one attempt of a queued waiter: take the lock if it is
+// free and nobody live waits ahead, claim it if it was handed here, or
+// join or refresh the queue with an entry living life.
+func (c *Client) waitStep(ctx context.Context, hk handoffKeys, value, token string, ttl time.Duration, fencing bool, life time.Duration) (waitResult, int64, error) {
+	f := "0"
+	if fencing {
+		f = "1"
+	}
+	code, n, perr, err := c.handoffReply(ctx, hk, "w", value, token, ttl.Milliseconds(), f, life.Milliseconds())
+	if err != nil {
+		return waitQueued, 0, err
+	}
+	if code == 0 {
+		c.publishRefused(perr)
+	}
+	return waitResult(code), n, nil
+}
+
+// leave takes a waiter that gives up out of the queue and, if the lock was
+// handed to it meanwhile, releases it (handing it on). It runs on a
+// context of its own: a cancelled caller must still leave. An error leaves
+// the entry to expire, and a lock handed meanwhile expires with it.
+func (c *Client) leave(ctx context.Context, hk handoffKeys, value, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	code, _, perr, err := c.handoffReply(ctx, hk, "l", value, token)
+	if err != nil {
+		c.serverError(ctx, "leave queue", hk.keys[0], err)
+		return
+	}
+	if code == 2 {
+		c.publishRefused(perr)
+	}
+}
