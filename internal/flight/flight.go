@@ -76,6 +76,28 @@ func (g *Group[V]) Do(ctx context.Context, key string, start Starter, fn func(co
 	}
 }
 
+// Begin is Do in two steps: it starts fn for key, or joins the call in
+// progress, and returns at once; wait then waits for the result as Do
+// does, returning ctx.Err() as soon as the caller's own ctx ends. shared
+// reports whether the caller joined a call started by another. A caller
+// that learns, before waiting, whether it leads can act on it (a batch
+// leading many keys loads them together).
+func (g *Group[V]) Begin(key string, start Starter, fn func(context.Context) (V, error)) (wait func(ctx context.Context) (V, error), shared bool) {
+	c, leader := g.join(key)
+	if leader {
+		g.launch(key, c, start, fn)
+	}
+	return func(ctx context.Context) (V, error) {
+		select {
+		case <-c.done:
+			return c.val, c.err
+		case <-ctx.Done():
+			var zero V
+			return zero, ctx.Err()
+		}
+	}, !leader
+}
+
 // Start starts fn for key in the background unless a call for key is
 // running already. It reports whether it started one.
 func (g *Group[V]) Start(key string, start Starter, fn func(context.Context) (V, error)) bool {
