@@ -1,0 +1,520 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hotkv/stampede/internal/lockx"
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/loader"
+)
+
+// GetOrLoadMany returns the values for keys, loading those that are
+// missing with one call of load, and makes sure that, per key, concurrent
+// callers in this process and in every other process sharing the server
+// cause one load between them, as GetOrLoad does:
+//
+//   - the near cache (Options.Near) answers first, then one MGET reads the
+//     other keys (on a Redis Cluster one MGET per hash slot, all sent in
+//     one pipeline);
+//   - fresh values are returned; stale ones are returned at once and
+//     refreshed together in one background load (one per process at a
+//     time per key, one in the cluster);
+//   - the missing keys are claimed in one pipeline, and load is called once
+//     with the keys this call claimed; their values are written, the
+//     claims released and the outcome announced as after GetOrLoad's load;
+//   - keys that another process claimed are waited for (by announcement,
+//     polling as a safety net), all at once; keys that a GetOrLoad or
+//     GetOrLoadMany of this process is loading already are joined, not
+//     loaded again.
+//
+// load gets the keys to load (a subset of keys, each once, never empty)
+// and returns the values it found. A key missing from its map is not
+// found: it is stored for NegativeTTL, like loader.ErrNotFound from
+// GetOrLoad's loader, and left out of the result. load returning
+// loader.ErrNotFound means that none of its keys was found. Expire, called
+// from load, sets the lifetime of every value of that call. Values of keys
+// that were not asked for are ignored.
+//
+// The result holds an entry for every key with a value. A key that is not
+// found has none, and no error. A key whose load failed (load's error, a
+// *loader.PanicError if load panicked, ErrValueTooLarge, a failed encode,
+// ErrWaitTimeout, ErrRemoteLoad from another process's failed load) has
+// none either: the error is a *BatchError listing it with its error (for
+// load's error, every key of that call), and the result still holds every
+// other key's value. Loader errors are never stored. Other errors end the
+// whole call with a nil map: ErrInvalid (a nil Cache or loader, an empty
+// key, named by its position), ErrClosed, and the caller's own
+// cancellation or deadline. Keys may repeat: each is read and loaded
+// once. No keys returns an empty map without a server call.
+//
+// Keys whose first attempt does not settle them (a claim lost to another
+// process that then failed, a value nobody can decode, a rebuild that
+// outlived its wait) continue as GetOrLoad would, each with a load of its
+// own (load called with that one key). If the server cannot be reached,
+// the missing keys are loaded in one call without it (fail open) and not
+// stored.
+//
+// WARNING: concurrent callers share one load's result and its timeout: the
+// load runs on a context detached from all callers (it keeps the first
+// caller's values, not its cancellation) and limited by LoadTimeout. Each
+// caller's own ctx only decides how long that caller waits.
+//
+// NOTE: every key of one call shares the call's options (WithTTL and the
+// others).
+func GetOrLoadMany[V any](ctx context.Context, c *Cache, keys []string, load func(ctx context.Context, keys []string) (map[string]V, error), opts ...Option) (map[string]V, error) {
+	if c == nil {
+		return nil, invalid("nil *Cache")
+	}
+	if load == nil {
+		return nil, invalid("nil loader for GetOrLoadMany")
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	uniq, err := distinct(keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]V, len(uniq))
+	if len(uniq) == 0 {
+		return out, nil
+	}
+	it, err := c.item(opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &many[V]{c: c, it: it, load: load, out: out}
+	rest := uniq
+	if c.near != nil {
+		rest = m.fromNear(ctx, uniq)
+	}
+	pending, err := m.fromServer(ctx, rest)
+	if err != nil {
+		return nil, err
+	}
+	m.refreshStale(ctx)
+	if err := m.settle(ctx, pending); err != nil {
+		return nil, err
+	}
+	if len(m.failed) > 0 {
+		return out, &BatchError{Errors: m.failed}
+	}
+	return out, nil
+}
+
+// BatchError is GetOrLoadMany's error when some keys failed: Errors holds
+// each such key with its error. errors.Is and errors.As look through every
+// one of them (ErrWaitTimeout, *loader.PanicError, the loader's error).
+type BatchError struct {
+	Errors map[string]error
+}
+
+func (e *BatchError) Error() string {
+	keys := make([]string, 0, len(e.Errors))
+	for k := range e.Errors {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "cache: %d keys failed", len(keys))
+	for i, k := range keys {
+		if i == 3 {
+			b.WriteString("; …")
+			break
+		}
+		fmt.Fprintf(&b, "; %q: %v", k, e.Errors[k])
+	}
+	return b.String()
+}
+
+// Unwrap returns the distinct errors of the failed keys.
+func (e *BatchError) Unwrap() []error {
+	seen := make(map[error]bool, len(e.Errors))
+	var errs []error
+	for _, k := range sortedKeys(e.Errors) {
+		err := e.Errors[k]
+		if isHashable(err) && seen[err] {
+			continue
+		}
+		if isHashable(err) {
+			seen[err] = true
+		}
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+func sortedKeys(m map[string]error) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// isHashable reports whether err can be a map key without panicking.
+func isHashable(err error) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	_ = map[error]bool{err: true}
+	return true
+}
+
+// distinct returns keys without repeats, in their first order, or
+// ErrInvalid naming the first empty key.
+func distinct(keys []string) ([]string, error) {
+	seen := make(map[string]struct{}, len(keys))
+	uniq := make([]string, 0, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return nil, invalid("empty key at index %d of GetOrLoadMany", i)
+		}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		uniq = append(uniq, k)
+	}
+	return uniq, nil
+}
+
+// many is one GetOrLoadMany call.
+type many[V any] struct {
+	c    *Cache
+	it   itemSettings
+	load func(ctx context.Context, keys []string) (map[string]V, error)
+
+	out    map[string]V
+	failed map[string]error
+	stale  []staleKey // values served stale (or due an early refresh)
+}
+
+// staleKey is a served value to refresh: old is what is stored.
+type staleKey struct {
+	k   keys
+	old []byte
+}
+
+// pendingKey is a key this call found no usable value for, on its way
+// through a flight of this process.
+type pendingKey struct {
+	k      keys
+	obs    observation // what this call's read found, for outcome.accepts
+	wait   func(context.Context) (outcome, error)
+	shared bool // joined a flight another caller started
+}
+
+func (m *many[V]) fail(key string, err error) {
+	if m.failed == nil {
+		m.failed = make(map[string]error)
+	}
+	m.failed[key] = err
+}
+
+// fromNear answers what the near cache can, as nearHit does for
+// GetOrLoad, and returns the keys left for the server.
+func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
+	c := m.c
+	now := coarseNow()
+	rest := keys[:0:0]
+	for _, key := range keys {
+		ne := c.near.lookup(tagOf(key), now.UnixNano())
+		if ne == nil {
+			rest = append(rest, key)
+			continue
+		}
+		st := c.stateAt(ne.e, c.clock(now))
+		if ne.e.NotFound {
+			if st != stateFresh {
+				rest = append(rest, key) // an expired not-found: load again
+				continue
+			}
+			c.count(EventHit, key, true)
+			continue
+		}
+		v, err := nearValue[V](c, key, ne)
+		if err != nil {
+			rest = append(rest, key) // the server path replaces it
+			continue
+		}
+		m.out[key] = v
+		if st == stateStale || c.early(ne.e) {
+			m.stale = append(m.stale, staleKey{k: c.keys(key), old: ne.raw})
+		}
+		if st == stateStale {
+			c.count(EventStale, key, true)
+		} else {
+			c.count(EventHit, key, true)
+		}
+	}
+	return rest
+}
+
+// fromServer reads keys in one round trip, answers the fresh and stale
+// ones, and starts (or joins) a flight for each of the others; the keys
+// this call leads that were missing are claimed and loaded together in
+// the background (claimAndLoad).
+func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey, error) {
+	c := m.c
+	if len(users) == 0 {
+		return nil, nil
+	}
+	ks := make([]keys, len(users))
+	for i, u := range users {
+		ks[i] = c.keys(u)
+	}
+	type todo struct {
+		k     keys
+		obs   observation
+		bad   []byte
+		claim string
+		w     *waiter // registered before the read, for a claimed key
+		sent  time.Time
+		found bool // something is stored: replaced as GetOrLoad would (fill)
+	}
+	var todos []todo
+	down := c.down()
+	if down {
+		for _, k := range ks {
+			todos = append(todos, todo{k: k})
+		}
+	} else {
+		// Register before reading, so that an announcement sent between
+		// the read and the wait is not missed (see fill).
+		ws := make([]*waiter, len(ks))
+		for i, k := range ks {
+			ws[i] = c.ann.register(k.value)
+		}
+		sent := time.Now()
+		rs, err := c.readMany(ctx, ks)
+		if err != nil {
+			for i, k := range ks {
+				c.ann.unregister(k.value, ws[i])
+			}
+			if errors.Is(err, errCallerDone) {
+				return nil, callerErr(ctx)
+			}
+			c.serverError(ks[0].user, err)
+			// A failed server: load without it (fail open). A refusal
+			// (an error reply, an ACL): each key goes the way of
+			// GetOrLoad's, which answers with it.
+			down = !redisx.IsReply(err)
+			for _, k := range ks {
+				todos = append(todos, todo{k: k, found: !down})
+			}
+			rs = nil
+		}
+		for i, r := range rs {
+			k := ks[i]
+			t := todo{k: k, obs: observation{read: true, done: r.done}, sent: sent, found: r.found}
+			if r.found {
+				e, st, derr := c.classify(r.raw)
+				switch st {
+				case stateFresh, stateStale:
+					if e.NotFound && st == stateFresh {
+						c.ann.unregister(k.value, ws[i])
+						c.count(EventHit, k.user, false)
+						continue
+					}
+					if e.NotFound {
+						break // an expired negative entry: load again
+					}
+					v, err := decode[V](c, k.user, e.Payload)
+					if err != nil {
+						t.bad = r.raw
+						break
+					}
+					c.ann.unregister(k.value, ws[i])
+					m.out[k.user] = v
+					if st == stateStale || c.early(e) {
+						m.stale = append(m.stale, staleKey{k: k, old: r.raw})
+					}
+					if st == stateStale {
+						c.count(EventStale, k.user, false)
+					} else {
+						c.count(EventHit, k.user, false)
+					}
+					continue
+				case stateBuilding:
+					info, _ := lockx.ParseValue(string(r.raw))
+					t.claim, t.obs.claim, t.w = info.Token, info.Token, ws[i]
+				case stateCorrupt:
+					c.n.decodeFailures.Add(1)
+					c.emit(EventDecodeFailure, k.user, 0, derr)
+					t.bad = r.raw
+				}
+			}
+			if t.w == nil {
+				c.ann.unregister(k.value, ws[i])
+			}
+			todos = append(todos, t)
+		}
+	}
+
+	// Each key left joins its flight in this process, or starts it: a
+	// GetOrLoad of the key started later joins this call's load.
+	b := newBatch(c, m.it, encodedMany(c, m.load), down)
+	pending := make([]pendingKey, 0, len(todos))
+	for _, t := range todos {
+		c.n.misses.Add(1)
+		c.emit(EventMiss, t.k.user, 0, nil)
+		single := encodedOne(c, t.k.user, m.load)
+		var fn func(context.Context) (outcome, error)
+		switch {
+		case t.w != nil:
+			t := t
+			fn = func(ctx context.Context) (outcome, error) {
+				return c.awaitClaim(ctx, t.k, m.it, single, t.w, t.claim, t.sent)
+			}
+		case t.found:
+			// Stored but not usable (undecodable, of another type, an
+			// expired not-found): replaced under the rebuild lock.
+			t := t
+			fn = func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad) }
+		default:
+			fn = b.member(t.k, single)
+		}
+		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), fn)
+		if shared {
+			c.n.coalesced.Add(1)
+			b.drop(t.k) // not this call's to load
+			if t.w != nil {
+				c.ann.unregister(t.k.value, t.w)
+			}
+		}
+		pending = append(pending, pendingKey{k: t.k, obs: t.obs, wait: wait, shared: shared})
+	}
+	b.start(ctx)
+	return pending, nil
+}
+
+// settle waits for the flights of the pending keys and puts their
+// results in out or failed.
+func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
+	c := m.c
+	for _, p := range pending {
+		res, err := p.wait(ctx)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("cache: load many: %w", ctx.Err())
+		}
+		if err == nil && p.shared && !res.accepts(p.obs) {
+			// The joined flight's result may predate what this call's
+			// read saw (a Delete or Set since): go through GetOrLoad,
+			// which reads the key again.
+			v, err := GetOrLoad(ctx, c, p.k.user, typedOne(p.k.user, m.load))
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil && ctx.Err() != nil:
+				return fmt.Errorf("cache: load many: %w", ctx.Err())
+			case err != nil:
+				m.fail(p.k.user, err)
+			default:
+				m.out[p.k.user] = v
+			}
+			continue
+		}
+		switch {
+		case err != nil:
+			m.fail(p.k.user, err)
+		case res.notFound:
+		default:
+			v, err := decode[V](c, p.k.user, res.payload)
+			if err != nil {
+				m.fail(p.k.user, err)
+				continue
+			}
+			m.out[p.k.user] = v
+		}
+	}
+	return nil
+}
+
+// refreshStale starts the background refresh of the stale values served,
+// one load for those no refresh of this process is running for.
+func (m *many[V]) refreshStale(ctx context.Context) {
+	if len(m.stale) == 0 {
+		return
+	}
+	m.c.refreshMany(ctx, m.it, m.stale, encodedMany(m.c, m.load))
+}
+
+// awaitClaim waits for the rebuild whose claim (token claim) a read sent
+// at sent found, on w, registered before that read; then, unless that
+// rebuild's announcement answered, continues as fill does.
+func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, claim string, sent time.Time) (outcome, error) {
+	waitStart := time.Now()
+	c.n.waits.Add(1)
+	n, err := c.await(ctx, w, min(it.wait, c.s.poll))
+	c.ann.unregister(k.value, w)
+	if err != nil {
+		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
+	}
+	if h := c.heard(k, n, waitFor(claim, sent), waitStart); h.next == answered {
+		return h.res, h.err
+	}
+	return c.fill(ctx, k, it, load, nil)
+}
+
+// encodedOne is the loader of one key through a batch loader: the key
+// missing from the map is loader.ErrNotFound.
+func encodedOne[V any](c *Cache, key string, load func(context.Context, []string) (map[string]V, error)) loader.Func[[]byte] {
+	return encoded(c, key, typedOne(key, load))
+}
+
+func typedOne[V any](key string, load func(context.Context, []string) (map[string]V, error)) loader.Func[V] {
+	return func(ctx context.Context) (V, error) {
+		var zero V
+		got, err := load(ctx, []string{key})
+		if err != nil {
+			return zero, err
+		}
+		v, ok := got[key]
+		if !ok {
+			return zero, loader.ErrNotFound
+		}
+		return v, nil
+	}
+}
+
+// manyLoader is a batch loader returning encoded values.
+type manyLoader func(ctx context.Context, keys []string) (map[string]encodedValue, error)
+
+// encodedValue is one key's value as the codec encoded it, or why it
+// could not be.
+type encodedValue struct {
+	payload []byte
+	err     error
+}
+
+// encodedMany wraps load to return the codec's bytes, keeping only the
+// keys asked for.
+func encodedMany[V any](c *Cache, load func(context.Context, []string) (map[string]V, error)) manyLoader {
+	return func(ctx context.Context, keys []string) (map[string]encodedValue, error) {
+		got, err := load(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]encodedValue, len(got))
+		for _, k := range keys {
+			v, ok := got[k]
+			if !ok {
+				continue
+			}
+			b, err := c.s.codec.Marshal(v)
+			if err != nil {
+				err = fmt.Errorf("cache: encode %q: %w", k, err)
+			}
+			out[k] = encodedValue{payload: b, err: err}
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,162 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// GetOrLoadMany's read: every key in one round trip. A single server gets
+// one MGET; a Redis Cluster one MGET per hash slot (MGET of keys in
+// several slots is refused with CROSSSLOT), all in one pipeline, which
+// go-redis sends to each node at once; any other client (a Ring, a
+// wrapper) one GET per key in one pipeline. With the near cache trusted,
+// the pipeline asks each key's PTTL too, and the read fills the near cache
+// as fetch does.
+
+// errCallerDone is readMany's error when the caller's ctx ended.
+var errCallerDone = errors.New("cache: caller done")
+
+// manyRead is what the read found of one key.
+type manyRead struct {
+	raw   []byte
+	found bool
+	done  time.Time // when the reply came
+}
+
+// readMany reads the value keys ks in one round trip. Its error is
+// errCallerDone when ctx ended, else a failed server's.
+func (c *Cache) readMany(ctx context.Context, ks []keys) ([]manyRead, error) {
+	n := c.near
+	fill := n != nil && c.track.active()
+	var tickets []nearTicket
+	if fill {
+		tickets = make([]nearTicket, len(ks))
+		for i, k := range ks {
+			tickets[i] = n.begin(k.tag)
+		}
+	}
+	sent := time.Now()
+	pipe := c.rc.Pipeline()
+	groups := c.slotGroups(ks)
+	mgets := make([]*redis.SliceCmd, len(groups))
+	gets := make([]*redis.StringCmd, 0)
+	for g, idx := range groups {
+		if idx == nil { // no grouping: one GET per key
+			gets = make([]*redis.StringCmd, len(ks))
+			for i, k := range ks {
+				gets[i] = pipe.Get(ctx, k.value)
+			}
+			continue
+		}
+		names := make([]string, len(idx))
+		for j, i := range idx {
+			names[j] = ks[i].value
+		}
+		mgets[g] = pipe.MGet(ctx, names...)
+	}
+	var ttls []*redis.DurationCmd
+	if fill {
+		ttls = make([]*redis.DurationCmd, len(ks))
+		for i, k := range ks {
+			ttls[i] = pipe.PTTL(ctx, k.value)
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	done := time.Now()
+	rs := make([]manyRead, len(ks))
+	var failed error
+	for g, idx := range groups {
+		if idx == nil {
+			for i, cmd := range gets {
+				raw, err := cmd.Bytes()
+				switch {
+				case err == nil:
+					rs[i] = manyRead{raw: raw, found: true}
+				case !redisx.IsNil(err):
+					failed = err
+				}
+			}
+			continue
+		}
+		vals, err := mgets[g].Result()
+		if err != nil {
+			failed = err
+			continue
+		}
+		for j, i := range idx {
+			if s, ok := vals[j].(string); ok {
+				rs[i] = manyRead{raw: []byte(s), found: true}
+			}
+		}
+	}
+	for i := range rs {
+		rs[i].done = done
+	}
+	if fill {
+		for i, t := range tickets {
+			var e *nearEntry
+			if failed == nil && rs[i].found {
+				e = c.nearEntry(rs[i].raw, nil, ttls[i], sent)
+			}
+			n.finish(t, e)
+		}
+	}
+	if failed != nil {
+		if redisx.CallerDone(ctx) {
+			return nil, errCallerDone
+		}
+		return nil, failed
+	}
+	return rs, nil
+}
+
+// slotGroups returns the indexes of ks grouped for MGET: one group for a
+// single server, one per hash slot on a Redis Cluster, and a nil group
+// (one GET each) for any other client.
+func (c *Cache) slotGroups(ks []keys) [][]int {
+	switch c.rc.(type) {
+	case *redis.Client:
+		all := make([]int, len(ks))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	case *redis.ClusterClient:
+		bySlot := make(map[uint16]int)
+		var groups [][]int
+		for i, k := range ks {
+			s := slot(k.tag)
+			g, ok := bySlot[s]
+			if !ok {
+				g = len(groups)
+				bySlot[s] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], i)
+		}
+		return groups
+	}
+	return [][]int{nil}
+}
+
+// slot is the Redis Cluster hash slot of the keys whose hash tag is tag
+// (every key of an entry: NS:{tag}): CRC16 (XMODEM) of tag, mod 16384.
+func slot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
