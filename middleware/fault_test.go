@@ -957,6 +957,14 @@ func checkStored(q faultReq, user *string, resp storedResponse) error {
 	if len(resp.Header.Values("Set-Cookie")) > 0 {
 		return fmt.Errorf("stored with Set-Cookie %q", resp.Header.Values("Set-Cookie"))
 	}
+	if q.kind == kindVary && user == nil && resp.VaryValues == nil {
+		// The marker the first render of a Vary response leaves under
+		// the plain key: its Vary names and nothing that could be served.
+		if !slices.Equal(resp.Vary, []string{"X-User"}) || resp.Status != 0 || len(resp.Header) != 0 || len(resp.Body) != 0 {
+			return fmt.Errorf("marker with Vary %q, status %d, header %q, body %q", resp.Vary, resp.Status, resp.Header, resp.Body)
+		}
+		return nil
+	}
 	fb, err := parseFaultBody(resp.Body)
 	if err != nil {
 		return err
@@ -974,9 +982,10 @@ func checkStored(q faultReq, user *string, resp storedResponse) error {
 		}
 		return nil
 	}
-	// A Vary response is stored under the plain key (the first render,
-	// before the Vary is known) or under its user's variant key, and in
-	// both says which user it was rendered for.
+	// A Vary response is stored under its user's variant key, or, when
+	// storing it there failed, under the plain key (the first render,
+	// before the Vary is known), and in both says which user it was
+	// rendered for.
 	if !slices.Equal(resp.Vary, []string{"X-User"}) || !slices.Equal(resp.VaryValues, []string{fb.user}) {
 		return fmt.Errorf("render %d for user %q stored with Vary %q = %q", fb.n, fb.user, resp.Vary, resp.VaryValues)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +52,9 @@ func (h *handoff) close() *job {
 	}
 }
 
-// loader is the loader of r's GetOrLoad call; route is r's Event.Route.
-func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, route string) func(context.Context) (response, error) {
+// loader is the loader of r's GetOrLoad call for the key of base and
+// the Vary names vary (see variantKey); route is r's Event.Route.
+func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string) func(context.Context) (response, error) {
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
 		var j *job
@@ -66,10 +68,7 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, rout
 			select {
 			case res := <-j.done:
 				if !errors.Is(res.err, errDeclined) {
-					if res.err == nil {
-						cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
-					}
-					return res.resp, res.err
+					return m.toStore(ctx, r, base, vary, res)
 				}
 			case <-ctx.Done():
 				return response{}, ctx.Err()
@@ -91,11 +90,35 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, rout
 			o.kind = EventBackground
 			m.observe(route, time.Since(start), o)
 		}
-		if res.err == nil {
-			cache.Expire(ctx, time.Duration(res.resp.FreshUntil-res.resp.Stored)*time.Millisecond, res.stale)
-		}
+		return m.toStore(ctx, r, base, vary, res)
+	}
+}
+
+// toStore is what the loader of the key of base and vary returns for the
+// render res of r, with its lifetime set on ctx (cache.Expire).
+//
+// A response that varies on other headers than those the key was made
+// with (the first render of a resource: its Vary was not known) belongs
+// under its variant's key: it is stored there (cache.Set), and the key
+// itself gets a marker, a response with the Vary names and nothing else,
+// which tells a process that does not know the Vary yet where to look
+// and is never served (it matches no request, see response.matches). So
+// the next request for the same variant is a hit, and the body is stored
+// once. If that Set fails, the response itself is returned, to be stored
+// under the key as before: it is served only to requests it matches.
+func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, res result) (response, error) {
+	if res.err != nil {
 		return res.resp, res.err
 	}
+	cache.Expire(ctx, res.fresh, res.stale)
+	if len(res.resp.Vary) == 0 || slices.Equal(res.resp.Vary, vary) {
+		return res.resp, nil
+	}
+	err := cache.Set(ctx, m.c, variantKey(base, res.resp.Vary, r), res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
+	if err != nil {
+		return res.resp, nil
+	}
+	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
 }
 
 // lookup is one GetOrLoad call for a request, as far as the request has
@@ -110,7 +133,7 @@ type lookup struct {
 // look starts GetOrLoad for key in the background, with a loader that
 // hands the render to r's goroutine, and waits for the first of: that
 // job, GetOrLoad's result, or r's client going away.
-func (m *Middleware) look(r *http.Request, next http.Handler, key, route string) lookup {
+func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, vary []string, route string) lookup {
 	h := newHandoff()
 	results := make(chan result, 1)
 	ctx := r.Context()
@@ -120,7 +143,7 @@ func (m *Middleware) look(r *http.Request, next http.Handler, key, route string)
 	// routing state of its own (see detachRoute).
 	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
 	go func() {
-		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, route), cache.WithWaitTimeout(m.wait))
+		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route), cache.WithWaitTimeout(m.wait))
 		results <- result{resp: resp, err: err}
 	}()
 

@@ -137,7 +137,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// refresh, whose job may reach us before that answer does.
 		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
 
-		l := m.look(r, next, key, route)
+		l := m.look(r, next, key, base, vary, route)
 		defer l.cancel()
 		if l.job != nil {
 			if o, done := m.take(w, r, next, base, l, stale, &cached); done {
@@ -184,5 +184,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 type result struct {
 	resp  response
 	err   error
+	fresh time.Duration // how long the response stays fresh, from when it was rendered
 	stale time.Duration // the stale window the response asked for
 }

@@ -52,6 +52,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 			Stored: stored.UnixMilli(), FreshUntil: stored.Add(fresh).UnixMilli(),
 			Vary: vary, VaryValues: values,
 		},
+		fresh: fresh,
 		stale: stale,
 	}
 }
@@ -67,7 +68,6 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 	}
 	m.vary.put(base, res.resp.Vary)
 	key := variantKey(base, res.resp.Vary, r)
-	fresh := time.Duration(res.resp.FreshUntil-res.resp.Stored) * time.Millisecond
-	err := cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+	err := cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
 	return outcome{kind: EventMiss, reason: "the client's no-cache", err: err}
 }
