@@ -98,4 +98,184 @@ func TestHandoff_wokenByRelease(t *testing.T) {
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
 
-var _ = errors.Is
+// TestHandoff_noOvertaking: two waiters queued in turn and a newcomer
+// arriving after the release. The first waiter gets the lock, then the
+// second; the newcomer's Obtain, made as soon as the release returned
+// (before or after the first waiter claimed it, either way), fails. Without
+// the hand-off the release freed the key, and the newcomer took it.
+func TestHandoff_noOvertaking(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		holder, rc := newClient(t, s, nil)
+		first, _ := newClient(t, s, nil)
+		second, _ := newClient(t, s, nil)
+		newcomer, _ := newClient(t, s, nil)
+
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got1 := obtainAsync(ctx, first, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+		got2 := obtainAsync(ctx, second, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 2)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := newcomer.Obtain(ctx, key, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("a newcomer overtook the waiters: %v, %v", l, err)
+		}
+		r1 := redistest.Recv(t, ctx, got1, "the first waiter")
+		if r1.err != nil {
+			t.Fatal(r1.err)
+		}
+		select {
+		case r2 := <-got2:
+			t.Fatalf("the second waiter got the lock (%v) while the first held it", r2.err)
+		default:
+		}
+		late := obtainAsync(ctx, newcomer, key, time.Minute, never) // arrives after the second waiter
+		waitQueued(t, ctx, rc, key, 2)
+		if err := r1.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2 := redistest.Recv(t, ctx, got2, "the second waiter")
+		if r2.err != nil {
+			t.Fatal(r2.err)
+		}
+		select {
+		case r := <-late:
+			t.Fatalf("the late newcomer got the lock (%v) before the second waiter released it", r.err)
+		default:
+		}
+		if err := r2.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r3 := redistest.Recv(t, ctx, late, "the late newcomer")
+		if r3.err != nil {
+			t.Fatal(r3.err)
+		}
+		if err := r3.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestHandoff_fencing: fencing numbers grow with every hand-off, from a
+// fenced holder to fenced waiters and across an unfenced one, and the
+// number a waiter learns is the one stored in the counter.
+func TestHandoff_fencing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		fenceKey, _ := lock.FenceKey(key)
+		c, rc := newClient(t, s, nil)
+		fenced := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour), Fencing: true}
+
+		l, err := c.Obtain(ctx, key, time.Minute, fenced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := l.Fence()
+		for i, opts := range []*lock.ObtainOptions{fenced, never, fenced, fenced} {
+			waiter, _ := newClient(t, s, nil)
+			got := obtainAsync(ctx, waiter, key, time.Minute, opts)
+			waitQueued(t, ctx, rc, key, 1)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := redistest.Recv(t, ctx, got, "the waiter")
+			if r.err != nil {
+				t.Fatalf("waiter %d: %v", i, r.err)
+			}
+			l = r.l
+			if !opts.Fencing {
+				if l.Fence() != 0 {
+					t.Errorf("waiter %d without fencing got fence %d", i, l.Fence())
+				}
+				continue
+			}
+			stored, _ := rc.Get(ctx, fenceKey).Int64()
+			if l.Fence() <= last || l.Fence() != stored {
+				t.Errorf("waiter %d: fence %d after %d (counter %d): want growing, equal to the counter", i, l.Fence(), last, stored)
+			}
+			last = l.Fence()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// deaf hides the client's Subscribe: a waiter on it is never notified and
+// learns of a hand-off only by its poll.
+type deaf struct{ lock.RedisClient }
+
+// TestHandoff_cancelWhileQueued: a waiter that gives up leaves the queue;
+// one that was handed the lock before it gave up (it never heard: its
+// client cannot subscribe, and its poll is an hour away) hands it on to
+// the next waiter as it leaves, instead of leaving it held.
+func TestHandoff_cancelWhileQueued(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		q, _ := lock.QueueKey(key)
+		holder, rc := newClient(t, s, nil)
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// Cancelled while queued: the entry goes.
+		quitter, _ := newClient(t, s, nil)
+		qctx, qcancel := context.WithCancel(ctx)
+		got := obtainAsync(qctx, quitter, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+		qcancel()
+		if r := redistest.Recv(t, ctx, got, "the cancelled waiter"); !errors.Is(r.err, lock.ErrNotObtained) || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v, want ErrNotObtained and Canceled", r.err)
+		}
+		if n, _ := rc.Exists(ctx, q, q+":entries").Result(); n != 0 {
+			t.Fatalf("the cancelled waiter left %d queue keys", n)
+		}
+
+		// Handed the lock, then cancelled: it hands it on.
+		d, err := lock.New(deaf{s.Client(t)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dctx, dcancel := context.WithCancel(ctx)
+		defer dcancel()
+		dgot := obtainAsync(dctx, d, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+		next, _ := newClient(t, s, nil)
+		ngot := obtainAsync(ctx, next, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 2)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := holder.Inspect(ctx, key); err != nil || info.Token == h.Token() {
+			t.Fatalf("after the release the key holds %+v, %v; want the deaf waiter's claim", info, err)
+		}
+		select {
+		case r := <-ngot:
+			t.Fatalf("the second waiter got the lock (%v) while it was handed to the first", r.err)
+		default:
+		}
+		dcancel()
+		if r := redistest.Recv(t, ctx, dgot, "the deaf waiter"); !errors.Is(r.err, lock.ErrNotObtained) {
+			t.Fatalf("deaf waiter: %v, want ErrNotObtained", r.err)
+		}
+		r := redistest.Recv(t, ctx, ngot, "the next waiter, handed the lock by the one that left")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := rc.Exists(ctx, key, q, q+":entries").Result(); n != 0 {
+			t.Errorf("%d of the lock and its queue keys left behind", n)
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
