@@ -1,0 +1,55 @@
+// Package stampedeotel reports what packages cache, lock and middleware
+// observe as OpenTelemetry metrics (go.opentelemetry.io/otel/metric) and
+// spans (go.opentelemetry.io/otel/trace).
+//
+// It is built on the packages' hooks: an Observer function per Cache, lock
+// Client and Middleware records each Event, and CacheStats reads
+// (*cache.Cache).Stats at every collection for the values no Event carries
+// (coalesced calls, rebuild-lock contention, the near cache's size).
+//
+//	tel, err := stampedeotel.New(nil) // the global MeterProvider and TracerProvider
+//	c, err := cache.New(rdb, &cache.Options{Observer: tel.CacheObserver("users")})
+//	err = tel.CacheStats("users", c)
+//	locks, err := lock.New(rdb, &lock.Options{Observer: tel.LockObserver("jobs")})
+//	mw, err := middleware.New(c, &middleware.Options{Observer: tel.MiddlewareObserver("pages")})
+//
+// An Observer that is already set is kept with Chain:
+//
+//	Observer: stampedeotel.Chain(myObserver, tel.CacheObserver("users"))
+//
+// # Spans
+//
+// Events are reported when work ends, with how long it took, so each span
+// is made afterwards with its real start (the end less Event.Duration):
+// stampede.cache.load for every loader call (background refreshes
+// included), stampede.cache.wait for every wait for another process's
+// load, stampede.lock.obtain for every Obtain, and
+// stampede.middleware.render for every request the middleware rendered
+// for the cache (MISS) and every render it finished in the background.
+// Failures set the span's status to Error.
+//
+// NOTE: an Event carries no context, so these spans have no parent: each
+// is the root of a trace of its own, linked to the request that caused it
+// only by time and attributes. For a load span inside the caller's trace,
+// wrap the loader with Traced: the loader runs on a context that keeps the
+// values (and so the span) of the first caller's context.
+//
+// # Attributes
+//
+// The stampede.event attribute is the EventKind's String ("hit",
+// "not-obtained", "bypass", ...), so kinds added to the packages later are
+// recorded under their own names without a change here. No attribute
+// holds a cache or lock key or a URL unless Options.SpanKeys puts the key
+// on spans: keys are unbounded and may be private. The middleware's
+// metrics carry http.route, which is Event.Route: the chi route pattern
+// where the middleware runs inside a chi route, else the request's path;
+// Options.MaxRoutes bounds its distinct values (later ones are "other").
+//
+// # Cost
+//
+// Observers run synchronously on the packages' hot paths. Every attribute
+// set a cache or lock Observer records with is built when the Observer is
+// made, so recording a hit is an array index and the SDK's counter add,
+// without allocating. Spans are made only for loads, waits, obtains and
+// renders, never for hits. See BenchmarkObserver.
+package stampedeotel

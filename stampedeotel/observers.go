@@ -1,0 +1,147 @@
+package stampedeotel
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/lock"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// kinds is how many EventKind values there can be (they are uint8s).
+const kinds = 256
+
+// Span names.
+const (
+	spanLoad   = "stampede.cache.load"
+	spanWait   = "stampede.cache.wait"
+	spanObtain = "stampede.lock.obtain"
+	spanRender = "stampede.middleware.render"
+)
+
+// adding returns the options of an Add with the attributes kvs, built
+// once so that each Add allocates nothing.
+func adding(kvs ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
+}
+
+// recording is adding for a Record.
+func recording(kvs ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
+}
+
+// byResult is what an Observer records for one result of a timed event:
+// the histogram's options and the span's attributes.
+type byResult struct {
+	record []metric.RecordOption
+	attrs  []attribute.KeyValue
+}
+
+func results(name attribute.KeyValue, rs ...string) []byResult {
+	out := make([]byResult, len(rs))
+	for i, r := range rs {
+		kvs := []attribute.KeyValue{name, keyResult.String(r)}
+		out[i] = byResult{record: recording(kvs...), attrs: kvs}
+	}
+	return out
+}
+
+// spanAttrs returns the attributes of a span about key.
+func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute.KeyValue {
+	if !t.spanKeys {
+		return base
+	}
+	return append(base[:len(base):len(base)], keyKey.String(key))
+}
+
+// CacheObserver returns a function for cache.Options.Observer that records
+// the Cache's Events with the attribute stampede.cache=name: every Event
+// in stampede.cache.events by its kind (and, for hits and stale hits, its
+// tier: near or server), the loader's run time in
+// stampede.cache.load.duration and the wait for another process's load in
+// stampede.cache.wait.duration, each with a span (stampede.cache.load,
+// stampede.cache.wait).
+//
+// Events are counted in place and reported when the meter collects; the
+// attribute sets of the histograms are built now, so that recording an
+// event allocates nothing (spans aside). Each Cache should have its own
+// name; Caches that share a name add up. The function is safe for
+// concurrent use.
+func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
+	cacheName := keyCache.String(name)
+	events := newEventTable(cacheName, func(k int) string { return cache.EventKind(k).String() }, func(k int) bool {
+		return cache.EventKind(k) == cache.EventHit || cache.EventKind(k) == cache.EventStale
+	})
+	t.addTable(&t.cacheTables, events)
+	loads := results(cacheName, "ok", "not-found", "error")
+	waits := results(cacheName, "ok", "timeout", "error")
+	return func(e cache.Event) {
+		events.count(uint8(e.Kind), e.Near)
+		ctx := context.Background()
+		switch e.Kind {
+		case cache.EventLoad:
+			r, err := 0, e.Err
+			switch {
+			case e.Err == nil:
+			case errors.Is(e.Err, cache.ErrNotFound):
+				r, err = 1, nil // an answer, not a failure
+			default:
+				r = 2
+			}
+			t.cacheLoads.Record(ctx, e.Duration.Seconds(), loads[r].record...)
+			t.span(spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
+		case cache.EventWait:
+			r := 0
+			switch {
+			case e.Err == nil:
+			case errors.Is(e.Err, cache.ErrWaitTimeout):
+				r = 1
+			default:
+				r = 2
+			}
+			t.cacheWaits.Record(ctx, e.Duration.Seconds(), waits[r].record...)
+			t.span(spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
+		}
+	}
+}
+
+// LockObserver returns a function for lock.Options.Observer that records
+// the lock Client's Events with the attribute stampede.lock=name: every
+// Event in stampede.lock.events by its kind, the time each Obtain took
+// (retries and waiting included) in stampede.lock.obtain.duration by
+// result, with a span (stampede.lock.obtain; a lock not obtained is not an
+// error there, a failed server call is), and how long each released lock
+// was held in stampede.lock.held.duration.
+//
+// Events are counted in place and reported when the meter collects; the
+// attribute sets of the histograms are built now, so that recording an
+// event allocates nothing (spans aside). The function is safe for
+// concurrent use.
+func (t *Telemetry) LockObserver(name string) func(lock.Event) {
+	lockName := keyLock.String(name)
+	events := newEventTable(lockName, func(k int) string { return lock.EventKind(k).String() }, func(int) bool { return false })
+	t.addTable(&t.lockTables, events)
+	obtain := results(lockName, lock.EventObtained.String(), lock.EventNotObtained.String(), lock.EventObtainFailed.String())
+	held := recording(lockName)
+	return func(e lock.Event) {
+		events.count(uint8(e.Kind), false)
+		ctx := context.Background()
+		r, err := -1, error(nil)
+		switch e.Kind {
+		case lock.EventObtained:
+			r = 0
+		case lock.EventNotObtained:
+			r = 1
+		case lock.EventObtainFailed:
+			r, err = 2, e.Err
+		case lock.EventReleased:
+			t.lockHeld.Record(ctx, e.Duration.Seconds(), held...)
+		}
+		if r >= 0 {
+			t.lockObtain.Record(ctx, e.Duration.Seconds(), obtain[r].record...)
+			t.span(spanObtain, e.Duration, err, t.spanAttrs(obtain[r].attrs, e.Key)...)
+		}
+	}
+}

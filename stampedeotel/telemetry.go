@@ -1,0 +1,218 @@
+package stampedeotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// scope is the instrumentation scope of the meter and tracer.
+const scope = "github.com/hotkv/stampede/stampedeotel"
+
+// Options configures New. A nil *Options means all defaults.
+type Options struct {
+	// MeterProvider makes the instruments. Default: otel.GetMeterProvider(),
+	// the global one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the spans. Default: otel.GetTracerProvider(),
+	// the global one (which makes no spans until one is set).
+	TracerProvider trace.TracerProvider
+	// Buckets are the bucket boundaries, in seconds, advised for the
+	// duration histograms, in increasing order (a View may override
+	// them). Default: 0.5 ms, 1 ms, 2.5 ms, 5 ms, ... 10 s (14
+	// boundaries).
+	Buckets []float64
+	// MaxRoutes bounds the distinct values of the http.route attribute of
+	// each MiddlewareObserver's metrics: events of routes first seen after
+	// this many are recorded under the route "other". Default: 100.
+	MaxRoutes int
+	// SpanKeys puts the cache or lock key on spans, as the attribute
+	// stampede.key. Default: false; keys may hold what a trace backend
+	// should not store.
+	SpanKeys bool
+}
+
+func defaultBuckets() []float64 {
+	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
+
+func (o *Options) validate() error {
+	if o == nil {
+		return nil
+	}
+	if o.MaxRoutes < 0 {
+		return fmt.Errorf("stampedeotel: MaxRoutes is %d, must not be negative", o.MaxRoutes)
+	}
+	for i := 1; i < len(o.Buckets); i++ {
+		if o.Buckets[i] <= o.Buckets[i-1] {
+			return errors.New("stampedeotel: Buckets must be in increasing order")
+		}
+	}
+	return nil
+}
+
+func (o *Options) meterProvider() metric.MeterProvider {
+	if o == nil || o.MeterProvider == nil {
+		return otel.GetMeterProvider()
+	}
+	return o.MeterProvider
+}
+
+func (o *Options) tracerProvider() trace.TracerProvider {
+	if o == nil || o.TracerProvider == nil {
+		return otel.GetTracerProvider()
+	}
+	return o.TracerProvider
+}
+
+func (o *Options) buckets() []float64 {
+	if o == nil || len(o.Buckets) == 0 {
+		return defaultBuckets()
+	}
+	return o.Buckets
+}
+
+func (o *Options) maxRoutes() int {
+	if o == nil || o.MaxRoutes == 0 {
+		return 100
+	}
+	return o.MaxRoutes
+}
+
+// Attribute keys.
+const (
+	keyCache      = attribute.Key("stampede.cache")
+	keyLock       = attribute.Key("stampede.lock")
+	keyMiddleware = attribute.Key("stampede.middleware")
+	keyEvent      = attribute.Key("stampede.event")
+	keyTier       = attribute.Key("stampede.tier")
+	keyResult     = attribute.Key("stampede.result")
+	keyReason     = attribute.Key("stampede.reason")
+	keyKey        = attribute.Key("stampede.key")
+	keyRoute      = attribute.Key("http.route")
+)
+
+// Telemetry records the metrics and spans of the caches, locks and
+// middlewares whose Observers it made. Its methods are safe for concurrent
+// use. Use New to create one.
+type Telemetry struct {
+	tracer    trace.Tracer
+	spanKeys  bool
+	maxRoutes int
+
+	cacheEvents  metric.Int64ObservableCounter // reported from cacheTables
+	cacheLoads   metric.Float64Histogram
+	cacheWaits   metric.Float64Histogram
+	lockEvents   metric.Int64ObservableCounter // reported from lockTables
+	lockObtain   metric.Float64Histogram
+	lockHeld     metric.Float64Histogram
+	httpEvents   metric.Int64Counter
+	httpDuration metric.Float64Histogram
+
+	mu          sync.Mutex // guards caches, cacheTables and lockTables
+	caches      map[string]*cache.Cache
+	cacheTables []*eventTable // appended to, never changed: a copy of the slice is safe to read
+	lockTables  []*eventTable
+}
+
+// New returns Telemetry recording with Options.MeterProvider and
+// Options.TracerProvider. It fails if Options are invalid or the meter
+// refuses an instrument.
+func New(opts *Options) (*Telemetry, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	meter := opts.meterProvider().Meter(scope)
+	t := &Telemetry{
+		tracer:    opts.tracerProvider().Tracer(scope),
+		spanKeys:  opts != nil && opts.SpanKeys,
+		maxRoutes: opts.maxRoutes(),
+		caches:    map[string]*cache.Cache{},
+	}
+	var errs []error
+	observable := func(name, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	buckets := opts.buckets()
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	t.cacheEvents = observable("stampede.cache.events",
+		"Events of a cache.Cache by kind (hit, stale, miss, load, wait, fail-open, decode-failure, refresh, write-skipped, server-error); stampede.tier is near or server for hits and stale hits.")
+	t.cacheLoads = histogram("stampede.cache.load.duration", "How long the loader ran, by result (ok, not-found, error).")
+	t.cacheWaits = histogram("stampede.cache.wait.duration",
+		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error).")
+	t.lockEvents = observable("stampede.lock.events",
+		"Events of a lock.Client by kind (obtained, not-obtained, obtain-failed, released, release-failed, refreshed, refresh-failed, lost, skipped).")
+	t.lockObtain = histogram("stampede.lock.obtain.duration",
+		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed).")
+	t.lockHeld = histogram("stampede.lock.held.duration", "How long a lock was held until Release.")
+	t.httpEvents = counter("stampede.middleware.events",
+		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route and reason.")
+	t.httpDuration = histogram("stampede.middleware.duration",
+		"How long the middleware took to answer a request, render or wait included; for background, how long the render took.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("stampedeotel: %w", err)
+	}
+	_, err := t.newStats(meter)
+	errs = append(errs, err, t.registerEvents(meter))
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("stampedeotel: %w", err)
+	}
+	return t, nil
+}
+
+// span records a span named name that ended now after running for d,
+// failed with err if err is not nil.
+func (t *Telemetry) span(name string, d time.Duration, err error, attrs ...attribute.KeyValue) {
+	end := time.Now()
+	_, s := t.tracer.Start(context.Background(), name, trace.WithTimestamp(end.Add(-d)),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	if err != nil {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
+	}
+	s.End(trace.WithTimestamp(end))
+}
+
+// Chain returns an Observer that calls each non-nil observer in turn, for
+// an Options.Observer of package cache, lock or middleware that must feed
+// more than one consumer: Chain(existing, tel.CacheObserver("users")). It
+// returns nil when all are nil.
+func Chain[E any](observers ...func(E)) func(E) {
+	var fs []func(E)
+	for _, f := range observers {
+		if f != nil {
+			fs = append(fs, f)
+		}
+	}
+	switch len(fs) {
+	case 0:
+		return nil
+	case 1:
+		return fs[0]
+	}
+	return func(e E) {
+		for _, f := range fs {
+			f(e)
+		}
+	}
+}

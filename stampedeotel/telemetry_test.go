@@ -1,0 +1,612 @@
+package stampedeotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/middleware"
+	"github.com/hotkv/stampede/stampedeotel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m, nil) }
+
+func testCtx(tb testing.TB) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// bed is Telemetry with an SDK meter read by hand and a tracer recording
+// every span.
+type bed struct {
+	tel    *stampedeotel.Telemetry
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+}
+
+func newBed(tb testing.TB, opts *stampedeotel.Options) *bed {
+	tb.Helper()
+	b := &bed{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(b.reader))
+	b.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
+	tb.Cleanup(func() {
+		_ = mp.Shutdown(context.Background())
+		_ = b.tp.Shutdown(context.Background())
+	})
+	if opts == nil {
+		opts = &stampedeotel.Options{}
+	}
+	opts.MeterProvider, opts.TracerProvider = mp, b.tp
+	tel, err := stampedeotel.New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b.tel = tel
+	return b
+}
+
+// point returns the value of the data point of the metric name whose
+// attributes are exactly kvs (for a histogram: its count, and its sum),
+// or -1 when there is none.
+func (b *bed) point(tb testing.TB, name string, kvs ...attribute.KeyValue) (v, sum float64) {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := b.reader.Collect(context.Background(), &rm); err != nil {
+		tb.Fatal(err)
+	}
+	want := attribute.NewSet(kvs...)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Value), 0
+					}
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Value), 0
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Count), p.Sum
+					}
+				}
+			default:
+				tb.Fatalf("%s: unexpected data %T", name, m.Data)
+			}
+		}
+	}
+	return -1, 0
+}
+
+// want fails tb unless the metric's value (see point) is v.
+func (b *bed) want(tb testing.TB, v float64, name string, kvs ...attribute.KeyValue) {
+	tb.Helper()
+	if got, _ := b.point(tb, name, kvs...); got != v {
+		tb.Errorf("%s %v = %v, want %v", name, kvs, got, v)
+	}
+}
+
+// waitFor waits until the metric's value is v: the events of background
+// work and the middleware's events after the response come after the
+// call that caused them has returned.
+func (b *bed) waitFor(tb testing.TB, v float64, name string, kvs ...attribute.KeyValue) {
+	tb.Helper()
+	redistest.WaitFor(tb, testCtx(tb), fmt.Sprintf("%s %v = %v", name, kvs, v), func() bool {
+		got, _ := b.point(tb, name, kvs...)
+		return got == v
+	})
+}
+
+// ended returns the ended spans named name.
+func (b *bed) ended(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range b.spans.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// attr returns the value of s's attribute k, or "".
+func attr(s sdktrace.ReadOnlySpan, k string) string {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == k {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// withResult returns the spans whose stampede.result is r.
+func withResult(spans []sdktrace.ReadOnlySpan, r string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if attr(s, "stampede.result") == r {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var (
+	cacheAttr = attribute.Key("stampede.cache").String
+	lockAttr  = attribute.Key("stampede.lock").String
+	mwAttr    = attribute.Key("stampede.middleware").String
+	event     = attribute.Key("stampede.event").String
+	tier      = attribute.Key("stampede.tier").String
+	result    = attribute.Key("stampede.result").String
+	reason    = attribute.Key("stampede.reason").String
+	route     = attribute.Key("http.route").String
+)
+
+// clock is an Options.Now that tests move forward.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+func loadString(v string) loader.Func[string] {
+	return func(context.Context) (string, error) { return v, nil }
+}
+
+// A miss and its load, a hit, a not-found, a failed load, an entry that
+// does not decode and a stale hit with its refresh on Redis 8: counted by
+// kind, loads timed, a span per load whose times are the histogram's.
+func TestCacheObserver(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	b := newBed(t, nil)
+	clk := &clock{}
+	ns := redistest.Key(t, "ns")
+	rdb := s.Client(t)
+	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
+		Now: clk.now, Observer: b.tel.CacheObserver("users")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := b.tel.CacheStats("users", c); err != nil {
+		t.Fatal(err)
+	}
+	const events, loads = "stampede.cache.events", "stampede.cache.load.duration"
+	users := cacheAttr("users")
+
+	for range 2 {
+		if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A")); v != "A" || err != nil {
+			t.Fatalf("GetOrLoad = %q, %v", v, err)
+		}
+	}
+	b.want(t, 1, events, users, event("miss"))
+	b.want(t, 1, events, users, event("load"))
+	b.want(t, 1, events, users, event("hit"), tier("server"))
+	b.want(t, 0, events, users, event("hit"), tier("near"))
+	b.want(t, 1, loads, users, result("ok"))
+
+	if _, err := cache.GetOrLoad(ctx, c, "gone", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatalf("not found: %v", err)
+	}
+	boom := errors.New("boom")
+	if _, err := cache.GetOrLoad(ctx, c, "bad", func(context.Context) (string, error) { return "", boom }); !errors.Is(err, boom) {
+		t.Fatalf("failed load: %v", err)
+	}
+	b.want(t, 1, loads, users, result("not-found"))
+	b.want(t, 1, loads, users, result("error"))
+
+	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cache.GetOrLoad(ctx, c, "d", loadString("D")); v != "D" || err != nil {
+		t.Fatalf("GetOrLoad over a bad entry = %q, %v", v, err)
+	}
+	b.want(t, 1, events, users, event("decode-failure"))
+
+	clk.advance(2 * time.Minute)
+	if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A2")); v != "A" || err != nil {
+		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
+	}
+	b.want(t, 1, events, users, event("stale"), tier("server"))
+	b.waitFor(t, 3, loads, users, result("ok")) // a, d, and the refresh of a
+	b.want(t, 1, events, users, event("refresh"))
+
+	st := c.Stats()
+	b.want(t, float64(st.Hits), events, users, event("hit"), tier("server"))
+	b.want(t, float64(st.Misses), events, users, event("miss"))
+	b.want(t, 0, "stampede.cache.near.entries", users)
+	b.want(t, float64(st.Coalesced), "stampede.cache.coalesced", users)
+
+	// One span per load, refresh included, each with its result; the
+	// failed one in error, and its length the one the histogram got.
+	spans := b.ended("stampede.cache.load")
+	if len(spans) != 5 {
+		t.Fatalf("%d load spans, want 5", len(spans))
+	}
+	failed := withResult(spans, "error")
+	if len(failed) != 1 || failed[0].Status().Code != codes.Error || len(withResult(spans, "not-found")) != 1 || len(withResult(spans, "ok")) != 3 {
+		t.Fatalf("load spans by result: ok %d, not-found %d, error %d (status %v); want 3, 1, 1 (Error)",
+			len(withResult(spans, "ok")), len(withResult(spans, "not-found")), len(failed), failed[0].Status())
+	}
+	if nf := withResult(spans, "not-found")[0]; nf.Status().Code != codes.Unset {
+		t.Errorf("not-found load span status %v, want unset", nf.Status())
+	}
+	_, sum := b.point(t, loads, users, result("error"))
+	if d := failed[0].EndTime().Sub(failed[0].StartTime()); math.Abs(d.Seconds()-sum) > 1e-6 {
+		t.Errorf("failed load span lasted %v, the histogram got %v s", d, sum)
+	}
+	for _, s := range spans {
+		if attr(s, "stampede.key") != "" || attr(s, "stampede.cache") != "users" || s.Parent().IsValid() {
+			t.Errorf("load span attributes %v, parent %v: want the cache's name, no key, no parent", s.Attributes(), s.Parent())
+		}
+	}
+}
+
+// Hits answered by the near cache are recorded in the near tier, the
+// others in the server tier, as cache.Stats counts them; CacheStats
+// reports the near cache's entries.
+func TestCacheObserver_nearTier(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	b := newBed(t, nil)
+	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
+		Near: &cache.Near{MaxEntries: 100}, Observer: b.tel.CacheObserver("near")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := b.tel.CacheStats("near", c); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, ctx, "near cache active", c.NearActive)
+	redistest.WaitFor(t, ctx, "a near hit", func() bool {
+		if _, err := cache.GetOrLoad(ctx, c, "k", loadString("v")); err != nil {
+			t.Fatal(err)
+		}
+		return c.Stats().NearHits > 0
+	})
+	st := c.Stats()
+	near := cacheAttr("near")
+	b.want(t, float64(st.NearHits), "stampede.cache.events", near, event("hit"), tier("near"))
+	if st.Hits > st.NearHits {
+		b.want(t, float64(st.Hits-st.NearHits), "stampede.cache.events", near, event("hit"), tier("server"))
+	}
+	b.want(t, 1, "stampede.cache.near.entries", near)
+	b.want(t, float64(st.NearInvalidations), "stampede.cache.near.invalidations", near)
+}
+
+// A caller of one Cache waits for the load of another and is woken with
+// its value: a wait, timed and with a span, in the waiting Cache's name.
+func TestCacheObserver_wait(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	bd := newBed(t, nil)
+	ns := redistest.Key(t, "ns")
+	newCache := func(name string) *cache.Cache {
+		c, err := cache.New(s.NewClient(), &cache.Options{Namespace: ns, Observer: bd.tel.CacheObserver(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := newCache("a"), newCache("b")
+	started, release := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	go func() {
+		_, err := cache.GetOrLoad(ctx, a, "k", func(ctx context.Context) (string, error) {
+			close(started)
+			select {
+			case <-release:
+				return "v", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		})
+		errs <- err
+	}()
+	redistest.Recv(t, ctx, started, "a's load to start")
+	go func() {
+		v, err := cache.GetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "", errors.New("b loaded") })
+		if err == nil && v != "v" {
+			err = fmt.Errorf("b got %q", v)
+		}
+		errs <- err
+	}()
+	redistest.WaitFor(t, ctx, "b waiting", func() bool { return b.Stats().Waits == 1 })
+	close(release)
+	for range 2 {
+		if err := redistest.Recv(t, ctx, errs, "GetOrLoad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const waits = "stampede.cache.wait.duration"
+	bd.want(t, 1, waits, cacheAttr("b"), result("ok"))
+	bd.want(t, -1, waits, cacheAttr("a"), result("ok"))
+	bd.want(t, 0, "stampede.cache.events", cacheAttr("b"), event("load"))
+	bd.want(t, 1, "stampede.cache.events", cacheAttr("a"), event("load"))
+	spans := bd.ended("stampede.cache.wait")
+	if len(spans) != 1 || attr(spans[0], "stampede.cache") != "b" || attr(spans[0], "stampede.result") != "ok" {
+		t.Fatalf("wait spans %v, want one of b's, ok", spans)
+	}
+	_, sum := bd.point(t, waits, cacheAttr("b"), result("ok"))
+	if d := spans[0].EndTime().Sub(spans[0].StartTime()); sum <= 0 || math.Abs(d.Seconds()-sum) > 1e-6 {
+		t.Errorf("wait span lasted %v, the histogram got %v s", d, sum)
+	}
+}
+
+// signalRetry is a RetryStrategy that tells when Obtain first found the
+// lock held.
+type signalRetry struct {
+	once  *sync.Once
+	tried chan struct{}
+}
+
+func (r signalRetry) Backoff(int) time.Duration {
+	r.once.Do(func() { close(r.tried) })
+	return 5 * time.Millisecond
+}
+
+// A held lock: a refused Obtain and one that waits until the holder
+// releases, each timed with a span (carrying the key, with SpanKeys).
+func TestLockObserver_contended(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	b := newBed(t, &stampedeotel.Options{SpanKeys: true})
+	locks, err := lock.New(s.Client(t), &lock.Options{Observer: b.tel.LockObserver("jobs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redistest.Key(t, "lock")
+	l1, err := locks.Obtain(ctx, key, 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Obtain(ctx, key, 10*time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
+	}
+	tried := make(chan struct{})
+	got := make(chan *lock.Lock, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := locks.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Retry: signalRetry{&sync.Once{}, tried}})
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- l
+	}()
+	redistest.Recv(t, ctx, tried, "the waiter to find the lock held")
+	released := time.Now()
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var l2 *lock.Lock
+	select {
+	case l2 = <-got:
+	case err := <-errs:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobs := lockAttr("jobs")
+	const events, obtain = "stampede.lock.events", "stampede.lock.obtain.duration"
+	b.want(t, 2, events, jobs, event("obtained"))
+	b.want(t, 1, events, jobs, event("not-obtained"))
+	b.want(t, 2, events, jobs, event("released"))
+	b.want(t, 2, obtain, jobs, result("obtained"))
+	b.want(t, 1, obtain, jobs, result("not-obtained"))
+	b.want(t, 2, "stampede.lock.held.duration", jobs)
+
+	spans := b.ended("stampede.lock.obtain")
+	if len(spans) != 3 || len(withResult(spans, "obtained")) != 2 || len(withResult(spans, "not-obtained")) != 1 {
+		t.Fatalf("%d obtain spans, want 2 obtained and 1 not-obtained", len(spans))
+	}
+	across := 0 // spans that began before the holder released and ended after
+	for _, s := range spans {
+		if attr(s, "stampede.key") != key || s.Status().Code != codes.Unset {
+			t.Errorf("obtain span key %q status %v; want %q, unset", attr(s, "stampede.key"), s.Status(), key)
+		}
+		if s.StartTime().Before(released) && s.EndTime().After(released) {
+			across++
+		}
+	}
+	if across != 1 {
+		t.Errorf("%d obtain spans span the release, want 1: the waiter's, from its start to its lock", across)
+	}
+}
+
+func get(tb testing.TB, srv *httptest.Server, path string, hdr ...string) string {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(testCtx(tb), http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := 0; i < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Header.Get("X-Cache")
+}
+
+func newMiddleware(tb testing.TB, s *redistest.Server, obs func(middleware.Event)) *middleware.Middleware {
+	tb.Helper()
+	c, err := cache.New(s.Client(tb), &cache.Options{Namespace: redistest.Key(tb, "ns")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	mw, err := middleware.New(c, &middleware.Options{TTL: time.Minute, Observer: obs})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return mw
+}
+
+// A chi route behind the middleware: a MISS (with a render span), a HIT
+// and a BYPASS, recorded by route pattern and reason, never by path; past
+// MaxRoutes, paths are recorded as "other".
+func TestMiddlewareObserver(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	b := newBed(t, &stampedeotel.Options{MaxRoutes: 1})
+	mw := newMiddleware(t, s, b.tel.MiddlewareObserver("pages"))
+	r := chi.NewRouter()
+	r.With(mw.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
+	})
+	r.With(mw.Handler).Get("/teams/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "team ", chi.URLParam(r, "id"))
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	for _, step := range []struct {
+		path   string
+		hdr    []string
+		xcache string
+	}{
+		{"/users/1", nil, "MISS"},
+		{"/users/1", nil, "HIT"},
+		{"/users/2", []string{"Authorization", "Bearer x"}, "BYPASS"},
+		{"/teams/1", nil, "MISS"}, // a second route, beyond MaxRoutes
+	} {
+		if got := get(t, srv, step.path, step.hdr...); got != step.xcache {
+			t.Fatalf("%s: X-Cache %q, want %q", step.path, got, step.xcache)
+		}
+	}
+	const events = "stampede.middleware.events"
+	pages, users := mwAttr("pages"), route("/users/{id}")
+	b.waitFor(t, 1, events, pages, users, event("bypass"), reason("authorization"))
+	b.waitFor(t, 1, events, pages, users, event("miss"))
+	b.waitFor(t, 1, events, pages, users, event("hit"))
+	b.waitFor(t, 1, events, pages, route("other"), event("miss"))
+	b.want(t, 1, "stampede.middleware.duration", pages, users, event("hit"))
+	spans := b.ended("stampede.middleware.render")
+	if len(spans) != 2 || attr(spans[0], "http.route") != "/users/{id}" || attr(spans[1], "http.route") != "other" {
+		t.Fatalf("render spans %v, want one for /users/{id} and one for other", spans)
+	}
+}
+
+// Traced puts the load's span under the caller's span, and a not-found
+// is an answer, not an error.
+func TestTraced(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	b := newBed(t, nil)
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, parent := b.tp.Tracer("test").Start(testCtx(t), "request")
+	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", loadString("v"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
+		return "", loader.ErrNotFound
+	})); !errors.Is(err, cache.ErrNotFound) {
+		t.Fatal(err)
+	}
+	parent.End()
+	for _, name := range []string{"load k", "load gone"} {
+		spans := b.ended(name)
+		if len(spans) != 1 {
+			t.Fatalf("%d spans %q, want 1", len(spans), name)
+		}
+		if spans[0].Parent().SpanID() != parent.SpanContext().SpanID() || spans[0].Status().Code != codes.Unset {
+			t.Errorf("%s: parent %v status %v; want the request's span, unset", name, spans[0].Parent().SpanID(), spans[0].Status())
+		}
+	}
+}
+
+// Every kind a package defines is recorded under its String, also kinds
+// this module was not written for.
+func TestObservers_everyKind(t *testing.T) {
+	b := newBed(t, nil)
+	co, lo := b.tel.CacheObserver("c"), b.tel.LockObserver("l")
+	n := 0
+	for k := cache.EventKind(1); k.String() != "unknown"; k++ {
+		co(cache.Event{Kind: k})
+		kvs := []attribute.KeyValue{cacheAttr("c"), event(k.String())}
+		if k == cache.EventHit || k == cache.EventStale {
+			kvs = append(kvs, tier("server"))
+		}
+		b.want(t, 1, "stampede.cache.events", kvs...)
+		n++
+	}
+	co(cache.Event{Kind: 250})
+	b.want(t, 1, "stampede.cache.events", cacheAttr("c"), event("unknown"))
+	for k := lock.EventKind(1); k.String() != "unknown"; k++ {
+		lo(lock.Event{Kind: k})
+		b.want(t, 1, "stampede.lock.events", lockAttr("l"), event(k.String()))
+		n++
+	}
+	if n < 19 {
+		t.Fatalf("%d kinds, want at least 19", n)
+	}
+}
+
+func TestNew_invalid(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *stampedeotel.Options
+	}{
+		{"negative MaxRoutes", &stampedeotel.Options{MaxRoutes: -1}},
+		{"buckets out of order", &stampedeotel.Options{Buckets: []float64{1, 0.5}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := stampedeotel.New(tt.opts); err == nil || !strings.HasPrefix(err.Error(), "stampedeotel: ") {
+				t.Fatalf("New: %v, want a stampedeotel: error", err)
+			}
+		})
+	}
+}
+
+func TestChain(t *testing.T) {
+	var got []string
+	f := func(s string) func(lock.Event) { return func(lock.Event) { got = append(got, s) } }
+	if stampedeotel.Chain[lock.Event](nil) != nil {
+		t.Error("Chain of nils is not nil")
+	}
+	stampedeotel.Chain(nil, f("a"), f("b"))(lock.Event{})
+	if strings.Join(got, ",") != "a,b" {
+		t.Errorf("called %v, want a,b", got)
+	}
+}
