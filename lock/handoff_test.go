@@ -3,10 +3,15 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/internal/faultproxy"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
@@ -277,5 +282,248 @@ func TestHandoff_cancelWhileQueued(t *testing.T) {
 		if n, _ := rc.Exists(ctx, key, q, q+":entries").Result(); n != 0 {
 			t.Errorf("%d of the lock and its queue keys left behind", n)
 		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// splitSub sends commands on one client and subscribes on another, so
+// that a fault proxy in front of the second hits only the subscription.
+type splitSub struct {
+	lock.RedisClient
+	sub redis.UniversalClient
+}
+
+func (s splitSub) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return s.sub.Subscribe(ctx, channels...)
+}
+
+// TestHandoff_subscriptionFaults: the waiter's subscription connection is
+// black-holed, or reset, while it waits; the release's notification is
+// lost, and the waiter still gets the lock by its poll (EventWakeMissed).
+// After a reset the subscription comes back: the next waiter is woken.
+func TestHandoff_subscriptionFaults(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, fault := range []string{"black-hole", "reset"} {
+			t.Run(fault, func(t *testing.T) {
+				ctx := testCtx(t)
+				key := redistest.Key(t, "k")
+				proxied, faults := faultRedis(t, s)
+				var w wakeCounter
+				waiter, err := lock.New(splitSub{s.Client(t), proxied}, &lock.Options{Observer: w.observe})
+				if err != nil {
+					t.Fatal(err)
+				}
+				holder, rc := newClient(t, s, nil)
+				poll := &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)}
+
+				h, err := holder.Obtain(ctx, key, time.Minute, never)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := obtainAsync(ctx, waiter, key, time.Minute, poll)
+				waitQueued(t, ctx, rc, key, 1)
+				if fault == "black-hole" {
+					faults.BlackHole()
+				} else if faults.Reset() == 0 {
+					t.Fatal("no subscription connection to reset")
+				}
+				if err := h.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r := redistest.Recv(t, ctx, got, "the waiter, by its poll")
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if err := r.l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if fault == "black-hole" {
+					if w.missed.Load() != 1 || w.woken.Load() != 0 {
+						t.Fatalf("woken %d, missed %d; want the poll to find the hand-off", w.woken.Load(), w.missed.Load())
+					}
+					faults.Resume()
+					return
+				}
+				// Reset: the waiter may have been woken by a subscription
+				// already back, or have found the lock by its poll; the next
+				// wait is woken by the subscription made again.
+				before := w.woken.Load()
+				h, err = holder.Obtain(ctx, key, time.Minute, never)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = obtainAsync(ctx, waiter, key, time.Minute, never)
+				waitQueued(t, ctx, rc, key, 1)
+				if err := h.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r = redistest.Recv(t, ctx, got, "the waiter, woken through the new subscription")
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				if w.woken.Load() != before+1 {
+					t.Errorf("woken %d after the reset, want %d", w.woken.Load(), before+1)
+				}
+				_ = r.l.Release(ctx)
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// faultRedis returns a client for s whose connections all go through fault
+// proxies, and their faults (faultClient without the lock client).
+func faultRedis(tb testing.TB, s *redistest.Server) (redis.UniversalClient, faultproxy.Faults) {
+	tb.Helper()
+	set, err := faultproxy.StartSet(s.Addrs()...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = set.Close() })
+	var rc redis.UniversalClient
+	if s.Kind == redistest.Cluster {
+		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer()})
+	} else {
+		rc = redis.NewClient(&redis.Options{Addr: set.For(s.Addrs()[0]).Addr()})
+	}
+	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxies close
+	return rc, set.All()
+}
+
+// workerHandoff increments a plain GET/SET counter under the lock,
+// LOCKTEST_G goroutines × LOCKTEST_N times, waiting with a back-off of an
+// hour: every hand-off must reach its waiter by notification. It prints
+// "woken W missed M".
+func workerHandoff() int {
+	rc := redistest.WorkerClient()
+	defer rc.Close()
+	var w wakeCounter
+	c, _ := lock.New(rc, &lock.Options{Observer: w.observe})
+	key, counter := workerEnv("KEY"), workerEnv("COUNTER")
+	g, n := workerInt("G"), workerInt("N")
+	ctx := context.Background()
+	errs := make(chan error, g)
+	var wg sync.WaitGroup
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				err := c.Do(ctx, key, 10*time.Second, func(ctx context.Context) error {
+					v, err := rc.Get(ctx, counter).Int()
+					if err != nil && err.Error() != "redis: nil" {
+						return err
+					}
+					return rc.Set(ctx, counter, v+1, 0).Err()
+				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour), MaxWait: time.Minute}})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Printf("woken %d missed %d\n", w.woken.Load(), w.missed.Load())
+	return 0
+}
+
+// TestHandoff_processes: waiters in four processes take turns on one key
+// with no lost update; each waiter polls only once an hour, so every
+// hand-off reached its waiter, in another process, by notification.
+func TestHandoff_processes(t *testing.T) {
+	const procs, goroutines, n = 4, 3, 15
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		rc := s.Client(t)
+		key, counter := redistest.Key(t, "lock"), redistest.Key(t, "counter")
+		var ps []*redistest.Proc
+		for range procs {
+			ps = append(ps, redistest.Spawn(t, s, "handoff", "LOCKTEST_KEY="+key, "LOCKTEST_COUNTER="+counter,
+				fmt.Sprintf("LOCKTEST_G=%d", goroutines), fmt.Sprintf("LOCKTEST_N=%d", n)))
+		}
+		var woken, missed int
+		for i, p := range ps {
+			out, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+			var w, m int
+			if _, err := fmt.Sscanf(lastLine(out), "woken %d missed %d", &w, &m); err != nil {
+				t.Fatalf("worker %d said %q: %v", i, out, err)
+			}
+			woken, missed = woken+w, missed+m
+		}
+		got, err := rc.Get(ctx, counter).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := procs * goroutines * n; got != want {
+			t.Errorf("counter = %d, want %d: %d updates lost", got, want, want-got)
+		}
+		if woken == 0 || missed != 0 {
+			t.Errorf("woken %d, missed %d: want every hand-off notified", woken, missed)
+		}
+		t.Logf("%d hand-offs woken by notification", woken)
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// workerWaiter waits for the lock with a back-off of LOCKTEST_WAIT and,
+// once it holds it, says "held" and blocks until killed.
+func workerWaiter() int {
+	c := workerClient()
+	wait, _ := time.ParseDuration(workerEnv("WAIT"))
+	if _, err := c.Obtain(context.Background(), workerEnv("KEY"), time.Minute,
+		&lock.ObtainOptions{Retry: lock.LinearBackoff(wait), MaxWait: time.Minute}); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	fmt.Println("held")
+	select {}
+}
+
+// TestHandoff_deadWaiter: a waiter process killed while queued first in
+// line. The release hands the lock to its entry, which is still live, but
+// only until the entry would have expired (a little over two back-off
+// steps), not for the lock's minute; then the next waiter gets it.
+func TestHandoff_deadWaiter(t *testing.T) {
+	const step = 200 * time.Millisecond
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		holder, rc := newClient(t, s, nil)
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := redistest.Spawn(t, s, "waiter", "LOCKTEST_KEY="+key, "LOCKTEST_WAIT="+step.String())
+		waitQueued(t, ctx, rc, key, 1)
+		p.Kill()
+		next, _ := newClient(t, s, nil)
+		got := obtainAsync(ctx, next, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)})
+		waitQueued(t, ctx, rc, key, 2)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info, err := holder.Inspect(ctx, key)
+		if err == nil && info.TTL > 2*step+100*time.Millisecond {
+			t.Fatalf("the dead waiter was handed the lock for %v, more than its entry's life", info.TTL)
+		}
+		r := redistest.Recv(t, ctx, got, "the next waiter")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if info.Token == r.l.Token() {
+			t.Fatalf("the next waiter was handed the lock before the dead one's entry ran out: %+v", info)
+		}
+		_ = r.l.Release(ctx)
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }

@@ -12,5 +12,7 @@ func TestMain(m *testing.M) {
 		"hold":    workerHold,
 		"fence":   workerFence,
 		"cron":    workerCron,
+		"handoff": workerHandoff,
+		"waiter":  workerWaiter,
 	})
 }

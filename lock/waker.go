@@ -40,6 +40,7 @@ type waker struct {
 	ps       *redis.PubSub            // the current subscription; nil between connections
 	channels map[string]int           // channel -> waiters here
 	ready    map[string]chan struct{} // channel -> closed once the server confirmed the subscription
+	pending  map[string]int           // channel -> SUBSCRIBEs sent on ps and not yet confirmed
 	waiters  map[string]chan struct{} // token -> wake-up
 	denied   bool                     // the last SUBSCRIBE was refused (warned once until it works)
 }
@@ -59,7 +60,7 @@ func (c *Client) wakerAdd(sub subscriber, channel, token string) (wake, ready ch
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.waiters == nil {
-		w.waiters, w.channels, w.ready = map[string]chan struct{}{}, map[string]int{}, map[string]chan struct{}{}
+		w.waiters, w.channels, w.ready, w.pending = map[string]chan struct{}{}, map[string]int{}, map[string]chan struct{}{}, map[string]int{}
 	}
 	w.waiters[token] = wake
 	w.channels[channel]++
@@ -76,7 +77,10 @@ func (c *Client) wakerAdd(sub subscriber, channel, token string) (wake, ready ch
 		go c.wakerLoop(sub)
 	} else if w.ps != nil && w.channels[channel] == 1 {
 		// Sent now, its reply read by the loop; an error fails the loop's
-		// next read and the loop subscribes again to every channel.
+		// next read and the loop subscribes again to every channel. Only
+		// the last confirmation counts: an older one may answer a
+		// SUBSCRIBE that an UNSUBSCRIBE has undone since.
+		w.pending[channel]++
 		_ = w.ps.Subscribe(context.Background(), channel)
 	}
 	return wake, ready
@@ -90,7 +94,7 @@ func (c *Client) wakerRemove(channel, token string) {
 	delete(w.waiters, token)
 	if w.channels[channel]--; w.channels[channel] <= 0 {
 		delete(w.channels, channel)
-		delete(w.ready, channel)
+		delete(w.ready, channel) // pending stays: confirmations of SUBSCRIBEs sent may still come
 		if w.ps != nil {
 			_ = w.ps.Unsubscribe(context.Background(), channel)
 		}
@@ -117,8 +121,10 @@ func (c *Client) wakerLoop(sub subscriber) {
 		w.mu.Lock()
 		w.ps = ps
 		chans := make([]string, 0, len(w.channels))
+		clear(w.pending)
 		for ch := range w.channels {
 			chans = append(chans, ch)
+			w.pending[ch] = 1
 		}
 		var err error
 		if len(chans) > 0 {
@@ -203,7 +209,11 @@ func (c *Client) wakerSession(ps *redis.PubSub, subErr error) (confirmed bool, e
 				confirmed = true
 				w.mu.Lock()
 				w.denied = false
-				if r := w.ready[m.Channel]; r != nil && r != closed {
+				w.pending[m.Channel]--
+				if w.pending[m.Channel] <= 0 {
+					delete(w.pending, m.Channel)
+				}
+				if r := w.ready[m.Channel]; r != nil && r != closed && w.pending[m.Channel] == 0 {
 					select {
 					case <-r:
 					default:
