@@ -47,9 +47,12 @@
 //
 // # Cost
 //
-// Observers run synchronously on the packages' hot paths. Every attribute
-// set a cache or lock Observer records with is built when the Observer is
-// made, so recording a hit is an array index and the SDK's counter add,
-// without allocating. Spans are made only for loads, waits, obtains and
-// renders, never for hits. See BenchmarkObserver.
+// Observers run synchronously on the packages' hot paths. A cache or lock
+// Observer counts events in a table of its own (an array index and an
+// atomic add, without allocating) that the meter reads when it collects,
+// so stampede.cache.events and stampede.lock.events are observable
+// (asynchronous) counters; the attribute sets of the histograms are built
+// when the Observer is made. Spans are made only for loads, waits,
+// obtains and renders, never for hits. See BenchmarkObserver and
+// BenchmarkNearHit.
 package stampedeotel

@@ -36,5 +36,5 @@
 // cache or lock Observer can touch is resolved when the Observer is made,
 // so counting an event is an array index and an atomic add, without
 // allocating; the middleware's series are found in a map under a read lock.
-// See BenchmarkCacheObserver_hit.
+// See BenchmarkObserver and BenchmarkNearHit.
 package stampedeprom
