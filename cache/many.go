@@ -353,7 +353,10 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 					t.bad = r.raw
 				}
 			}
-			if t.w == nil {
+			switch {
+			case !t.found:
+				t.w = ws[i] // for a claim the batch finds taken (batch.member)
+			case t.w == nil:
 				c.ann.unregister(k.value, ws[i])
 			}
 			todos = append(todos, t)
@@ -370,7 +373,7 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 		single := encodedOne(c, t.k.user, m.load)
 		var fn func(context.Context) (outcome, error)
 		switch {
-		case t.w != nil:
+		case t.claim != "":
 			t := t
 			fn = func(ctx context.Context) (outcome, error) {
 				return c.awaitClaim(ctx, t.k, m.it, single, t.w, t.claim, t.sent)
@@ -381,7 +384,7 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 			t := t
 			fn = func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad) }
 		default:
-			fn = b.member(t.k, single)
+			fn = b.member(t.k, single, t.w, t.sent)
 		}
 		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), fn)
 		if shared {

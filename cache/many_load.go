@@ -14,6 +14,7 @@ import (
 
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/lockvalue"
+	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -40,6 +41,10 @@ type batchResult struct {
 	res  outcome
 	err  error
 	fill bool // not settled by the batch: the flight continues as fill
+	// claim is the token of another process's claim that the batch found
+	// where it tried to claim the key: the flight waits for it.
+	claim string
+	seen  time.Time // when that read was sent
 }
 
 // batch is the missing keys one GetOrLoadMany call leads.
@@ -57,20 +62,32 @@ func newBatch(c *Cache, it itemSettings, load manyLoader, down bool) *batch {
 }
 
 // member adds k to the batch and returns the function for k's flight: it
-// waits for the batch's result for k, and continues as fill (with single,
-// a loader of k alone) when the batch did not settle k.
-func (b *batch) member(k keys, single loader.Func[[]byte]) func(context.Context) (outcome, error) {
+// waits for the batch's result for k; for another process's claim found
+// in its place, waits for that (on w, registered before the read sent at
+// sent; nil when failing open); and continues as fill (with single, a
+// loader of k alone) when the batch did not settle k.
+func (b *batch) member(k keys, single loader.Func[[]byte], w *waiter, sent time.Time) func(context.Context) (outcome, error) {
 	ch := make(chan batchResult, 1)
 	b.res[k.value] = ch
 	b.order = append(b.order, k)
+	c := b.c
 	return func(ctx context.Context) (outcome, error) {
 		select {
 		case r := <-ch:
+			if r.claim != "" && w != nil {
+				return c.awaitClaim(ctx, k, b.it, single, w, r.claim, r.seen)
+			}
+			if w != nil {
+				c.ann.unregister(k.value, w)
+			}
 			if r.fill {
-				return b.c.fill(ctx, k, b.it, single, nil)
+				return c.fill(ctx, k, b.it, single, nil)
 			}
 			return r.res, r.err
 		case <-ctx.Done():
+			if w != nil {
+				c.ann.unregister(k.value, w)
+			}
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
 		}
 	}
@@ -144,7 +161,7 @@ func (b *batch) run(ctx context.Context) {
 	pipe := c.rc.Pipeline()
 	type try struct {
 		cl  heldClaim
-		cmd *redis.BoolCmd
+		cmd *redis.Cmd
 	}
 	tries := make([]try, 0, len(b.order))
 	for _, k := range b.order {
@@ -154,7 +171,11 @@ func (b *batch) run(ctx context.Context) {
 		}
 		token := lockvalue.NewToken()
 		value := lockvalue.Encode(token, claimed, "")
-		tries = append(tries, try{heldClaim{k: k, key: k.value, value: value, token: token}, pipe.SetNX(ctx, k.value, value, c.s.lockTTL)})
+		// SET NX (the claim) with GET: where another process was first,
+		// the reply is what it stored, its claim or its value, so that
+		// this one need not read the key again.
+		cmd := pipe.Do(ctx, "SET", k.value, value, "PX", max(c.s.lockTTL.Milliseconds(), 1), "NX", "GET")
+		tries = append(tries, try{heldClaim{k: k, key: k.value, value: value, token: token}, cmd})
 	}
 	if len(tries) == 0 {
 		return
@@ -163,14 +184,15 @@ func (b *batch) run(ctx context.Context) {
 	var won []heldClaim
 	var alone []keys
 	for _, t := range tries {
-		ok, err := t.cmd.Result()
+		old, err := t.cmd.Text()
 		switch {
-		case err == nil && ok:
+		case redisx.IsNil(err): // nothing was there: claimed
 			won = append(won, t.cl)
 		case err == nil:
-			// Another process claimed it first: wait for it, as fill does.
+			// Another process was first: wait for its claim, or take
+			// what it stored.
 			c.n.contention.Add(1)
-			b.send(t.cl.k, batchResult{fill: true})
+			b.send(t.cl.k, c.foundInstead(t.cl.k, old, claimed))
 		case ctx.Err() != nil:
 			b.send(t.cl.k, batchResult{err: fmt.Errorf("cache: load %q: %w", t.cl.k.user, ErrClosed)})
 		case redisx.IsReply(err):
@@ -204,17 +226,46 @@ func (b *batch) run(ctx context.Context) {
 	defer cancel()
 	notes := make([]announcement, len(won))
 	results := make([]batchResult, len(won))
-	parallel(len(won), func(i int) {
-		cl := won[i]
+	// The values replace their claims in one pipeline where the server
+	// has SET IFEQ; what is left ends one claim at a time (endClaim).
+	var ws []claimWrite
+	var rest []int
+	for i, cl := range won {
 		res, err := c.resultOf(cl.k, got, lerr)
 		res.claim, res.seen = cl.token, claimed
 		results[i] = batchResult{res: res, err: err}
-		notes[i] = c.endClaim(wctx, cl, it, took, res, err)
+		if err != nil || res.notFound && it.negative == 0 {
+			rest = append(rest, i)
+			continue
+		}
+		val, ttl := c.entry(it, res.payload, res.notFound, took)
+		ws = append(ws, claimWrite{i: i, cl: cl, val: val, ttl: ttl})
+	}
+	rest = append(rest, c.writeClaims(wctx, ws, notes)...)
+	parallel(len(rest), func(j int) {
+		i := rest[j]
+		notes[i] = c.endClaim(wctx, won[i], it, took, results[i].res, results[i].err)
 	})
 	c.announceAll(wctx, notes)
 	for i, cl := range won {
 		b.send(cl.k, results[i])
 	}
+}
+
+// foundInstead is what a key's flight does with old, found stored where
+// the batch tried to claim the key by a read sent at sent: wait for the
+// claim of another process, take a fresh value or not-found, and
+// otherwise go the way of GetOrLoad (fill).
+func (c *Cache) foundInstead(k keys, old string, sent time.Time) batchResult {
+	e, st, _ := c.classify([]byte(old))
+	switch {
+	case st == stateBuilding:
+		info, _ := lockx.ParseValue(old)
+		return batchResult{claim: info.Token, seen: sent}
+	case st == stateFresh:
+		return batchResult{res: outcome{payload: e.Payload, notFound: e.NotFound, seen: sent}}
+	}
+	return batchResult{fill: true}
 }
 
 // loadAlone loads ks in one loader call without the server (fail open):
@@ -277,6 +328,59 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 		return nil, it, took, fmt.Errorf("cache: load %d keys: %w", len(users), err)
 	}
 	return got, it, took, nil
+}
+
+// claimWrite is the entry val (expiring after ttl) to replace the claim
+// cl, the i-th of a batch.
+type claimWrite struct {
+	i   int
+	cl  heldClaim
+	val string
+	ttl time.Duration
+}
+
+// writeClaims replaces claims with their entries in one pipeline of SET
+// … IFEQ claim, where the server has it (what redisx.Conn.SetIfEqual
+// sends there for one), and sets the announcement of each in notes. It
+// returns the indexes (claimWrite.i) it did not write: the server has no
+// SET IFEQ, or refused it; endClaim writes those one at a time.
+func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announcement) (left []int) {
+	if len(ws) == 0 {
+		return nil
+	}
+	caps, err := c.conn.CapabilitiesFor(ctx, ws[0].cl.key)
+	if err != nil || caps.Extend != redisx.ExtendSetIfEq || len(ws[0].cl.value) > c.s.digest {
+		for _, w := range ws {
+			left = append(left, w.i)
+		}
+		return left
+	}
+	pipe := c.rc.Pipeline()
+	cmds := make([]*redis.Cmd, len(ws))
+	for j, w := range ws {
+		cmds[j] = pipe.Do(ctx, "SET", w.cl.key, w.val, "IFEQ", w.cl.value, "PX", max(w.ttl.Milliseconds(), 1))
+	}
+	_, _ = pipe.Exec(ctx)
+	for j, w := range ws {
+		err := cmds[j].Err()
+		switch {
+		case redisx.IsRefused(err):
+			left = append(left, w.i) // SetIfEqual downgrades and uses the script
+			continue
+		case redisx.IsNil(err):
+			c.noteWrite(w.cl.k, false, nil)
+		case err != nil:
+			err = redisx.Denied("conditional write", err, "")
+			c.noteWrite(w.cl.k, false, err)
+			if refused(err) {
+				c.releaseClaim(ctx, w.cl)
+				notes[w.i] = announcement{k: w.cl.k, token: w.cl.token, kind: noticeError, text: err.Error()}
+				continue
+			}
+		}
+		notes[w.i] = written(w.cl, err == nil, w.val)
+	}
+	return left
 }
 
 // endClaim replaces the claim cl with the entry for res (or frees it when

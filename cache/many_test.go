@@ -779,7 +779,7 @@ func TestGetOrLoadMany_clusterSlots(t *testing.T) {
 				}
 			}
 		case "set":
-			if slices.Contains(cmd, "nx") {
+			if slices.Contains(cmd, "NX") || slices.Contains(cmd, "nx") {
 				setnx++
 			}
 		}
