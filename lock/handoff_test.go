@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -525,5 +526,95 @@ func TestHandoff_deadWaiter(t *testing.T) {
 			t.Fatalf("the next waiter was handed the lock before the dead one's entry ran out: %+v", info)
 		}
 		_ = r.l.Release(ctx)
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestACL_handoff: a user with LockPerms only (no hand-off script, no
+// channel) still gets a working lock, its waiter polling, with one warning;
+// with HandoffPerms but not the channel, the lock is handed over and the
+// waiter finds it by its poll, with warnings about SUBSCRIBE and PUBLISH;
+// with all of HandoffPerms, the waiter is woken.
+func TestACL_handoff(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		prefix := aclPrefix(t)
+		admin := s.Client(t)
+		poll := &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)}
+		noChannel := func(perms []string) (out []string) {
+			for _, p := range perms {
+				if !strings.HasPrefix(p, "&") {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		for _, tc := range []struct {
+			name  string
+			perms []string
+			opts  *lock.ObtainOptions
+			warn  []string // in the waiter's and holder's logs
+		}{
+			{"lock perms", redistest.LockPerms(s.Kind, prefix+"*"), poll, []string{"waiters poll for released locks"}},
+			{"no channel", append(redistest.LockPerms(s.Kind, prefix+"*"), noChannel(redistest.HandoffPerms(prefix+"*"))...), poll,
+				[]string{"refused SUBSCRIBE", "refused PUBLISH"}},
+			{"handoff perms", append(redistest.LockPerms(s.Kind, prefix+"*"), redistest.HandoffPerms(prefix+"*")...), never, nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := testCtx(t)
+				key := prefix + strings.ReplaceAll(tc.name, " ", "-")
+				u := s.User(t, tc.perms...)
+				var logs syncBuffer
+				var w wakeCounter
+				opts := &lock.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: w.observe}
+				holder, err := lock.New(u.Client(t), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waiter, err := lock.New(u.Client(t), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h, err := holder.Obtain(ctx, key, time.Minute, tc.opts)
+				if err != nil {
+					t.Fatalf("holder: %v", err)
+				}
+				got := obtainAsync(ctx, waiter, key, time.Minute, tc.opts)
+				if tc.name == "lock perms" {
+					redistest.WaitFor(t, ctx, "the waiter's warning", func() bool { return strings.Contains(logs.String(), tc.warn[0]) })
+				} else {
+					waitQueued(t, ctx, admin, key, 1)
+				}
+				if err := h.Release(ctx); err != nil {
+					t.Fatalf("release: %v", err)
+				}
+				r := redistest.Recv(t, ctx, got, "the waiter")
+				if r.err != nil {
+					t.Fatalf("waiter: %v", r.err)
+				}
+				if err := r.l.Release(ctx); err != nil {
+					t.Fatalf("waiter's release: %v", err)
+				}
+				for _, want := range tc.warn {
+					redistest.WaitFor(t, ctx, "warning "+want, func() bool { return strings.Contains(logs.String(), want) })
+				}
+				switch tc.name {
+				case "lock perms":
+					if w.woken.Load()+w.missed.Load() != 0 {
+						t.Errorf("hand-off events without hand-off: woken %d, missed %d", w.woken.Load(), w.missed.Load())
+					}
+				case "no channel":
+					if w.missed.Load() != 1 {
+						t.Errorf("missed %d, want the poll to find the hand-off", w.missed.Load())
+					}
+				default:
+					if w.woken.Load() != 1 || strings.Contains(logs.String(), "WARN") {
+						t.Errorf("woken %d, logs %q; want woken once, no warning", w.woken.Load(), logs.String())
+					}
+				}
+				q, _ := lock.QueueKey(key)
+				if n, _ := admin.Exists(ctx, key, q, q+":entries").Result(); n != 0 {
+					t.Errorf("%d of the lock and its queue keys left behind", n)
+				}
+			})
+		}
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }

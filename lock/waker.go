@@ -43,6 +43,7 @@ type waker struct {
 	pending  map[string]int           // channel -> SUBSCRIBEs sent on ps and not yet confirmed
 	waiters  map[string]chan struct{} // token -> wake-up
 	denied   bool                     // the last SUBSCRIBE was refused (warned once until it works)
+	idle     chan struct{}            // told when the last waiter leaves, to end the loop's pause
 }
 
 // closed is a channel that is closed.
@@ -61,6 +62,7 @@ func (c *Client) wakerAdd(sub subscriber, channel, token string) (wake, ready ch
 	defer w.mu.Unlock()
 	if w.waiters == nil {
 		w.waiters, w.channels, w.ready, w.pending = map[string]chan struct{}{}, map[string]int{}, map[string]chan struct{}{}, map[string]int{}
+		w.idle = make(chan struct{}, 1)
 	}
 	w.waiters[token] = wake
 	w.channels[channel]++
@@ -92,6 +94,12 @@ func (c *Client) wakerRemove(channel, token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.waiters, token)
+	if len(w.waiters) == 0 {
+		select {
+		case w.idle <- struct{}{}:
+		default:
+		}
+	}
 	if w.channels[channel]--; w.channels[channel] <= 0 {
 		delete(w.channels, channel)
 		delete(w.ready, channel) // pending stays: confirmations of SUBSCRIBEs sent may still come
@@ -164,7 +172,20 @@ func (c *Client) wakerLoop(sub subscriber) {
 			wait = wakerRetryDenied
 		}
 		t := time.NewTimer(wait)
-		<-t.C
+		select {
+		case <-t.C:
+		case <-w.idle:
+			t.Stop()
+		}
+		w.mu.Lock()
+		stop = len(w.waiters) == 0
+		if stop {
+			w.running = false
+		}
+		w.mu.Unlock()
+		if stop {
+			return
+		}
 	}
 }
 

@@ -137,3 +137,16 @@ func NearPerms() []string {
 func FencePerms(keyPattern string) []string {
 	return []string{"~{" + keyPattern, "+evalsha", "+eval", "+get", "+set", "+time"}
 }
+
+// HandoffPerms are what a lock obtained with a Retry adds to LockPerms on
+// every kind, for keys matching keyPattern, so that its release hands it
+// to a queued waiter and wakes it: the hand-off script and the commands it
+// calls, the queue keys ("{key}:queue", "{key}:queue:entries" for a key
+// without a hash tag) and the channel "{key}:handoff" that waiters
+// subscribe to. Without them locks work as before, waiters polling.
+func HandoffPerms(keyPattern string) []string {
+	return []string{"~{" + keyPattern, "&{" + keyPattern,
+		"+evalsha", "+eval", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+time",
+		"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel",
+		"+publish", "+subscribe", "+unsubscribe", "+ping"}
+}
