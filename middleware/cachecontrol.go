@@ -102,17 +102,18 @@ func splitDirectives(v string) []string {
 }
 
 // expiresIn is the freshness lifetime an Expires field gives a response
-// (RFC 9111 4.2.1): Expires less the response's Date, counted from now if
-// Date is earlier (an upstream response that has aged) or absent or
-// invalid. An invalid Expires (such as "0"), or several that disagree,
-// means already expired: zero or less is returned. h must be canonical.
-func expiresIn(h http.Header, now time.Time) time.Duration {
+// (RFC 9111 4.2.1): Expires less the response's Date, or less when it was
+// received (responded) if it has no valid Date. (The time since its Date
+// counts in its age, see initialAge.) An invalid Expires (such as "0"),
+// or several that disagree, means already expired: zero or less is
+// returned. h must be canonical.
+func expiresIn(h http.Header, responded time.Time) time.Duration {
 	expires, ok := httpDate(h.Values("Expires"))
 	if !ok {
 		return 0
 	}
-	from := now
-	if date, ok := httpDate(h.Values("Date")); ok && date.After(now) {
+	from := responded
+	if date, ok := httpDate(h.Values("Date")); ok {
 		from = date
 	}
 	return expires.Sub(from)

@@ -29,10 +29,16 @@
 // information; responses with a storable status that are not no-store,
 // private or no-cache (nor, without Cache-Control, Pragma: no-cache), set
 // no cookie, declare or set no trailer and do not say Vary: *, header
-// names read in any letter case. s-maxage, then max-age, then Expires,
-// then Options.TTL give the freshness (an Expires that is invalid or not
-// in the future is not stored); stale-while-revalidate and stale-if-error
-// (RFC 5861) the stale window. Responses that flush, hijack, panic or
+// names read in any letter case. s-maxage, then max-age, then Expires
+// (less Date), then Options.TTL give the freshness lifetime (an Expires
+// that is invalid or not in the future is not stored), counted from the
+// response's age when received (RFC 9111 4.2.3: its Age field, or the
+// time since its Date if that is more; an Age that is not one
+// non-negative integer means stale): a response older than its lifetime
+// is not stored, and every answer's Age counts its age. The response's
+// Date is kept (one is added if it has none);
+// stale-while-revalidate and stale-if-error (RFC 5861) give the stale
+// window. Responses that flush, hijack, panic or
 // answer 5xx are passed through and never stored; bodies over
 // Options.StoreLimit (which must fit the cache's MaxValueSize) stream
 // through without being buffered whole.

@@ -73,68 +73,80 @@ type errNotStored struct{ reason string }
 func (e errNotStored) Error() string { return "middleware: response not stored: " + e.reason }
 
 // storable applies the rules of a shared cache (RFC 9111 section 3) and
-// the options to a recorded response. It returns why it may not be
-// stored, or its fresh and stale durations.
+// the options to a recorded response, rendered for a request made at
+// requested and received at responded. It returns why it may not be
+// stored, or its age when received and its freshness lifetime (counted
+// from when its age was 0) and stale window.
 //
 // It first merges header fields the handler set in another letter case
 // than the canonical one (w.Header()["set-cookie"]) into rec's canonical
 // names, so that these rules and the header drops of storedHeader see
 // them.
-func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fresh, stale time.Duration) {
+func (m *Middleware) storable(r *http.Request, rec *recorder, requested, responded time.Time) (reason string, age, lifetime, stale time.Duration) {
 	canonicalHeader(rec.header)
 	h := rec.header
 	cc := parseCacheControl(h.Values("Cache-Control"))
 	_, star := parseVary(h)
 	switch {
 	case rec.status >= 500 && rec.status != http.StatusNotImplemented:
-		return "server error", 0, 0
+		return "server error", 0, 0, 0
 	case rec.status == http.StatusNotModified || rec.status == http.StatusPreconditionFailed:
 		// Answers to this request's conditions, not a response that other
 		// requests (without them) may be given.
-		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0
+		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0, 0
 	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
-		return "ShouldCache said no", 0, 0
+		return "ShouldCache said no", 0, 0, 0
 	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
-		return fmt.Sprintf("status %d", rec.status), 0, 0
+		return fmt.Sprintf("status %d", rec.status), 0, 0, 0
 	case cc.noStore:
-		return "no-store", 0, 0
+		return "no-store", 0, 0, 0
 	case cc.private:
-		return "private", 0, 0
+		return "private", 0, 0, 0
 	case cc.noCache:
-		return "no-cache (would need revalidation)", 0, 0
+		return "no-cache (would need revalidation)", 0, 0, 0
 	case len(h.Values("Set-Cookie")) > 0:
-		return "sets a cookie", 0, 0
+		return "sets a cookie", 0, 0, 0
 	case hasTrailers(h):
 		// Trailers are sent after the body, where none of these rules
 		// would see them (a "Trailer:Set-Cookie" is a cookie too).
-		return "declares or sets trailers", 0, 0
+		return "declares or sets trailers", 0, 0, 0
 	case star:
-		return "Vary: *", 0, 0
+		return "Vary: *", 0, 0, 0
 	case cc.broken:
-		return "malformed Cache-Control", 0, 0
+		return "malformed Cache-Control", 0, 0, 0
 	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
 		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
 		// 9111 5.4 leaves Pragma in responses undefined; where there is
 		// no Cache-Control to say otherwise, take it at its word.
-		return "Pragma: no-cache", 0, 0
+		return "Pragma: no-cache", 0, 0, 0
 	case storedSize(r, rec) > m.maxValue:
-		return "larger than the cache's MaxValueSize", 0, 0
+		return "larger than the cache's MaxValueSize", 0, 0, 0
 	}
-	fresh = m.o.TTL
+	age, ok := initialAge(h, requested, responded)
+	if !ok {
+		// RFC 9111 5.1 would ignore an invalid Age; a response that
+		// came through a cache which wrote one cannot say how old it is,
+		// so it is taken as stale, as the published caches do.
+		return "invalid Age (taken as stale)", 0, 0, 0
+	}
+	lifetime = m.o.TTL
 	switch {
 	case cc.hasSMaxAge:
-		fresh = cc.sMaxAge
+		lifetime = cc.sMaxAge
 	case cc.hasMaxAge:
-		fresh = cc.maxAge
+		lifetime = cc.maxAge
 	case h["Expires"] != nil:
 		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
 		// max-age; an invalid one means already expired.
-		if fresh = expiresIn(h, m.now()); fresh <= 0 {
-			return "Expires is not in the future", 0, 0
+		if lifetime = expiresIn(h, responded); lifetime <= 0 {
+			return "Expires is not in the future", 0, 0, 0
 		}
 	}
-	if fresh <= 0 {
-		return "max-age=0", 0, 0
+	switch {
+	case lifetime <= 0:
+		return "max-age=0", 0, 0, 0
+	case lifetime <= age:
+		return "stale when received (Age or Date)", 0, 0, 0
 	}
 	stale = m.o.StaleTTL
 	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
@@ -145,8 +157,53 @@ func (m *Middleware) storable(r *http.Request, rec *recorder) (reason string, fr
 	}
 	// The entry lives fresh+stale: keep that from overflowing when the
 	// options are set huge to mean "forever".
-	stale = min(stale, math.MaxInt64-fresh)
-	return "", fresh, stale
+	stale = min(stale, math.MaxInt64-(lifetime-age))
+	return "", age, lifetime, stale
+}
+
+// initialAge is the age of a response when it was received
+// (responded), for a request made at requested: RFC 9111 4.2.3's
+// corrected_initial_age, the larger of its apparent age (responded less
+// its Date, if it has a valid one) and its Age field plus the response
+// delay. ok is false if it has an Age field that is not one
+// non-negative integer (a list, several fields, a sign, a fraction, a
+// parameter): see parseAge.
+func initialAge(h http.Header, requested, responded time.Time) (age time.Duration, ok bool) {
+	var received time.Duration
+	if vs := h["Age"]; vs != nil {
+		if received, ok = parseAge(vs); !ok {
+			return 0, false
+		}
+	}
+	age = received + max(0, responded.Sub(requested))
+	if date, ok := httpDate(h.Values("Date")); ok {
+		age = max(age, responded.Sub(date))
+	}
+	return max(age, 0), true
+}
+
+// parseAge parses the values of an Age field: exactly one value of
+// digits only (RFC 9111 5.1: delta-seconds), capped at 2^31 seconds as
+// RFC 9111 1.2.2 says.
+func parseAge(values []string) (time.Duration, bool) {
+	if len(values) != 1 {
+		return 0, false
+	}
+	v := strings.Trim(values[0], " \t")
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n < 1<<31 {
+			n = n*10 + int64(c-'0')
+		}
+	}
+	return time.Duration(min(n, 1<<31)) * time.Second, true
 }
 
 // hasTrailers reports whether a response header declares trailers

@@ -21,12 +21,13 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.setStatus(h, statusBypass)
 		giveToClient(rr.Context()) // the response is its client's alone now
 	}
-	stored := m.now()
+	requested := m.now()
 	next.ServeHTTP(rec, rr)
+	responded := m.now()
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	reason, fresh, stale := m.storable(r, rec)
+	reason, age, lifetime, stale := m.storable(r, rec, requested, responded)
 	switch {
 	case reason != "":
 	case rec.passing:
@@ -46,13 +47,16 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	for i, name := range vary {
 		values[i] = headerValue(r.Header, name)
 	}
+	// Stored is when the response's age was 0: its age is counted from
+	// there (Age on every answer), and so is its lifetime.
+	born := responded.Add(-age)
 	return result{
 		resp: response{
-			Status: rec.status, Header: storedHeader(rec.header, body), Body: body,
-			Stored: stored.UnixMilli(), FreshUntil: stored.Add(fresh).UnixMilli(),
+			Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
+			Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
 			Vary: vary, VaryValues: values,
 		},
-		fresh: fresh,
+		fresh: lifetime - age,
 		stale: stale,
 	}
 }

@@ -21,27 +21,32 @@ type response struct {
 	Status     int
 	Header     http.Header
 	Body       []byte
-	Stored     int64    // Unix ms when rendered
+	Stored     int64    // Unix ms when its age was 0: when rendered, less its age then (see initialAge)
 	FreshUntil int64    // Unix ms
 	Vary       []string // canonical names from the response's Vary
 	VaryValues []string // the rendering request's values of those headers
 }
 
-// hopByHop headers describe one connection, not the response (RFC 9110
-// 7.6.1); Age and Date are recomputed when serving.
+// dropOnStore reports the headers that are not stored: hop-by-hop ones
+// describe one connection, not the response (RFC 9110 7.6.1); Age is
+// recomputed when serving (from Stored, which counts the Age received).
+// Date is kept: it says when the origin made the response (RFC 9110
+// 6.6.1).
 func dropOnStore(name string) bool {
 	switch name {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Age", "Date", "Set-Cookie":
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Age", "Set-Cookie":
 		return true
 	}
 	return false
 }
 
 // storedHeader copies the end-to-end headers of h and adds an ETag
-// derived from the body if the handler set none. Names are compared, and
-// stored, in canonical form (storable has merged h's already).
-func storedHeader(h http.Header, body []byte) http.Header {
+// derived from the body if the handler set none, and a Date (when the
+// response was received, responded) if it has none, as RFC 9110 6.6.1
+// asks of a cache. Names are compared, and stored, in canonical form
+// (storable has merged h's already).
+func storedHeader(h http.Header, body []byte, responded time.Time) http.Header {
 	out := make(http.Header, len(h)+1)
 	for k, vs := range h {
 		if ck := http.CanonicalHeaderKey(k); !dropOnStore(ck) {
@@ -50,6 +55,9 @@ func storedHeader(h http.Header, body []byte) http.Header {
 	}
 	if out.Get("Etag") == "" {
 		out.Set("Etag", `"`+strconv.FormatUint(xxh3.Hash(body), 36)+`"`)
+	}
+	if out["Date"] == nil {
+		out["Date"] = []string{responded.UTC().Format(http.TimeFormat)}
 	}
 	out.Set("Content-Length", strconv.Itoa(len(body)))
 	return out
