@@ -173,3 +173,45 @@ func ExampleNear() {
 	// Ada <nil>
 	// near cache active: false
 }
+
+func ExampleGetOrLoadMany() {
+	mr := miniredis.NewMiniRedis() // a real program connects to its Redis instead
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, NegativeTTL: 30 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	// One query for every id not cached yet; ids it does not return are
+	// not found (remembered for NegativeTTL).
+	load := func(ctx context.Context, ids []string) (map[string]string, error) {
+		fmt.Println("SELECT … WHERE id IN", ids)
+		rows := map[string]string{}
+		for _, id := range ids {
+			if id != "user:3" {
+				rows[id] = "name of " + id
+			}
+		}
+		return rows, nil
+	}
+	ctx := context.Background()
+	for _, ids := range [][]string{{"user:1", "user:2", "user:3"}, {"user:1", "user:2", "user:3", "user:4"}} {
+		users, err := cache.GetOrLoadMany(ctx, c, ids, load)
+		var failed *cache.BatchError
+		if errors.As(err, &failed) {
+			fmt.Println("failed:", failed.Errors) // the other keys are in users
+		}
+		fmt.Println(len(users), users["user:1"], err)
+	}
+	// Output:
+	// SELECT … WHERE id IN [user:1 user:2 user:3]
+	// 2 name of user:1 <nil>
+	// SELECT … WHERE id IN [user:4]
+	// 3 name of user:1 <nil>
+}

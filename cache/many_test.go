@@ -827,3 +827,95 @@ func TestGetOrLoadMany_failOpen(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Cluster)
 }
+
+// A key another process claims between this call's read and its claim:
+// the claim's reply (SET NX GET) names that claim, and the call waits for
+// it without reading the key again and without loading it.
+func TestGetOrLoadMany_claimTakenMeanwhile(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.NewClient()
+		t.Cleanup(func() { _ = rc.Close() })
+		rec := record(rc)
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, PollInterval: time.Minute, WaitTimeout: time.Minute})
+		other := s.Client(t)
+		locks, err := lock.New(other, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := make(chan *lock.Lock, 1)
+		rec.onBefore(func(args []string) {
+			if args[0] == "set" && len(args) > 1 && args[1] == ns+":{k2}" && slices.Contains(args, "NX") && len(claims) == 0 {
+				l, err := locks.Obtain(ctx, ns+":{k2}", time.Minute, nil) // the other process is first
+				if err != nil {
+					t.Error(err)
+				}
+				claims <- l
+			}
+		})
+		l := newBatchLoader("v:")
+		done := make(chan error, 1)
+		var got map[string]string
+		go func() {
+			var err error
+			got, err = cache.GetOrLoadMany(ctx, c, []string{"k1", "k2"}, l.load)
+			done <- err
+		}()
+		claim := redistest.Recv(t, ctx, claims, "the other's claim")
+		redistest.WaitFor(t, ctx, "the batch to wait", func() bool { return c.Stats().Waits == 1 })
+		rec.onBefore(nil)
+		if err := other.Publish(ctx, ns+":announce", "e"+ns+":{k2}\x00"+claim.Token()+"\x00it failed").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = redistest.Recv(t, ctx, done, "the batch")
+		var be *cache.BatchError
+		if !errors.As(err, &be) || len(be.Errors) != 1 || !errors.Is(be.Errors["k2"], cache.ErrRemoteLoad) || got["k1"] != "v:k1" {
+			t.Errorf("got %v, %v; want k1 and k2's ErrRemoteLoad", got, err)
+		}
+		if calls, _ := l.loaded(); len(calls) != 1 || !slices.Equal(calls[0], []string{"k1"}) {
+			t.Errorf("loader calls %v, want [[k1]]", calls)
+		}
+		for _, cmd := range rec.reset() {
+			if cmd[0] == "get" && cmd[1] == ns+":{k2}" {
+				t.Errorf("k2 read again: %q", cmd)
+			}
+		}
+	}, manyKinds...)
+}
+
+// No stale sets: a Delete during the batch's load wins; the batch's
+// callers still get what it loaded, and the key stays empty.
+func TestGetOrLoadMany_deleteDuringLoad(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newCache(t, s, nil)
+		l := newBatchLoader("old:")
+		l.gate, l.entered = make(chan struct{}), make(chan []string, 1)
+		done := make(chan map[string]string, 1)
+		go func() {
+			got, err := cache.GetOrLoadMany(ctx, c, []string{"d1", "d2"}, l.load)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- got
+		}()
+		redistest.Recv(t, ctx, l.entered, "the load")
+		if err := c.Delete(ctx, "d1"); err != nil {
+			t.Fatal(err)
+		}
+		close(l.gate)
+		if got := redistest.Recv(t, ctx, done, "the batch"); got["d1"] != "old:d1" || got["d2"] != "old:d2" {
+			t.Errorf("got %v", got)
+		}
+		if _, err := cache.Get[string](ctx, c, "d1"); !errors.Is(err, cache.ErrMiss) {
+			t.Errorf("Get(d1) after the Delete = %v, want ErrMiss: the load wrote over the Delete", err)
+		}
+		if v, err := cache.Get[string](ctx, c, "d2"); err != nil || v != "old:d2" {
+			t.Errorf("Get(d2) = %q, %v", v, err)
+		}
+		if st := c.Stats(); st.WritesSkipped != 1 {
+			t.Errorf("stats %+v: want 1 write skipped", st)
+		}
+	}, manyKinds...)
+}
