@@ -919,3 +919,41 @@ func TestGetOrLoadMany_deleteDuringLoad(t *testing.T) {
 		}
 	}, manyKinds...)
 }
+
+// A process waiting with GetOrLoad for a key a batch claimed is woken by
+// the batch's announcement (the poll is a minute) and takes its value.
+func TestGetOrLoadMany_announcesToWaiters(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := &cache.Options{Namespace: namespace(t), PollInterval: time.Minute, WaitTimeout: time.Minute}
+		c, rc := newCache(t, s, opts)
+		other := newCacheOn(t, rc, opts)
+		l := newBatchLoader("batch:")
+		l.gate, l.entered = make(chan struct{}), make(chan []string, 1)
+		done := make(chan error, 1)
+		go func() {
+			_, err := cache.GetOrLoadMany(ctx, c, []string{"a1", "a2"}, l.load)
+			done <- err
+		}()
+		redistest.Recv(t, ctx, l.entered, "the batch load")
+		got := make(chan string, 1)
+		go func() {
+			v, err := cache.GetOrLoad(ctx, other, "a2", func(context.Context) (string, error) { return "own", nil })
+			if err != nil {
+				t.Error(err)
+			}
+			got <- v
+		}()
+		redistest.WaitFor(t, ctx, "the other process to wait", func() bool { return other.Stats().Waits == 1 })
+		close(l.gate)
+		if v := redistest.Recv(t, ctx, got, "the waiter"); v != "batch:a2" {
+			t.Errorf("waiter got %q, want the batch's value", v)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if st := other.Stats(); st.Loads != 0 || st.WaitTimeouts != 0 {
+			t.Errorf("waiter stats %+v: want no load", st)
+		}
+	}, manyKinds...)
+}
