@@ -36,6 +36,7 @@ func TestExamples(t *testing.T) {
 		{"cron", nil, `every tick ran exactly once`},
 		{"gocron", nil, `every tick ran exactly once`},
 		{"payments", nil, `with fencing, the store turned d's late refund away`},
+		{"metrics", []string{"-demo"}, `/metrics counted every request: 1 render for 20 concurrent requests \(19 HIT\), 1 BYPASS, 2 loads, 1 contended lock`},
 	}
 	dependOnSources(t)
 	env := make([]string, 0, len(os.Environ()))
