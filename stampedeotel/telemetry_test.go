@@ -144,7 +144,7 @@ func (b *bed) ended(name string) []sdktrace.ReadOnlySpan {
 func attr(s sdktrace.ReadOnlySpan, k string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
