@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,46 +200,95 @@ func TestCompare_batch(t *testing.T) {
 		}
 		return r
 	}
-	rows := []batchRow{
-		stampedeRow("stampede GetOrLoadMany", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
-			return cache.GetOrLoadMany(ctx, c, ids, src.many)
-		}),
-		stampedeRow("stampede 1,000 × GetOrLoad, sequential", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
-			out := make(map[string]string, len(ids))
-			for _, id := range ids {
-				v, err := cache.GetOrLoad(ctx, c, id, src.one(id))
-				if err != nil {
-					return nil, err
-				}
-				out[id] = v
-			}
-			return out, nil
-		}),
-		stampedeRow("stampede 1,000 × GetOrLoad, concurrent", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
-			var mu sync.Mutex
-			var first error
-			out := make(map[string]string, len(ids))
-			var wg sync.WaitGroup
-			for _, id := range ids {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+	mkRows := func() []batchRow {
+		return []batchRow{
+			stampedeRow("stampede GetOrLoadMany", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
+				return cache.GetOrLoadMany(ctx, c, ids, src.many)
+			}),
+			stampedeRow("stampede 1,000 × GetOrLoad, sequential", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
+				out := make(map[string]string, len(ids))
+				for _, id := range ids {
 					v, err := cache.GetOrLoad(ctx, c, id, src.one(id))
-					mu.Lock()
-					defer mu.Unlock()
-					if err != nil && first == nil {
-						first = err
+					if err != nil {
+						return nil, err
 					}
 					out[id] = v
-				}()
-			}
-			wg.Wait()
-			return out, first
-		}),
-		sturdycRow(t, newClient),
+				}
+				return out, nil
+			}),
+			stampedeRow("stampede 1,000 × GetOrLoad, concurrent", func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error) {
+				var mu sync.Mutex
+				var first error
+				out := make(map[string]string, len(ids))
+				var wg sync.WaitGroup
+				for _, id := range ids {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						v, err := cache.GetOrLoad(ctx, c, id, src.one(id))
+						mu.Lock()
+						defer mu.Unlock()
+						if err != nil && first == nil {
+							first = err
+						}
+						out[id] = v
+					}()
+				}
+				wg.Wait()
+				return out, first
+			}),
+			sturdycRow(t, newClient),
+		}
 	}
+	// Each row runs batchRounds times, each time on fresh instances and
+	// keys; the median of each measure is reported (the machine is shared).
 	ctx := testCtx(t)
-	for _, r := range rows {
+	type measures struct{ trips, cmds, calls, loaded, wall []float64 }
+	byRow := map[string]*measures{}
+	var names []string
+	for range batchRounds {
+		for _, r := range mkRows() {
+			m := byRow[r.name]
+			if m == nil {
+				m = &measures{}
+				byRow[r.name] = m
+				names = append(names, r.name)
+			}
+			wall := runBatchRow(t, ctx, r, warm, ids)
+			m.trips = append(m.trips, float64(r.h.trips.Load()))
+			m.cmds = append(m.cmds, float64(r.h.cmds.Load()))
+			m.calls = append(m.calls, float64(r.src.calls.Load()))
+			m.loaded = append(m.loaded, float64(r.src.ids.Load()))
+			m.wall = append(m.wall, float64(wall.Microseconds())/1000)
+			if r.name != "sturdyc GetOrFetchBatch" && r.src.ids.Load() != batchMissing {
+				t.Errorf("%s: %d ids loaded across %d instances, want each of the %d missing once", r.name, r.src.ids.Load(), instances, batchMissing)
+			}
+		}
+	}
+	for _, name := range names {
+		m := byRow[name]
+		result(t, "batch", name, "round_trips", median(m.trips))
+		result(t, "batch", name, "commands", median(m.cmds))
+		result(t, "batch", name, "loader_calls", median(m.calls))
+		result(t, "batch", name, "ids_loaded", median(m.loaded))
+		result(t, "batch", name, "wall_ms", fmt.Sprintf("%.1f (rounds: %v)", median(m.wall), m.wall))
+	}
+}
+
+// batchRounds is how many times each row runs.
+const batchRounds = 5
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// runBatchRow warms r with warm, then lets its instances call for ids at
+// once, and returns the time until the last one had every value.
+func runBatchRow(t *testing.T, ctx context.Context, r batchRow, warm, ids []string) time.Duration {
+	t.Helper()
+	{
 		if err := r.warm(ctx, warm); err != nil {
 			t.Fatalf("%s: warm: %v", r.name, err)
 		}
@@ -274,15 +324,7 @@ func TestCompare_batch(t *testing.T) {
 				t.Fatalf("%s: %v", r.name, err)
 			}
 		}
-		calls, loaded := r.src.calls.Load(), r.src.ids.Load()
-		result(t, "batch", r.name, "round_trips", r.h.trips.Load())
-		result(t, "batch", r.name, "commands", r.h.cmds.Load())
-		result(t, "batch", r.name, "loader_calls", calls)
-		result(t, "batch", r.name, "ids_loaded", loaded)
-		result(t, "batch", r.name, "wall_ms", fmt.Sprintf("%.1f", float64(wall.Microseconds())/1000))
-		if r.name != "sturdyc GetOrFetchBatch" && loaded != batchMissing {
-			t.Errorf("%s: %d ids loaded across %d instances, want each of the %d missing once", r.name, loaded, instances, batchMissing)
-		}
+		return wall
 	}
 }
 
