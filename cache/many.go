@@ -52,12 +52,12 @@ import (
 // cancellation or deadline. Keys may repeat: each is read and loaded
 // once. No keys returns an empty map without a server call.
 //
-// Keys whose first attempt does not settle them (a claim lost to another
-// process that then failed, a value nobody can decode, a rebuild that
-// outlived its wait) continue as GetOrLoad would, each with a load of its
-// own (load called with that one key). If the server cannot be reached,
-// the missing keys are loaded in one call without it (fail open) and not
-// stored.
+// Keys whose first attempt does not settle them continue as GetOrLoad
+// would, and those that then need a load (a value nobody can decode, an
+// expired not-found, the claim of a process that died, LoadOnWaitTimeout)
+// get one of their own: load called with that one key. If the server
+// cannot be reached, the missing keys are loaded in one call without it
+// (fail open) and not stored.
 //
 // WARNING: concurrent callers share one load's result and its timeout: the
 // load runs on a context detached from all callers (it keeps the first
