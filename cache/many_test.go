@@ -957,3 +957,37 @@ func TestGetOrLoadMany_announcesToWaiters(t *testing.T) {
 		}
 	}, manyKinds...)
 }
+
+// A stale key the refresh does not find any more is ended (deleted, with
+// NegativeTTL 0) rather than served and refreshed again; the others are
+// replaced.
+func TestGetOrLoadMany_staleNotFound(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		clk := newClock()
+		c, _ := newCache(t, s, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now})
+		keys := []string{"g0", "g1"}
+		if _, err := cache.GetOrLoadMany(ctx, c, keys, newBatchLoader("v1:").load); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Minute)
+		l := newBatchLoader("v2:")
+		l.value = func(k string) (string, bool) { return "v2:" + k, k != "g1" } // g1 is gone
+		got, err := cache.GetOrLoadMany(ctx, c, keys, l.load)
+		if err != nil || got["g0"] != "v1:g0" || got["g1"] != "v1:g1" {
+			t.Fatalf("got %v, %v; want both stale", got, err)
+		}
+		redistest.WaitFor(t, ctx, "the refresh to end", func() bool {
+			return !cache.RefreshRunning(c, "g0") && !cache.RefreshRunning(c, "g1")
+		})
+		if v, err := cache.Get[string](ctx, c, "g0"); err != nil || v != "v2:g0" {
+			t.Errorf("Get(g0) = %q, %v; want the refreshed value", v, err)
+		}
+		if _, err := cache.Get[string](ctx, c, "g1"); !errors.Is(err, cache.ErrMiss) {
+			t.Errorf("Get(g1) = %v; want ErrMiss: the refresh found it gone", err)
+		}
+		if calls, _ := l.loaded(); len(calls) != 1 || len(calls[0]) != 2 {
+			t.Errorf("loader calls %v, want one refresh of both", calls)
+		}
+	}, manyKinds...)
+}
