@@ -49,7 +49,9 @@
 //
 // Observers run synchronously on the packages' hot paths. A cache or lock
 // Observer counts events in a table of its own (an array index and an
-// atomic add, without allocating) that the meter reads when it collects,
+// atomic add, without allocating; hits in counters striped over cache
+// lines, as package cache counts them) that the meter reads when it
+// collects,
 // so stampede.cache.events and stampede.lock.events are observable
 // (asynchronous) counters; the attribute sets of the histograms are built
 // when the Observer is made. Spans are made only for loads, waits,

@@ -71,9 +71,7 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // concurrent use.
 func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	cacheName := keyCache.String(name)
-	events := newEventTable(cacheName, func(k int) string { return cache.EventKind(k).String() }, func(k int) bool {
-		return cache.EventKind(k) == cache.EventHit || cache.EventKind(k) == cache.EventStale
-	})
+	events := newEventTable(cacheName, func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
 	t.addTable(&t.cacheTables, events)
 	loads := results(cacheName, "ok", "not-found", "error")
 	waits := results(cacheName, "ok", "timeout", "error")
@@ -121,7 +119,7 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 // concurrent use.
 func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 	lockName := keyLock.String(name)
-	events := newEventTable(lockName, func(k int) string { return lock.EventKind(k).String() }, func(int) bool { return false })
+	events := newEventTable(lockName, func(k int) string { return lock.EventKind(k).String() })
 	t.addTable(&t.lockTables, events)
 	obtain := results(lockName, lock.EventObtained.String(), lock.EventNotObtained.String(), lock.EventObtainFailed.String())
 	held := recording(lockName)

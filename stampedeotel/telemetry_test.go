@@ -580,6 +580,9 @@ func TestObservers_everyKind(t *testing.T) {
 	if n < 19 {
 		t.Fatalf("%d kinds, want at least 19", n)
 	}
+	// Observers of one name add up.
+	b.tel.CacheObserver("c")(cache.Event{Kind: cache.EventHit})
+	b.want(t, 2, "stampede.cache.events", cacheAttr("c"), event("hit"), tier("server"))
 }
 
 func TestNew_invalid(t *testing.T) {

@@ -32,9 +32,12 @@
 //
 // # Cost
 //
-// Observers run synchronously on the packages' hot paths. Every series a
-// cache or lock Observer can touch is resolved when the Observer is made,
-// so counting an event is an array index and an atomic add, without
-// allocating; the middleware's series are found in a map under a read lock.
+// Observers run synchronously on the packages' hot paths. A cache
+// Observer counts events in a table of its own, read when the Metrics are
+// collected (hits in counters striped over cache lines, as package cache
+// counts them); every other series a cache or lock Observer can touch is
+// resolved when the Observer is made. Counting an event is an array index
+// and an atomic add, without allocating; the middleware's series are found
+// in a map under a read lock.
 // See BenchmarkObserver and BenchmarkNearHit.
 package stampedeprom

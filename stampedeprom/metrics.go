@@ -71,7 +71,7 @@ func (o *Options) validate() error {
 type Metrics struct {
 	maxRoutes int
 
-	cacheEvents  *prometheus.CounterVec   // cache, event, tier
+	cacheEvents  *prometheus.Desc         // cache, event, tier; collected from tables
 	cacheLoads   *prometheus.HistogramVec // cache, result
 	cacheWaits   *prometheus.HistogramVec // cache, result
 	lockEvents   *prometheus.CounterVec   // lock, event
@@ -82,8 +82,9 @@ type Metrics struct {
 
 	stats statsDescs
 
-	mu     sync.Mutex // guards caches
+	mu     sync.Mutex // guards caches and tables
 	caches map[string]*cache.Cache
+	tables map[string]*cacheTable // by the name given to CacheObserver
 }
 
 // New returns Metrics whose names start with Options.Namespace, registered
@@ -104,9 +105,9 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	}
 	m := &Metrics{
 		maxRoutes: opts.maxRoutes(),
-		cacheEvents: counter("cache", "events_total",
+		cacheEvents: prometheus.NewDesc(prometheus.BuildFQName(ns, "cache", "events_total"),
 			"Events of a cache.Cache by kind (hit, stale, miss, load, wait, fail-open, decode-failure, refresh, write-skipped, server-error); tier is near or server for hits and stale hits.",
-			"cache", "event", "tier"),
+			[]string{"cache", "event", "tier"}, nil),
 		cacheLoads: histogram("cache", "load_duration_seconds",
 			"How long the loader ran, by result (ok, not-found, error).", "cache", "result"),
 		cacheWaits: histogram("cache", "wait_duration_seconds",
@@ -126,6 +127,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"middleware", "route", "event"),
 		stats:  newStatsDescs(ns),
 		caches: map[string]*cache.Cache{},
+		tables: map[string]*cacheTable{},
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -136,7 +138,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 }
 
 func (m *Metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.cacheEvents, m.cacheLoads, m.cacheWaits, m.lockEvents, m.lockObtain, m.lockHeld, m.httpEvents, m.httpDuration}
+	return []prometheus.Collector{m.cacheLoads, m.cacheWaits, m.lockEvents, m.lockObtain, m.lockHeld, m.httpEvents, m.httpDuration}
 }
 
 // Describe implements prometheus.Collector.
@@ -144,6 +146,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range m.vecs() {
 		v.Describe(ch)
 	}
+	ch <- m.cacheEvents
 	m.stats.describe(ch)
 }
 
@@ -157,7 +160,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for name, c := range m.caches {
 		caches[name] = c
 	}
+	tables := make([]*cacheTable, 0, len(m.tables))
+	for _, tb := range m.tables {
+		tables = append(tables, tb)
+	}
 	m.mu.Unlock()
+	for _, tb := range tables {
+		tb.collect(ch, m.cacheEvents)
+	}
 	for name, c := range caches {
 		m.stats.collect(ch, name, c.Stats())
 	}

@@ -500,6 +500,9 @@ func TestObservers_everyKind(t *testing.T) {
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
 	}
+	// Observers of one name add up.
+	m.CacheObserver("c")(cache.Event{Kind: cache.EventHit})
+	want(t, reg, 2, "app_cache_events_total", "cache", "c", "event", "hit", "tier", "server")
 }
 
 func TestNew_invalid(t *testing.T) {

@@ -18,37 +18,23 @@ const kinds = 256
 // stampede_cache_load_duration_seconds and the wait for another process's
 // load in stampede_cache_wait_duration_seconds.
 //
-// Every series it uses is created (at 0) now, so that counting allocates
-// nothing. Each Cache should have its own name; Caches that share a name
-// add up. The function is safe for concurrent use.
+// Every series it uses exists (at 0) from now on, and counting allocates
+// nothing: events are counted in place (hits and stale hits in counters
+// striped over cache lines) and read when the Metrics are collected. Each
+// Cache should have its own name; Caches that share a name add up. The
+// function is safe for concurrent use.
 func (m *Metrics) CacheObserver(name string) func(cache.Event) {
-	// events[kind][tier], tier 0 the server and 1 the near cache. Kinds
-	// that do not exist (String "unknown") are left nil.
-	events := new([kinds][2]prometheus.Counter)
-	for k := 1; k < kinds; k++ {
-		kind := cache.EventKind(k)
-		s := kind.String()
-		switch {
-		case s == "unknown":
-		case kind == cache.EventHit || kind == cache.EventStale:
-			events[k] = [2]prometheus.Counter{m.cacheEvents.WithLabelValues(name, s, "server"), m.cacheEvents.WithLabelValues(name, s, "near")}
-		default:
-			c := m.cacheEvents.WithLabelValues(name, s, "")
-			events[k] = [2]prometheus.Counter{c, c}
-		}
+	m.mu.Lock()
+	events := m.tables[name]
+	if events == nil {
+		events = newCacheTable(name)
+		m.tables[name] = events
 	}
+	m.mu.Unlock()
 	loads := resolve(m.cacheLoads, name, "ok", "not-found", "error")
 	waits := resolve(m.cacheWaits, name, "ok", "timeout", "error")
 	return func(e cache.Event) {
-		tier := 0
-		if e.Near {
-			tier = 1
-		}
-		if c := events[e.Kind][tier]; c != nil {
-			c.Inc()
-		} else {
-			m.cacheEvents.WithLabelValues(name, e.Kind.String(), "").Inc()
-		}
+		events.count(e)
 		switch e.Kind {
 		case cache.EventLoad:
 			r := 0
