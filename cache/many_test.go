@@ -991,3 +991,50 @@ func TestGetOrLoadMany_staleNotFound(t *testing.T) {
 		}
 	}, manyKinds...)
 }
+
+// Read your writes through a joined flight: a batch that starts after a
+// Delete in another process joins this process's flight of the key, which
+// began before the Delete; it must not take that flight's older value,
+// but read and load the key again.
+func TestGetOrLoadMany_joinedFlightOlderThanDelete(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := &cache.Options{Namespace: namespace(t)}
+		c, rc := newCache(t, s, opts)
+		other := newCacheOn(t, rc, opts)
+		gate, entered := make(chan struct{}), make(chan struct{})
+		single := make(chan string, 1)
+		go func() {
+			v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) {
+				close(entered)
+				<-gate
+				return "before the delete", nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			single <- v
+		}()
+		redistest.Recv(t, ctx, entered, "the first load")
+		if err := other.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		l := newBatchLoader("after:")
+		done := make(chan map[string]string, 1)
+		go func() {
+			got, err := cache.GetOrLoadMany(ctx, c, []string{"k"}, l.load)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- got
+		}()
+		redistest.WaitFor(t, ctx, "the batch to join the flight", func() bool { return cache.FlightJoined(c, "k") == 2 })
+		close(gate)
+		if v := redistest.Recv(t, ctx, single, "the first caller"); v != "before the delete" {
+			t.Errorf("first caller got %q", v)
+		}
+		if got := redistest.Recv(t, ctx, done, "the batch"); got["k"] != "after:k" {
+			t.Errorf("batch got %q, want a value loaded after the Delete", got["k"])
+		}
+	}, manyKinds...)
+}
