@@ -64,6 +64,17 @@
 // and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
 //
+// # Invalidation
+//
+// A request with a method not known to be safe (POST, PUT, DELETE, PATCH,
+// anything but GET, HEAD, OPTIONS and TRACE) answered with a 2xx or 3xx
+// status deletes, before its response reaches the client and in every
+// process, the stored responses of a GET of its target URL and of its
+// response's Location and Content-Location URLs on the same host (RFC
+// 9111 4.4), Vary variants included. Anybody who can make such a
+// request succeed can evict that page, at the cost of one shared render;
+// Options.NoInvalidation turns it off.
+//
 // # Near cache
 //
 // Over a Cache with a near cache (cache.Options.Near), a hit is answered

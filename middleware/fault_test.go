@@ -883,12 +883,16 @@ func (b *faultBed) readBack(tb testing.TB, site *faultSite, seen map[faultReq]bo
 	type known struct {
 		q    faultReq
 		user *string // the X-User of a variant key
+		slot bool    // a slot registering a variant for invalidation
 	}
 	keys := map[string]known{}
 	for _, q := range reqs {
 		keys[b.valueKey(q.target())] = known{q: q}
 		for _, u := range faultUsers {
 			keys[b.valueKey(q.target(), "\nvary X-User: "+u)] = known{q: q, user: &u}
+		}
+		for i := range 16 {
+			keys[b.valueKey(q.target(), fmt.Sprintf("\nvariants %d", i))] = known{q: q, slot: true}
 		}
 	}
 	var entries, claims int
@@ -901,6 +905,13 @@ func (b *faultBed) readBack(tb testing.TB, site *faultSite, seen map[faultReq]bo
 		k, ok := keys[key]
 		if !ok {
 			tb.Errorf("the server holds %q, which no request of the run maps to", key)
+			continue
+		}
+		if k.slot {
+			// Only a Vary response registers its variants.
+			if k.q.kind != kindVary {
+				tb.Errorf("a %s response registers a variant", k.q.kind)
+			}
 			continue
 		}
 		var vary []string

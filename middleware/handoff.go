@@ -111,14 +111,28 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, 
 		return res.resp, res.err
 	}
 	cache.Expire(ctx, res.fresh, res.stale)
-	if len(res.resp.Vary) == 0 || slices.Equal(res.resp.Vary, vary) {
+	if len(res.resp.Vary) == 0 {
 		return res.resp, nil
 	}
-	err := cache.Set(ctx, m.c, variantKey(base, res.resp.Vary, r), res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
+	key := variantKey(base, res.resp.Vary, r)
+	if slices.Equal(res.resp.Vary, vary) {
+		m.registered(ctx, base, key, res)
+		return res.resp, nil
+	}
+	err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
 	if err != nil {
 		return res.resp, nil
 	}
+	m.registered(ctx, base, key, res)
 	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
+}
+
+// registered registers key, the variant of base res is stored under, for
+// invalidation (unless it is off).
+func (m *Middleware) registered(ctx context.Context, base, key string, res result) {
+	if !m.o.NoInvalidation {
+		m.registerVariant(ctx, base, key, res.fresh+res.stale)
+	}
 }
 
 // lookup is one GetOrLoad call for a request, as far as the request has

@@ -104,7 +104,13 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	if reason != "" {
 		m.setStatus(w.Header(), statusBypass)
-		next.ServeHTTP(w, r)
+		if m.o.NoInvalidation || safeMethod(r.Method) {
+			next.ServeHTTP(w, r)
+			return outcome{kind: EventBypass, reason: reason}
+		}
+		iv := &invalidator{ResponseWriter: w, m: m, r: r}
+		next.ServeHTTP(iv, r)
+		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
 	if m.o.AllowNoCache && clientNoCache(r) {

@@ -96,6 +96,25 @@ type Options struct {
 	// not change responses. Default: false.
 	CacheRequestsWithCookies bool
 
+	// NoInvalidation turns off invalidation on unsafe methods. By default
+	// (RFC 9111 4.4), a request with a method not known to be safe (POST,
+	// PUT, DELETE, PATCH, or any but GET, HEAD, OPTIONS and TRACE) that
+	// is answered with a 2xx or 3xx status deletes, in every process and
+	// before the response reaches its client, the stored responses of a
+	// GET of its target URL and of the Location and Content-Location URLs
+	// of the response that are on the same host (never another host's),
+	// every Vary variant included (up to 16 a URL are registered for it;
+	// a further one lives until it expires). The keys are those a GET
+	// would have, with the request's own values of KeyHeaders.
+	//
+	// WARNING: anybody who can send such a request that the handler
+	// answers with a 2xx or 3xx can evict that URL's page: each eviction
+	// costs at most one render, shared by every request that waits for
+	// it. Handlers that answer every method with 200 invite it; set
+	// NoInvalidation where writes do not go through this middleware or
+	// where that render is too dear. Default: false (invalidation on).
+	NoInvalidation bool
+
 	// StatusHeader names the response header that says HIT, MISS, STALE or
 	// BYPASS; "-" leaves it out. Cache-Status (RFC 9211) is always set.
 	// Default: "X-Cache".

@@ -73,5 +73,8 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 	m.vary.put(base, res.resp.Vary)
 	key := variantKey(base, res.resp.Vary, r)
 	err := cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+	if err == nil && len(res.resp.Vary) > 0 {
+		m.registered(r.Context(), base, key, res)
+	}
 	return outcome{kind: EventMiss, reason: "the client's no-cache", err: err}
 }

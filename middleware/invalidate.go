@@ -1,0 +1,225 @@
+package middleware
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/peek"
+)
+
+// This file holds invalidation (RFC 9111 4.4): a request with a method
+// not known to be safe whose response is a success (2xx) or a redirect
+// (3xx) deletes the stored responses of its target URL and of the
+// Location and Content-Location URLs of its response on the same host,
+// in every process (cache.Delete), with every Vary variant the cache has
+// registered for them (see registerVariant).
+
+// safeMethod reports whether RFC 9110 9.2.1 defines method as safe; every
+// other method, including unknown ones, invalidates.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// maxVariants is how many Vary variants of one URL are registered for
+// invalidation; more are stored, but live until they expire.
+const maxVariants = 16
+
+// variantSlot is the cache key of the i-th registered variant of base.
+// No request's key can be one: key lines of headers are "\nName: value"
+// and of Vary "\nvary Name: value", and a path or query holds no newline.
+func variantSlot(base string, i int) string {
+	return base + "\nvariants " + strconv.Itoa(i)
+}
+
+// registerVariant records key, a variant of base, in one of base's
+// variant slots (a slot holds the variant's suffix of key), so that an
+// invalidation of base finds it; ttl is how long the variant's entry
+// lives. It reads the slots without counting in Stats; it claims an empty
+// one with Set and reads it back, moving on if another variant took it
+// meanwhile. Two processes registering two new variants of one URL at
+// the same moment can still lose one of them (it then lives until it
+// expires): an invalidation is best effort for variants, never for base.
+func (m *Middleware) registerVariant(ctx context.Context, base, key string, ttl time.Duration) {
+	suffix := key[len(base):]
+	look := func(slot string) (string, error) {
+		return cache.Get[string](peek.With(ctx, new(peek.Probe)), m.c, slot)
+	}
+	for i := range maxVariants {
+		slot := variantSlot(base, i)
+		v, err := look(slot)
+		switch {
+		case err == nil && v == suffix:
+			// Ours: live as long as the variant just stored.
+			_ = cache.Set(ctx, m.c, slot, suffix, cache.WithTTL(ttl))
+			return
+		case err == nil:
+			continue // another variant's
+		case !errors.Is(err, cache.ErrMiss):
+			return // the server fails: the variant is stored for its TTL only
+		}
+		if cache.Set(ctx, m.c, slot, suffix, cache.WithTTL(ttl)) != nil {
+			return
+		}
+		if v, err := look(slot); err == nil && v == suffix {
+			return
+		}
+	}
+}
+
+// invalidator watches the response to an unsafe request and, as soon as
+// its status is known to be a success or a redirect (WriteHeader, or the
+// first Write or Flush, or the handler's return without either),
+// invalidates before anything reaches the client: a client that writes
+// and then reads never gets the page from before its write.
+type invalidator struct {
+	http.ResponseWriter
+	m    *Middleware
+	r    *http.Request
+	once sync.Once
+}
+
+func (iv *invalidator) WriteHeader(code int) {
+	if code >= 200 {
+		iv.decide(code)
+	}
+	iv.ResponseWriter.WriteHeader(code)
+}
+
+func (iv *invalidator) Write(p []byte) (int, error) {
+	iv.decide(http.StatusOK) // a no-op if WriteHeader came first
+	return iv.ResponseWriter.Write(p)
+}
+
+// Flush sends the header (200 if none was written) and flushes.
+func (iv *invalidator) Flush() {
+	iv.decide(http.StatusOK)
+	_ = http.NewResponseController(iv.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler; nothing is invalidated:
+// whatever it writes is no HTTP response the cache can judge.
+func (iv *invalidator) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	iv.once.Do(func() {})
+	return http.NewResponseController(iv.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (iv *invalidator) Unwrap() http.ResponseWriter { return iv.ResponseWriter }
+
+// decide invalidates once, for a response with status code.
+func (iv *invalidator) decide(code int) {
+	iv.once.Do(func() {
+		if code >= 200 && code < 400 {
+			iv.m.invalidate(iv.r, iv.ResponseWriter.Header())
+		}
+	})
+}
+
+// invalidate deletes the stored responses for r's target URL and for the
+// Location and Content-Location URLs in h that are on r's host (RFC 9111
+// 4.4: never another host's, so that one origin cannot evict another's
+// pages). Keys are those a GET of each URL would have, with r's own
+// header values where the key has any (KeyHeaders); every registered Vary
+// variant goes too. Failures are logged: the entries then expire as they
+// would have.
+func (m *Middleware) invalidate(r *http.Request, h http.Header) {
+	ctx := context.WithoutCancel(r.Context()) // the client going must not leave it half done
+	get := r.WithContext(ctx)
+	get.Method = http.MethodGet
+	bases := make([]string, 0, 3)
+	if base, ok := m.baseKey(get); ok {
+		bases = append(bases, base)
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	target := &url.URL{Scheme: scheme, Host: r.Host, Path: "/"}
+	for _, name := range []string{"Location", "Content-Location"} {
+		v := first(h, name)
+		if v == "" {
+			vs := h.Values(name) // set in another letter case than the canonical
+			if len(vs) == 0 {
+				continue
+			}
+			v = vs[0]
+		}
+		if base, ok := m.keyFor(get, target, v); ok && !slices.Contains(bases, base) {
+			bases = append(bases, base)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, base := range bases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.invalidateBase(ctx, base)
+		}()
+	}
+	wg.Wait()
+}
+
+// keyFor is the base key of a GET of ref (a Location or Content-Location
+// value, resolved against target, which has r's scheme and host), or ok
+// false if ref does not parse, is not http or https, or names another
+// host (or port) than r's.
+func (m *Middleware) keyFor(get *http.Request, target *url.URL, ref string) (string, bool) {
+	u, err := target.Parse(strings.TrimSpace(ref))
+	if err != nil || u.Opaque != "" || u.User != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", false
+	}
+	if keyHost(u.Host, u.Scheme) != keyHost(target.Host, target.Scheme) {
+		return "", false
+	}
+	lr := get.WithContext(get.Context())
+	lr.URL = &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
+	lr.RequestURI = lr.URL.RequestURI()
+	lr.Host = get.Host
+	lr.TLS = nil
+	if u.Scheme == "https" {
+		lr.TLS = &tls.ConnectionState{}
+	}
+	return m.baseKey(lr)
+}
+
+// invalidateBase deletes base's entry (a response, or the marker of a
+// response with Vary) and every variant registered for it, with its slot.
+func (m *Middleware) invalidateBase(ctx context.Context, base string) {
+	keys := make(chan string, 2*maxVariants+1)
+	keys <- base
+	var wg sync.WaitGroup
+	for i := range maxVariants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slot := variantSlot(base, i)
+			suffix, err := cache.Get[string](peek.With(ctx, new(peek.Probe)), m.c, slot)
+			if err == nil && strings.HasPrefix(suffix, "\n") {
+				keys <- base + suffix
+				keys <- slot
+			}
+		}()
+	}
+	wg.Wait()
+	close(keys)
+	for k := range keys {
+		if err := m.c.Delete(ctx, k); err != nil && m.o.Logger != nil {
+			m.o.Logger.Warn("middleware: invalidation failed", "err", err)
+		}
+	}
+}

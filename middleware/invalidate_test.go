@@ -1,0 +1,120 @@
+package middleware_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
+)
+
+// invalidationHandler renders "<method> <n>" with Cache-Control max-age,
+// Vary: Accept-Language on /vary, and, for tests, the status and
+// Location / Content-Location the request asks for in X-Test-* headers.
+func invalidationHandler(renders *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		if r.URL.Path == "/vary" {
+			w.Header().Set("Vary", "Accept-Language")
+		}
+		for _, name := range []string{"Location", "Content-Location"} {
+			if v := r.Header.Get("X-Test-" + name); v != "" {
+				w.Header().Set(name, v)
+			}
+		}
+		status := http.StatusOK
+		if v := r.Header.Get("X-Test-Status"); v != "" {
+			status, _ = strconv.Atoi(v)
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "%s %d", r.Method, renders.Add(1))
+	})
+}
+
+// TestMiddleware_invalidation: a successful (2xx, 3xx) response to a
+// request with a method not known to be safe deletes the stored GET of
+// its URL, and of its Location and Content-Location on the same host, in
+// every process and with every Vary variant, before the client gets it;
+// a failed one, another host's URL, or NoInvalidation leave them. Before,
+// the stale page was served until it expired.
+func TestMiddleware_invalidation(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	t.Run("methods", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, invalidationHandler(&renders), &bedOptions{procs: 2})
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "M-SEARCH", "PROPPATCH"} {
+			n := renders.Load()
+			path, other := "/i?m="+method, "/i?other="+method
+			b.get(t, path, procHeader, "0").check(t, 200, "MISS", fmt.Sprintf("GET %d", n+1))
+			b.waitStored(t, path, fmt.Sprintf("GET %d", n+1))
+			b.get(t, path, procHeader, "1").check(t, 200, "HIT", fmt.Sprintf("GET %d", n+1))
+			b.get(t, other, procHeader, "1").check(t, 200, "MISS", fmt.Sprintf("GET %d", n+2))
+			b.do(t, method, path, procHeader, "1").check(t, 200, "BYPASS", fmt.Sprintf("%s %d", method, n+3))
+			if b.stored(t, path) {
+				t.Errorf("%s: the entry is still stored", method)
+			}
+			b.get(t, other, procHeader, "0").check(t, 200, "HIT", fmt.Sprintf("GET %d", n+2))
+			b.get(t, path, procHeader, "0").check(t, 200, "MISS", fmt.Sprintf("GET %d", n+4))
+		}
+	})
+	t.Run("failed or safe", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, invalidationHandler(&renders), nil)
+		b.get(t, "/f").check(t, 200, "MISS", "GET 1")
+		b.waitStored(t, "/f", "GET 1")
+		for _, tt := range []struct{ method, status string }{
+			{"POST", "404"}, {"PUT", "500"}, {"DELETE", "403"}, {"OPTIONS", "200"}, {"TRACE", "200"},
+		} {
+			b.do(t, tt.method, "/f", "X-Test-Status", tt.status)
+			b.get(t, "/f").check(t, 200, "HIT", "GET 1")
+		}
+	})
+	t.Run("Location and Content-Location", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, invalidationHandler(&renders), nil)
+		for i, path := range []string{"/items/1", "/items/2", "/items/3", "/items/4"} {
+			b.get(t, path).check(t, 200, "MISS", fmt.Sprintf("GET %d", i+1))
+			b.waitStored(t, path, fmt.Sprintf("GET %d", i+1))
+		}
+		// Another host's entry for the same path, which must stay.
+		b.get(t, "/items/1", "Host", "other.example").check(t, 200, "MISS", "GET 5")
+		b.get(t, "/items/1", "Host", "other.example").check(t, 200, "HIT", "GET 5")
+		b.do(t, "POST", "/items", "X-Test-Status", "201", "X-Test-Location", "/items/1",
+			"X-Test-Content-Location", b.srv.URL+"/items/2").check(t, 201, "BYPASS", "POST 6")
+		b.do(t, "POST", "/items", "X-Test-Status", "303", "X-Test-Location", "http://other.example/items/3",
+			"X-Test-Content-Location", "//other.example/items/4").check(t, 303, "BYPASS", "POST 7")
+		b.do(t, "POST", "/items", "X-Test-Location", "http://other.example/items/1").check(t, 200, "BYPASS", "POST 8")
+		b.get(t, "/items/1").check(t, 200, "MISS", "GET 9")
+		b.get(t, "/items/2").check(t, 200, "MISS", "GET 10")
+		b.get(t, "/items/3").check(t, 200, "HIT", "GET 3")
+		b.get(t, "/items/4").check(t, 200, "HIT", "GET 4")
+		b.get(t, "/items/1", "Host", "other.example").check(t, 200, "HIT", "GET 5")
+	})
+	t.Run("Vary variants", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, invalidationHandler(&renders), &bedOptions{procs: 2})
+		langs := []string{"en", "de", "fr"}
+		for i, lang := range langs {
+			b.get(t, "/vary", "Accept-Language", lang).check(t, 200, "MISS", fmt.Sprintf("GET %d", i+1))
+			b.get(t, "/vary", "Accept-Language", lang, procHeader, "1").check(t, 200, "HIT", fmt.Sprintf("GET %d", i+1))
+		}
+		b.do(t, "PUT", "/vary", "Accept-Language", "it").check(t, 200, "BYPASS", "PUT 4")
+		for i, lang := range langs {
+			if b.stored(t, "/vary", "\nvary Accept-Language: "+lang) {
+				t.Errorf("variant %s is still stored", lang)
+			}
+			b.get(t, "/vary", "Accept-Language", lang, procHeader, strconv.Itoa(i%2)).check(t, 200, "MISS", fmt.Sprintf("GET %d", i+5))
+		}
+	})
+	t.Run("NoInvalidation", func(t *testing.T) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, invalidationHandler(&renders), &bedOptions{mw: &middleware.Options{NoInvalidation: true}})
+		b.get(t, "/n").check(t, 200, "MISS", "GET 1")
+		b.waitStored(t, "/n", "GET 1")
+		b.do(t, "POST", "/n").check(t, 200, "BYPASS", "POST 2")
+		b.get(t, "/n").check(t, 200, "HIT", "GET 1")
+	})
+}
