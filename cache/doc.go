@@ -27,6 +27,10 @@
 // happens during the load wins. With EarlyRefresh, hot keys are refreshed
 // shortly before they expire (XFetch), so they need not go stale at all.
 //
+// GetOrLoadMany does the same for many keys in a few round trips: one
+// MGET (one per slot on a Cluster), the claims in one pipeline, one loader
+// call for the keys it claimed, their values and announcements pipelined.
+//
 // # Failures
 //
 // A loader error is returned to every caller waiting for that load, in
