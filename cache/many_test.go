@@ -1038,3 +1038,34 @@ func TestGetOrLoadMany_joinedFlightOlderThanDelete(t *testing.T) {
 		}
 	}, manyKinds...)
 }
+
+// As a least-privilege ACL user: with the README's cache permissions and
+// +mget the batch is one loader call; without +mget every key goes the
+// per-key way (correct, not batched), never a refusal or a timeout.
+func TestGetOrLoadMany_acl(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		for _, mget := range []bool{true, false} {
+			perms := redistest.CachePerms(s.Kind, ns)
+			if mget {
+				perms = append(perms, "+mget")
+			}
+			u := s.User(t, perms...)
+			c := aclCache(t, u, ns, cache.Options{})
+			l := newBatchLoader(fmt.Sprintf("%v:", mget))
+			keys := keyRange(fmt.Sprintf("acl%v", mget), 0, 5)
+			got, err := cache.GetOrLoadMany(ctx, c, keys, l.load)
+			if err != nil || len(got) != len(keys) {
+				t.Fatalf("+mget %v: %v, %v", mget, got, err)
+			}
+			calls, _ := l.loaded()
+			if want := map[bool]int{true: 1, false: len(keys)}[mget]; len(calls) != want {
+				t.Errorf("+mget %v: %d loader calls, want %d", mget, len(calls), want)
+			}
+			if _, err := cache.GetOrLoadMany(ctx, c, keys, l.load); err != nil {
+				t.Errorf("+mget %v, hits: %v", mget, err)
+			}
+		}
+	}, manyKinds...)
+}
