@@ -156,12 +156,12 @@ func New(opts *Options) (*Telemetry, error) {
 		return h
 	}
 	t.cacheEvents = observable("stampede.cache.events",
-		"Events of a cache.Cache by kind (hit, stale, miss, load, wait, fail-open, decode-failure, refresh, write-skipped, server-error); stampede.tier is near or server for hits and stale hits.")
+		"Events of a cache.Cache by kind, the EventKind's String (hit, stale, miss, load, wait, fail-open, ...); stampede.tier is near or server for hits and stale hits.")
 	t.cacheLoads = histogram("stampede.cache.load.duration", "How long the loader ran, by result (ok, not-found, error).")
 	t.cacheWaits = histogram("stampede.cache.wait.duration",
 		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error).")
 	t.lockEvents = observable("stampede.lock.events",
-		"Events of a lock.Client by kind (obtained, not-obtained, obtain-failed, released, release-failed, refreshed, refresh-failed, lost, skipped).")
+		"Events of a lock.Client by kind, the EventKind's String (obtained, not-obtained, released, lost, woken, ...).")
 	t.lockObtain = histogram("stampede.lock.obtain.duration",
 		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed).")
 	t.lockHeld = histogram("stampede.lock.held.duration", "How long a lock was held until Release.")
