@@ -40,7 +40,7 @@ func (rec *recorder) Header() http.Header {
 func (rec *recorder) WriteHeader(code int) {
 	if code < 200 { // informational: forward, it is not the response
 		if rec.w != nil && code != http.StatusSwitchingProtocols {
-			rec.w.WriteHeader(code)
+			rec.interim(code)
 		}
 		return
 	}
@@ -67,6 +67,30 @@ func (rec *recorder) Write(p []byte) (int, error) {
 		return rec.w.Write(p)
 	}
 	return rec.body.Write(p)
+}
+
+// interim sends an informational (1xx) response, such as 103 Early
+// Hints, to the client with the header fields the handler has set (net/http
+// sends what the header map holds at that moment; httputil.ReverseProxy
+// puts the origin's 1xx fields there and clears them after). They go out
+// with the 1xx only: the client's header map is restored after it, and
+// the recorded header, which is what may be stored, is not touched, so a
+// 1xx never becomes part of a stored response or of the final one.
+func (rec *recorder) interim(code int) {
+	if rec.passing {
+		rec.w.WriteHeader(code) // the handler writes into the client's header map
+		return
+	}
+	h := rec.w.Header()
+	saved := h.Clone()
+	for k, vs := range rec.header {
+		h[k] = vs
+	}
+	rec.w.WriteHeader(code)
+	clear(h)
+	for k, vs := range saved {
+		h[k] = vs
+	}
 }
 
 // pass switches to pass-through: what was recorded so far goes out first.
