@@ -11,12 +11,20 @@ import (
 
 // CacheStats adds the counters of c.Stats that no cache.Event carries,
 // read at every collection with the attribute stampede.cache=name:
-// stampede.cache.coalesced, stampede.cache.lock_contention,
+// stampede.cache.coalesced, stampede.cache.waits,
+// stampede.cache.lock_contention,
 // stampede.cache.announce_denied, stampede.cache.near.invalidations,
 // stampede.cache.near.flushes (observable counters) and
 // stampede.cache.near.entries (an observable gauge). (Hits, misses,
-// loads, waits, fail-open loads, decode failures, refreshes, skipped
-// writes and server errors come from CacheObserver's events.)
+// loads, fail-open loads, decode failures, refreshes, skipped writes and
+// server errors come from CacheObserver's events.)
+//
+// NOTE: stampede.cache.waits counts every wait for another process's
+// load; the wait events (and so stampede.cache.wait.duration and the
+// stampede.cache.wait spans) come only from the waits that ended with the
+// outcome announced to them, or timed out: a wait that ends by reading the
+// key again (a value over 8 KiB, which the announcement does not carry, a
+// lost announcement, a poll) reports no cache.EventWait.
 //
 // It returns an error if a Cache is already watched under name. c is read
 // for as long as the Telemetry's meter collects, even after c.Close (Stats
@@ -32,8 +40,8 @@ func (t *Telemetry) CacheStats(name string, c *cache.Cache) error {
 }
 
 type statsInstruments struct {
-	coalesced, contention, announceDenied, nearInvalidations, nearFlushes metric.Int64ObservableCounter
-	nearEntries                                                           metric.Int64ObservableGauge
+	coalesced, waits, contention, announceDenied, nearInvalidations, nearFlushes metric.Int64ObservableCounter
+	nearEntries                                                                  metric.Int64ObservableGauge
 }
 
 // newStats makes the observable instruments of CacheStats and registers
@@ -47,6 +55,7 @@ func (t *Telemetry) newStats(meter metric.Meter) (statsInstruments, error) {
 		return c
 	}
 	s.coalesced = counter("stampede.cache.coalesced", "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).")
+	s.waits = counter("stampede.cache.waits", "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits).")
 	s.contention = counter("stampede.cache.lock_contention", "Rebuild locks found held by another process (cache.Stats.LockContention).")
 	s.announceDenied = counter("stampede.cache.announce_denied",
 		"SUBSCRIBEs and PUBLISHes of announcements the server refused; waiters poll instead (cache.Stats.AnnounceDenied).")
@@ -62,7 +71,7 @@ func (t *Telemetry) newStats(meter metric.Meter) (statsInstruments, error) {
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		t.observeStats(s, o)
 		return nil
-	}, s.coalesced, s.contention, s.announceDenied, s.nearInvalidations, s.nearFlushes, s.nearEntries)
+	}, s.coalesced, s.waits, s.contention, s.announceDenied, s.nearInvalidations, s.nearFlushes, s.nearEntries)
 	return s, err
 }
 
@@ -78,6 +87,7 @@ func (t *Telemetry) observeStats(s statsInstruments, o metric.Observer) {
 		st := c.Stats()
 		attrs := metric.WithAttributes(keyCache.String(name))
 		o.ObserveInt64(s.coalesced, int64(st.Coalesced), attrs)
+		o.ObserveInt64(s.waits, int64(st.Waits), attrs)
 		o.ObserveInt64(s.contention, int64(st.LockContention), attrs)
 		o.ObserveInt64(s.announceDenied, int64(st.AnnounceDenied), attrs)
 		o.ObserveInt64(s.nearInvalidations, int64(st.NearInvalidations), attrs)

@@ -321,6 +321,9 @@ func TestCacheObserver_wait(t *testing.T) {
 		return c
 	}
 	a, b := newCache("a"), newCache("b")
+	if err := bd.tel.CacheStats("b", b); err != nil {
+		t.Fatal(err)
+	}
 	started, release := make(chan struct{}), make(chan struct{})
 	errs := make(chan error, 2)
 	go func() {
@@ -352,6 +355,7 @@ func TestCacheObserver_wait(t *testing.T) {
 	}
 	const waits = "stampede.cache.wait.duration"
 	bd.want(t, 1, waits, cacheAttr("b"), result("ok"))
+	bd.want(t, 1, "stampede.cache.waits", cacheAttr("b"))
 	bd.want(t, -1, waits, cacheAttr("a"), result("ok"))
 	bd.want(t, 0, "stampede.cache.events", cacheAttr("b"), event("load"))
 	bd.want(t, 1, "stampede.cache.events", cacheAttr("a"), event("load"))

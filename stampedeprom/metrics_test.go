@@ -254,6 +254,9 @@ func TestCacheObserver_wait(t *testing.T) {
 		return c
 	}
 	a, b := newCache("a"), newCache("b")
+	if err := m.CacheStats("b", b); err != nil {
+		t.Fatal(err)
+	}
 	started, release := make(chan struct{}), make(chan struct{})
 	errs := make(chan error, 2)
 	go func() {
@@ -285,6 +288,7 @@ func TestCacheObserver_wait(t *testing.T) {
 	}
 	const waits = "stampede_cache_wait_duration_seconds"
 	want(t, reg, 1, waits, "cache", "b", "result", "ok")
+	want(t, reg, 1, "stampede_cache_waits_total", "cache", "b")
 	want(t, reg, 0, waits, "cache", "a", "result", "ok")
 	want(t, reg, 1, "stampede_cache_events_total", "cache", "b", "event", "wait")
 	want(t, reg, 0, "stampede_cache_events_total", "cache", "b", "event", "load")

@@ -9,13 +9,22 @@ import (
 
 // CacheStats adds the counters of c.Stats that no cache.Event carries to
 // the Metrics, read at every scrape under the label cache=name:
-// stampede_cache_coalesced_total, stampede_cache_lock_contention_total,
+// stampede_cache_coalesced_total, stampede_cache_waits_total,
+// stampede_cache_lock_contention_total,
 // stampede_cache_announce_denied_total,
 // stampede_cache_near_invalidations_total,
 // stampede_cache_near_flushes_total and the gauge
-// stampede_cache_near_entries. (Hits, misses, loads, waits, fail-open
-// loads, decode failures, refreshes, skipped writes and server errors
-// come from CacheObserver's events.)
+// stampede_cache_near_entries. (Hits, misses, loads, fail-open loads,
+// decode failures, refreshes, skipped writes and server errors come from
+// CacheObserver's events.)
+//
+// NOTE: stampede_cache_waits_total counts every wait for another
+// process's load; the wait events (and so
+// stampede_cache_wait_duration_seconds) come only from the waits that
+// ended with the outcome announced to them, or timed out: a wait that
+// ends by reading the key again (a value over 8 KiB, which the
+// announcement does not carry, a lost announcement, a poll) reports no
+// cache.EventWait.
 //
 // It returns an error if a Cache is already watched under name. c is read
 // until the Metrics are dropped, even after c.Close (Stats still works
@@ -32,7 +41,7 @@ func (m *Metrics) CacheStats(name string, c *cache.Cache) error {
 
 // statsDescs describes the metrics read from cache.Stats.
 type statsDescs struct {
-	coalesced, contention, announceDenied, nearInvalidations, nearFlushes, nearEntries *prometheus.Desc
+	coalesced, waits, contention, announceDenied, nearInvalidations, nearFlushes, nearEntries *prometheus.Desc
 }
 
 func newStatsDescs(ns string) statsDescs {
@@ -41,6 +50,7 @@ func newStatsDescs(ns string) statsDescs {
 	}
 	return statsDescs{
 		coalesced:         desc("coalesced_total", "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced)."),
+		waits:             desc("waits_total", "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits)."),
 		contention:        desc("lock_contention_total", "Rebuild locks found held by another process (cache.Stats.LockContention)."),
 		announceDenied:    desc("announce_denied_total", "SUBSCRIBEs and PUBLISHes of announcements the server refused; waiters poll instead (cache.Stats.AnnounceDenied)."),
 		nearInvalidations: desc("near_invalidations_total", "Near-cache entries dropped because their key changed (cache.Stats.NearInvalidations)."),
@@ -50,7 +60,7 @@ func newStatsDescs(ns string) statsDescs {
 }
 
 func (d statsDescs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.coalesced, d.contention, d.announceDenied, d.nearInvalidations, d.nearFlushes, d.nearEntries} {
+	for _, x := range []*prometheus.Desc{d.coalesced, d.waits, d.contention, d.announceDenied, d.nearInvalidations, d.nearFlushes, d.nearEntries} {
 		ch <- x
 	}
 }
@@ -60,6 +70,7 @@ func (d statsDescs) collect(ch chan<- prometheus.Metric, name string, s cache.St
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), name)
 	}
 	counter(d.coalesced, s.Coalesced)
+	counter(d.waits, s.Waits)
 	counter(d.contention, s.LockContention)
 	counter(d.announceDenied, s.AnnounceDenied)
 	counter(d.nearInvalidations, s.NearInvalidations)
