@@ -528,12 +528,14 @@ func TestMiddlewareObserver(t *testing.T) {
 	}
 }
 
-// Traced puts the load's span under the caller's span, and a not-found
-// is an answer, not an error.
+// Traced puts the load's span under the caller's span, and a background
+// refresh's under the span of the call that found the value stale; a
+// not-found is an answer, not an error.
 func TestTraced(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, nil)
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns")})
+	clk := &clock{}
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,6 +558,17 @@ func TestTraced(t *testing.T) {
 		if spans[0].Parent().SpanID() != parent.SpanContext().SpanID() || spans[0].Status().Code != codes.Unset {
 			t.Errorf("%s: parent %v status %v; want the request's span, unset", name, spans[0].Parent().SpanID(), spans[0].Status())
 		}
+	}
+
+	clk.advance(2 * time.Minute)
+	ctx, second := b.tp.Tracer("test").Start(testCtx(t), "second request")
+	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", loadString("v2"))); v != "v" || err != nil {
+		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
+	}
+	second.End()
+	redistest.WaitFor(t, testCtx(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
+	if p := b.ended("refresh k")[0].Parent().SpanID(); p != second.SpanContext().SpanID() {
+		t.Errorf("refresh span's parent %v, want the stale call's span %v", p, second.SpanContext().SpanID())
 	}
 }
 
