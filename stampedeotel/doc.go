@@ -23,7 +23,8 @@
 // is made afterwards with its real start (the end less Event.Duration):
 // stampede.cache.load for every loader call (background refreshes
 // included), stampede.cache.wait for every wait for another process's
-// load, stampede.lock.obtain for every Obtain, and
+// load that reports a cache.EventWait (see CacheStats),
+// stampede.lock.obtain for every Obtain, and
 // stampede.middleware.render for every request the middleware rendered
 // for the cache (MISS) and every render it finished in the background.
 // Failures set the span's status to Error.
