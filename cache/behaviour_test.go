@@ -1193,6 +1193,50 @@ func TestGetOrLoad_remoteFailure(t *testing.T) {
 	})
 }
 
+// TestGetOrLoad_waitEndedByRead: a wait that ends by reading the key
+// again, because the value was too large to come with the announcement,
+// is reported as one EventWait with its duration, as a wait answered by
+// the announcement is.
+func TestGetOrLoad_waitEndedByRead(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.Client(t)
+		a := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		var waits atomic.Int32
+		var waited atomic.Int64
+		b := newCacheOn(t, rc, &cache.Options{Namespace: ns, PollInterval: 30 * time.Second, WaitTimeout: time.Minute,
+			Observer: func(e cache.Event) {
+				if e.Kind == cache.EventWait && e.Err == nil {
+					waits.Add(1)
+					waited.Store(int64(e.Duration))
+				}
+			}})
+		big := strings.Repeat("v", 64<<10) // far over what an announcement carries
+		started := make(chan struct{})
+		release, open := gate(t)
+		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+			close(started)
+			<-release
+			return big, nil
+		})
+		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
+		var calls atomic.Int32
+		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+		redistest.WaitFor(t, ctx, "cache b to wait", func() bool { return b.Stats().Waits == 1 })
+		open()
+		if r := redistest.Recv(t, ctx, holder, "cache a"); r.err != nil || r.v != big {
+			t.Fatalf("cache a: %d bytes, %v", len(r.v), r.err)
+		}
+		if r := redistest.Recv(t, ctx, waiter, "cache b"); r.err != nil || r.v != big {
+			t.Fatalf("cache b: %d bytes, %v; want a's value", len(r.v), r.err)
+		}
+		if n := waits.Load(); n != 1 || waited.Load() <= 0 || calls.Load() != 0 {
+			t.Errorf("%d EventWait (last %v), %d loads by b; want one wait with its duration, no load", n, time.Duration(waited.Load()), calls.Load())
+		}
+	})
+}
+
 // TestGetOrLoad_loadedValueTooLarge: a loaded value above MaxValueSize is
 // returned as ErrValueTooLarge and not stored; the claim is freed.
 func TestGetOrLoad_loadedValueTooLarge(t *testing.T) {

@@ -67,6 +67,12 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		switch v.next {
 		case answered:
 			c.ann.unregister(k.value, w)
+			if !waitStart.IsZero() {
+				// The wait ended by reading the key (a value too large to
+				// come with the announcement, a lost announcement, a poll)
+				// or by taking over a dead claim: it is a wait all the same.
+				c.emit(EventWait, k.user, time.Since(waitStart), v.err)
+			}
 			return v.res, v.err
 		case readAgain:
 			c.ann.unregister(k.value, w)
