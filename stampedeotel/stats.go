@@ -19,12 +19,9 @@ import (
 // loads, fail-open loads, decode failures, refreshes, skipped writes and
 // server errors come from CacheObserver's events.)
 //
-// NOTE: stampede.cache.waits counts every wait for another process's
-// load; the wait events (and so stampede.cache.wait.duration and the
-// stampede.cache.wait spans) come only from the waits that ended with the
-// outcome announced to them, or timed out: a wait that ends by reading the
-// key again (a value over 8 KiB, which the announcement does not carry, a
-// lost announcement, a poll) reports no cache.EventWait.
+// stampede.cache.waits counts every wait for another process's load, as
+// stampede.cache.wait.duration and the stampede.cache.wait spans do (one
+// cache.EventWait per wait, however it ended).
 //
 // It returns an error if a Cache is already watched under name. c is read
 // for as long as the Telemetry's meter collects, even after c.Close (Stats

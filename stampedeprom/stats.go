@@ -18,13 +18,9 @@ import (
 // decode failures, refreshes, skipped writes and server errors come from
 // CacheObserver's events.)
 //
-// NOTE: stampede_cache_waits_total counts every wait for another
-// process's load; the wait events (and so
-// stampede_cache_wait_duration_seconds) come only from the waits that
-// ended with the outcome announced to them, or timed out: a wait that
-// ends by reading the key again (a value over 8 KiB, which the
-// announcement does not carry, a lost announcement, a poll) reports no
-// cache.EventWait.
+// stampede_cache_waits_total counts every wait for another process's
+// load, as stampede_cache_wait_duration_seconds does (one cache.EventWait
+// per wait, however it ended).
 //
 // It returns an error if a Cache is already watched under name. c is read
 // until the Metrics are dropped, even after c.Close (Stats still works
