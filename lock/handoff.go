@@ -63,6 +63,28 @@ func HandoffChannel(key string) (channel string, ok bool) { return redisx.Siblin
 // than this, a live one refreshes it in time.
 func entryLife(wait time.Duration) time.Duration { return 2*wait + 100*time.Millisecond }
 
+// heartbeat is when a waiter's queue entry was last refreshed, and for
+// how long.
+type heartbeat struct {
+	at   time.Time
+	life time.Duration
+}
+
+// due reports whether the entry must be refreshed by the next poll, one
+// that is followed by a wait of wait: it would otherwise have less than
+// half its life left by the poll after.
+func (h heartbeat) due(wait time.Duration) bool {
+	return h.at.IsZero() || time.Since(h.at) >= h.life/2-wait
+}
+
+// heldByOther reports whether key holds another acquisition than value,
+// with a plain GET: a queued waiter's poll needs no script then. An error
+// reports false, leaving the answer to the script.
+func (c *Client) heldByOther(ctx context.Context, key, value string) bool {
+	v, err := c.conn.Client().Get(ctx, key).Result()
+	return err == nil && v != value
+}
+
 // handoffUsable reports whether hand-off can be used for key: the server
 // runs scripts for the client's user, this client has not found the
 // hand-off refused, and key has siblings. Where it cannot, it says why

@@ -187,6 +187,7 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		queued bool          // registered with the waker (and so, maybe, in the queue)
 		wake   chan struct{} // this waiter's wake-up, while queued
 		woken  bool          // the attempt under way follows a wake-up
+		beat   heartbeat     // the last refresh of the queue entry
 	)
 	if opts.Retry != nil {
 		hk, useHK = c.handoffUsable(ctx, key)
@@ -216,9 +217,16 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 			ok     bool
 			handed bool
 		)
-		if queued {
+		if queued && !woken && !beat.due(max(wait, 0)) && c.heldByOther(ctx, key, value) {
+			// The common poll of a queued waiter: a plain GET finds the lock
+			// held by another, and the entry needs no refresh yet.
+		} else if queued {
 			var res waitResult
-			res, fence, err = c.waitStep(ctx, hk, value, token, ttl, opts.Fencing, entryLife(max(wait, 0)))
+			life := entryLife(max(wait, 0))
+			res, fence, err = c.waitStep(ctx, hk, value, token, ttl, opts.Fencing, life)
+			if err == nil {
+				beat = heartbeat{at: sent, life: life}
+			}
 			if err != nil && scriptUnusable(err) && ctx.Err() == nil {
 				// Refused before it wrote anything: poll the plain way.
 				c.handoffRefused(err)
