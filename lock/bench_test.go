@@ -108,3 +108,51 @@ func benchBaseline(b *testing.B, s *redistest.Server, release lock.ReleaseStrate
 	}
 	b.ReportMetric(float64(cnt.n.Load())/float64(b.N), "cmds/op")
 }
+
+// BenchmarkRelease_noWaiters measures what the hand-off costs a release
+// that finds nobody waiting: Obtain+Release cycles of a lock obtained
+// without a Retry (released by the server's best compare-and-delete, as
+// before hand-off) and with one (released by the hand-off script, which
+// also checks the queue). Compare their ns/op; both send 2 commands.
+func BenchmarkRelease_noWaiters(b *testing.B) {
+	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey, redistest.Redis7} {
+		b.Run(string(kind), func(b *testing.B) {
+			s := redistest.Shared(b, kind)
+			for _, v := range []struct {
+				name string
+				opts *lock.ObtainOptions
+			}{
+				{"plain", nil},
+				{"handoff", &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond)}},
+			} {
+				b.Run(v.name, func(b *testing.B) {
+					var cnt cmdCounter
+					c, rc := newClient(b, s, nil)
+					rc.AddHook(&cnt)
+					ctx := context.Background()
+					key := redistest.Key(b, "bench")
+					warm, err := c.Obtain(ctx, key, time.Second, v.opts) // probe and script load behind us
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := warm.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+					cnt.n.Store(0)
+					b.ReportAllocs()
+					b.ResetTimer()
+					for b.Loop() {
+						l, err := c.Obtain(ctx, key, time.Second, v.opts)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := l.Release(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(cnt.n.Load())/float64(b.N), "cmds/op")
+				})
+			}
+		})
+	}
+}

@@ -109,7 +109,8 @@ type Capabilities struct {
 	// announcement channel (SUBSCRIBE or PUBLISH; an ACL without the
 	// channel, the default for new users since Redis 7). Waiting
 	// processes then learn of a finished rebuild by polling. Only
-	// cache.(*Cache).Capabilities fills it in; a lock uses no channel.
+	// cache.(*Cache).Capabilities fills it in; a lock Client logs a refusal
+	// of its hand-off channel instead (see ObtainOptions.Retry).
 	AnnounceDenied string
 }
 

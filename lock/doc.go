@@ -34,6 +34,44 @@
 // proxy, a cluster in the middle of an upgrade) downgrades the strategy for
 // good and the operation is retried; Capabilities shows what is in use.
 //
+// # Waiting: hand-off and wake-up
+//
+// An Obtain with ObtainOptions.Retry that finds the lock held joins a
+// queue kept next to the lock (QueueKey, in the lock's cluster slot) and
+// subscribes, on one pub/sub connection per Client (opened by the first
+// waiter, closed about ten seconds after the last), to the lock's channel
+// (HandoffChannel). A lock obtained with a Retry is released by a script
+// that, in the same round trip, hands the lock to the first live waiter in
+// the queue (the key is set to that waiter's value, so a newcomer's SET NX
+// fails meanwhile; with fencing, a number is drawn for the waiter) and
+// publishes the waiter's token; nothing is published when nobody waits or
+// nothing was released. The woken waiter extends the lock to its own TTL
+// with one more round trip and returns (EventWoken). Waiters get the lock
+// in the order they queued, and a waiter that has waited through one
+// hand-off is not overtaken by a newcomer.
+//
+// The poll paced by the Retry strategy stays as the safety net: a queued
+// waiter polls with a plain GET and, a little less often, refreshes its
+// queue entry. A poll finds a lock handed to it whose notification was lost
+// or late (EventWakeMissed), so a lost notification costs at most one
+// back-off step; a poll that finds the lock free (expired, or released
+// without hand-off) hands it to the first live waiter. An entry lives a
+// little over two back-off steps past its waiter's last refresh (2×step +
+// 100ms), and a lock handed to a waiter that has died is held only until
+// its entry would have expired, not for the waiter's TTL. A waiter that
+// gives up (ctx, MaxWait, a limited Retry) leaves the queue and releases a
+// lock handed to it meanwhile, handing it on.
+//
+// Limits: a lock obtained without a Retry (a single attempt, RunOnce,
+// package cache's rebuild locks) is released the plain way; waiters queued
+// for it find it by their poll, in queue order, but a newcomer's SET NX may
+// take it first. So may a newcomer after a lock expired. Hand-off needs
+// scripts (EVALSHA) and the commands of the README's Permissions section;
+// where the server refuses them, waiters poll as before and the Client
+// warns once (Options.Logger). Without the channel, hand-offs still happen
+// and waiters find them by their poll, with a warning. On a Redis Cluster
+// the channel is a classic one (PUBLISH reaches every node).
+//
 // # Guarantees and their limits
 //
 // While the lock has not expired, no other Client can obtain it, and no

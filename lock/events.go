@@ -56,7 +56,10 @@ func (k EventKind) String() string {
 //     context's error when ctx ended), ErrNotHeld, ErrLost, or the server's
 //     error (matching ErrPermission when its ACL refused a command).
 //
-// Obtain, Release and Refresh each report one event per call. Do and
+// Obtain, Release and Refresh each report one event per call, except that
+// an Obtain that was handed the lock while it waited reports EventWoken or
+// EventWakeMissed (Duration: the time it had spent, as for EventObtained)
+// before its EventObtained. Do and
 // RunOnce report the events of the Obtain, Refresh and Release they make,
 // and add EventLost (once per loss) and EventSkipped; Do's keep-alive and
 // KeepAlive report one EventRefreshed or EventRefreshFailed per refresh.

@@ -64,6 +64,12 @@ func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 // defaults: one attempt, no metadata, no fencing.
 type ObtainOptions struct {
 	// Retry says how to wait for a held lock. Default: nil, one attempt.
+	//
+	// With a Retry, a waiter queues and is handed the lock by the release
+	// of a lock that was itself obtained with a Retry, woken by a
+	// notification; its polls, paced by Retry, are the safety net (see the
+	// package doc, "Waiting: hand-off and wake-up"). Such a lock's Release
+	// runs a script that checks the queue.
 	Retry RetryStrategy
 
 	// MaxWait bounds the time spent retrying. Default: the context's
@@ -366,7 +372,9 @@ func (c *Client) try(ctx context.Context, key, fenceKey, value string, ttl time.
 
 // Release deletes the lock if it is still this acquisition's, in one round
 // trip. It returns ErrNotHeld, and leaves the key alone, if the lock
-// expired or is now someone else's.
+// expired or is now someone else's. A lock obtained with a Retry is handed
+// instead to the first live waiter queued for it, in the same round trip,
+// and that waiter is notified (see ObtainOptions.Retry).
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) }
 
 // release is Release; warnNotHeld says whether finding the lock not held
