@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,6 +154,51 @@ func BenchmarkRelease_noWaiters(b *testing.B) {
 					b.ReportMetric(float64(cnt.n.Load())/float64(b.N), "cmds/op")
 				})
 			}
+		})
+	}
+}
+
+// BenchmarkRelease_noWaitersInterleaved times Release alone, with nobody
+// waiting, alternating a lock obtained without a Retry (plain release) and
+// one obtained with a Retry (hand-off script) so that both see the same
+// load on a shared machine; it reports the median of each in µs.
+func BenchmarkRelease_noWaitersInterleaved(b *testing.B) {
+	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey, redistest.Redis7} {
+		b.Run(string(kind), func(b *testing.B) {
+			s := redistest.Shared(b, kind)
+			c, _ := newClient(b, s, nil)
+			ctx := context.Background()
+			key := redistest.Key(b, "bench")
+			retry := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond)}
+			var plain, handoff []time.Duration
+			b.ResetTimer()
+			for i := range 2*b.N + 2 {
+				opts := (*lock.ObtainOptions)(nil)
+				if i%2 == 1 {
+					opts = retry
+				}
+				l, err := c.Obtain(ctx, key, time.Second, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t := time.Now()
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+				d := time.Since(t)
+				if i < 2 {
+					continue // probe and script load
+				}
+				if opts == nil {
+					plain = append(plain, d)
+				} else {
+					handoff = append(handoff, d)
+				}
+			}
+			slices.Sort(plain)
+			slices.Sort(handoff)
+			b.ReportMetric(float64(plain[len(plain)/2].Nanoseconds())/1e3, "plain-µs")
+			b.ReportMetric(float64(handoff[len(handoff)/2].Nanoseconds())/1e3, "handoff-µs")
 		})
 	}
 }

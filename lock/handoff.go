@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -138,26 +137,35 @@ func scriptUnusable(err error) bool {
 	return redisx.IsNoPerm(err) || redisx.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "script")
 }
 
-// handoffReply runs the hand-off script and returns its reply's code and
-// its second element, an integer or a string.
-func (c *Client) handoffReply(ctx context.Context, hk handoffKeys, args ...any) (code int64, n int64, s string, err error) {
-	v, err := c.handoff.Run(ctx, c.conn.Client(), hk.keys, append([]any{args[0], hk.channel}, args[1:]...)...).Slice()
+// handoffReply runs the hand-off script and returns its reply's code (the
+// reply itself or its first element) and its second element, an integer
+// or a string.
+func (c *Client) handoffReply(ctx context.Context, hk handoffKeys, mode string, args ...any) (code int64, n int64, s string, err error) {
+	all := make([]any, 0, 2+len(args))
+	all = append(append(all, mode, hk.channel), args...)
+	r, err := c.handoff.Run(ctx, c.conn.Client(), hk.keys, all...).Result()
 	if err != nil {
 		return 0, 0, "", err
 	}
-	if len(v) == 0 {
-		return 0, 0, "", errors.New("lock: empty reply from the hand-off script")
-	}
-	code, _ = v[0].(int64)
-	if len(v) > 1 {
-		switch x := v[1].(type) {
-		case int64:
-			n = x
-		case string:
-			s = x
+	switch v := r.(type) {
+	case int64:
+		return v, 0, "", nil
+	case []any:
+		if len(v) == 0 {
+			break
 		}
+		code, _ = v[0].(int64)
+		if len(v) > 1 {
+			switch x := v[1].(type) {
+			case int64:
+				n = x
+			case string:
+				s = x
+			}
+		}
+		return code, n, s, nil
 	}
-	return code, n, s, nil
+	return 0, 0, "", fmt.Errorf("lock: unexpected reply %v from the hand-off script", r)
 }
 
 // releaseHandoff releases a lock obtained with a Retry: deletes it, or

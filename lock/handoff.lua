@@ -17,12 +17,12 @@
 -- full ttl and learns its fencing number. A newcomer's SET NX fails meanwhile.
 --
 -- Replies:
---   'r': {0} not held; {1} deleted (nobody live waited); {2, err} handed off,
+--   'r': 0 not held; 1 deleted (nobody live waited); {2, err} handed off,
 --        err = '' or the PUBLISH refusal
 --   'w': {0, err} queued (err: refusal of a PUBLISH this call made handing the
 --        free lock to the waiter ahead); {1, fence} taken free; {2, fence} it
 --        had been handed to this waiter. fence is 0 unless fenced.
---   'l': {0} left; {1} the lock had been handed to this waiter, now deleted;
+--   'l': 0 left; 1 the lock had been handed to this waiter, now deleted;
 --        {2, err} handed on to the next waiter.
 -- A fence counter holding anything but an integer below 2^53 fails a fenced
 -- 'w' call before anything is written; a waiter queued with fencing is then
@@ -94,27 +94,27 @@ end
 
 if mode == 'r' then
   local v = redis.call('GET', KEYS[1])
-  if not v then return {0} end
+  if not v then return 0 end
   if ARGV[4] == 'sha1' then v = redis.sha1hex(v) end
-  if v ~= ARGV[3] then return {0} end
+  if v ~= ARGV[3] then return 0 end
   -- Nobody queued: the one extra read over a compare-and-delete.
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('DEL', KEYS[1])
-    return {1}
+    return 1
   end
   local tok, err = handoff(redis.call('TIME'))
   if tok then return {2, err} end
   redis.call('DEL', KEYS[1])
-  return {1}
+  return 1
 end
 
 if mode == 'l' then
   drop(ARGV[4])
-  if redis.call('GET', KEYS[1]) ~= ARGV[3] then return {0} end
+  if redis.call('GET', KEYS[1]) ~= ARGV[3] then return 0 end
   local tok, err = handoff(redis.call('TIME'))
   if tok then return {2, err} end
   redis.call('DEL', KEYS[1])
-  return {1}
+  return 1
 end
 
 -- mode 'w'
