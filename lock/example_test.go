@@ -230,3 +230,38 @@ func ExampleOptions_observer() {
 	// released invoice:42 <nil>
 	// release-failed invoice:42 lock: not held
 }
+
+// A waiter with a Retry is handed the lock by the release and woken by a
+// notification: its back-off can be long, it only bounds how late a lost
+// notification is noticed.
+func ExampleObtainOptions_handoff() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	woken := make(chan struct{}, 1)
+	c, _ := lock.New(rdb, &lock.Options{Observer: func(e lock.Event) {
+		if e.Kind == lock.EventWoken {
+			woken <- struct{}{}
+		}
+	}})
+	wait := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Minute)}
+
+	l, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, wait)
+	got := make(chan *lock.Lock)
+	go func() {
+		w, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, wait)
+		got <- w
+	}()
+	q, _ := lock.QueueKey("invoice:42")
+	for rdb.ZCard(ctx, q).Val() == 0 { // until the waiter has queued
+		time.Sleep(time.Millisecond)
+	}
+	_ = l.Release(ctx) // hands the lock to the waiter, in the same round trip
+	w := <-got
+	<-woken
+	fmt.Println("waiter holds it:", w.Token() != l.Token())
+	fmt.Println("release:", w.Release(ctx))
+	// Output:
+	// waiter holds it: true
+	// release: <nil>
+}
