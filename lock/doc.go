@@ -38,7 +38,7 @@
 //
 // An Obtain with ObtainOptions.Retry that finds the lock held joins a
 // queue kept next to the lock (QueueKey, in the lock's cluster slot) and
-// subscribes, on one pub/sub connection per Client (opened by the first
+// subscribes, on a pub/sub connection of the Client (opened by the first
 // waiter, closed about ten seconds after the last), to the lock's channel
 // (HandoffChannel). A lock obtained with a Retry is released by a script
 // that, in the same round trip, hands the lock to the first live waiter in
@@ -69,8 +69,15 @@
 // scripts (EVALSHA) and the commands of the README's Permissions section;
 // where the server refuses them, waiters poll as before and the Client
 // warns once (Options.Logger). Without the channel, hand-offs still happen
-// and waiters find them by their poll, with a warning. On a Redis Cluster
-// the channel is a classic one (PUBLISH reaches every node).
+// and waiters find them by their poll, with a warning.
+//
+// Where the server has sharded pub/sub (Redis and Valkey >= 7), hand-offs
+// are published with SPUBLISH and waiters subscribe with SSUBSCRIBE; on a
+// Redis Cluster the channel lies in the lock's slot, so a message stays on
+// the shard that owns the lock instead of being broadcast to every node,
+// and a Client keeps one pub/sub connection per master it waits on. While
+// a slot migrates, its waiters may miss notifications and go by their
+// poll. Elsewhere PUBLISH and SUBSCRIBE, one connection per Client.
 //
 // # Guarantees and their limits
 //

@@ -29,6 +29,7 @@ var handoffSrc string
 type handoffKeys struct {
 	keys    []string // lock, queue, entries, fence counter
 	channel string
+	sharded bool // published with SPUBLISH, subscribed with SSUBSCRIBE
 }
 
 // handoffKeysFor returns key's hand-off keys; ok is false for keys that
@@ -104,7 +105,36 @@ func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bo
 		c.handoffRefused(fmt.Errorf("%s", caps.ScriptsDenied))
 		return handoffKeys{}, false
 	}
+	hk.sharded = c.shardedPubSub(ctx, hk.channel)
 	return hk, true
+}
+
+// shardedPubSub reports whether the server has sharded pub/sub (SPUBLISH,
+// Redis and Valkey >= 7), learnt once per Client with an SPUBLISH of an
+// empty message, which no waiter takes for a token. Hand-offs then go out
+// with SPUBLISH and waiters subscribe with SSUBSCRIBE: on a Redis Cluster
+// a message stays on the shard that owns the lock's key instead of being
+// broadcast to every node. Every Client of one server learns the same, so
+// releasers and waiters agree. An error other than a refusal leaves the
+// question open and answers false this time.
+func (c *Client) shardedPubSub(ctx context.Context, channel string) bool {
+	switch c.sharded.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	err := c.conn.Client().Do(ctx, "SPUBLISH", channel, "").Err()
+	switch {
+	case err == nil || redisx.IsNoPerm(err):
+		// A refused SPUBLISH still says the server has it; the warning
+		// about the refused channel follows on the first hand-off.
+		c.sharded.Store(1)
+		return true
+	case redisx.IsReply(err):
+		c.sharded.Store(2)
+	}
+	return false
 }
 
 // handoffRefused turns hand-off off for this client after the server
@@ -122,7 +152,7 @@ func (c *Client) handoffRefused(err error) {
 // announcement: waiters then learn of it by their poll.
 func (c *Client) publishRefused(msg string) {
 	if msg != "" && c.pubDenied.CompareAndSwap(false, true) {
-		c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused PUBLISH on the hand-off channel "+
+		c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused PUBLISH (SPUBLISH with sharded pub/sub) on the hand-off channel "+
 			"(grant the channel, see the README's Permissions section)", "err", msg)
 	}
 }
@@ -141,6 +171,9 @@ func scriptUnusable(err error) bool {
 // reply itself or its first element) and its second element, an integer
 // or a string.
 func (c *Client) handoffReply(ctx context.Context, hk handoffKeys, mode string, args ...any) (code int64, n int64, s string, err error) {
+	if hk.sharded {
+		mode += "s"
+	}
 	all := make([]any, 0, 2+len(args))
 	all = append(append(all, mode, hk.channel), args...)
 	r, err := c.handoff.Run(ctx, c.conn.Client(), hk.keys, all...).Result()

@@ -1,7 +1,9 @@
 -- KEYS[1]=lock key; KEYS[2]=wait queue (sorted set: token -> arrival, server µs);
 -- KEYS[3]=waiter entries (hash: token -> entry); KEYS[4]=fence counter. All four
 -- share the lock key's cluster slot.
--- ARGV[1]=mode; ARGV[2]=channel the hand-off is published on.
+-- ARGV[1]=mode, followed by 's' when the hand-off is published with SPUBLISH
+-- (sharded pub/sub, on a Redis Cluster: the message stays on the key's shard)
+-- rather than PUBLISH; ARGV[2]=channel the hand-off is published on.
 --   'r' release:  ARGV[3]=expected value, or its SHA-1 hex when ARGV[4]=='sha1'
 --   'w' wait:     ARGV[3]=value; ARGV[4]=token; ARGV[5]=ttl ms; ARGV[6]='1' if fenced;
 --                 ARGV[7]=entry life ms (how long the entry lives unless refreshed)
@@ -32,7 +34,9 @@
 -- only kind since Redis 7 and in Valkey; asked for where the server knows it).
 if redis.replicate_commands then redis.replicate_commands() end
 
-local mode = ARGV[1]
+local mode = string.sub(ARGV[1], 1, 1)
+local publish = 'PUBLISH'
+if string.sub(ARGV[1], 2, 2) == 's' then publish = 'SPUBLISH' end
 
 -- fenceOK returns the counter (false when missing), or nil when it holds
 -- something that is not an integer below 2^53.
@@ -84,7 +88,7 @@ local function handoff(t)
       drop(tok)
       -- pcall: a refused channel (an ACL without it) must not undo the
       -- hand-off; the waiter then learns of it by its poll.
-      local r = redis.pcall('PUBLISH', ARGV[2], tok)
+      local r = redis.pcall(publish, ARGV[2], tok)
       if type(r) == 'table' and r.err then return tok, tostring(r.err) end
       return tok, ''
     end

@@ -297,6 +297,10 @@ func (s splitSub) Subscribe(ctx context.Context, channels ...string) *redis.PubS
 	return s.sub.Subscribe(ctx, channels...)
 }
 
+func (s splitSub) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return s.sub.SSubscribe(ctx, channels...)
+}
+
 // TestHandoff_subscriptionFaults: the waiter's subscription connection is
 // black-holed, or reset, while it waits; the release's notification is
 // lost, and the waiter still gets the lock by its poll (EventWakeMissed).
@@ -616,5 +620,66 @@ func TestACL_handoff(t *testing.T) {
 				}
 			})
 		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestHandoff_shardedPubSub: where the server has sharded pub/sub, a
+// waiter subscribes with SSUBSCRIBE, on a cluster at the master that owns
+// the lock's slot (PUBSUB SHARDNUMSUB there is 1), and nobody subscribes to
+// the classic channel (PUBSUB NUMSUB is 0 on every node), so that a
+// hand-off's message stays on that shard; it is still woken.
+func TestHandoff_shardedPubSub(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		ch, _ := lock.HandoffChannel(key)
+		var w wakeCounter
+		holder, rc := newClient(t, s, nil)
+		waiter, _ := newClient(t, s, &lock.Options{Observer: w.observe})
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := obtainAsync(ctx, waiter, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+
+		owner := s.Addrs()[0]
+		if cc, ok := rc.(*redis.ClusterClient); ok {
+			m, err := cc.MasterForKey(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner = m.Options().Addr
+		}
+		for _, addr := range s.Addrs() {
+			nc := redis.NewClient(&redis.Options{Addr: addr})
+			shard, err := nc.PubSubShardNumSub(ctx, ch).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			classic, err := nc.PubSubNumSub(ctx, ch).Result()
+			_ = nc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(0)
+			if addr == owner {
+				want = 1
+			}
+			if shard[ch] != want || classic[ch] != 0 {
+				t.Errorf("node %s: %d sharded and %d classic subscribers of %s; want %d and 0", addr, shard[ch], classic[ch], ch, want)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := redistest.Recv(t, ctx, got, "the waiter")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if w.woken.Load() != 1 {
+			t.Errorf("woken %d, want 1", w.woken.Load())
+		}
+		_ = r.l.Release(ctx)
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }

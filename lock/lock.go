@@ -30,6 +30,7 @@ type Client struct {
 	handoff    *redis.Script          // handoff.lua
 	handoffOff atomic.Pointer[string] // the server's refusal of the hand-off script; nil while it runs
 	pubDenied  atomic.Bool            // a hand-off's PUBLISH was refused (warned once)
+	sharded    atomic.Int32           // 0 unknown, 1 the server has sharded pub/sub, 2 it has not
 	waker      waker
 }
 
@@ -272,9 +273,9 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		if useHK && !queued {
 			// Join the queue at once rather than after a back-off step:
 			// subscribe first, so that a hand-off right after reaches us.
-			sub, _ := c.conn.Client().(subscriber)
+			t, canSub := c.wakeTargetFor(ctx, hk.channel, hk.sharded)
 			var ready chan struct{}
-			wake, ready = c.wakerAdd(sub, hk.channel, token)
+			wake, ready = c.wakerAdd(t, canSub, hk.channel, token)
 			queued = true
 			select {
 			case <-ready:

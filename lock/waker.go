@@ -12,14 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// subscriber is what the waker needs of the client beyond RedisClient;
-// every go-redis UniversalClient has it. A client without it leaves
-// waiters to their poll.
+// subscriber and shardSubscriber are what the waker needs of the client
+// beyond RedisClient; every go-redis UniversalClient has both. A client
+// without them leaves waiters to their poll.
 type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// Timings of the waker's subscription, as in package cache's announcer: a
+type shardSubscriber interface {
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// Timings of the waker's subscriptions, as in package cache's announcer: a
 // connection silent for wakerPing gets a PING, and one silent for another
 // wakerPing is replaced.
 const (
@@ -30,60 +34,127 @@ const (
 	wakerRetryDenied = 10 * time.Second // after a refused SUBSCRIBE
 )
 
-// waker delivers hand-off notices to the waiting Obtains of one Client over
-// one pub/sub connection, subscribed to the channel of each key that has a
-// waiter here. It is started by the first waiter and stops after
+// waker delivers hand-off notices to the waiting Obtains of one Client. It
+// keeps one pub/sub connection, subscribed to the channel of each key that
+// has a waiter here, per subscription target: the client itself, or, with
+// sharded pub/sub on a Redis Cluster, each master that owns a waited key's
+// slot. A connection is opened by the first waiter and closed after
 // wakerLinger without one. The zero value is ready to use.
 type waker struct {
-	mu       sync.Mutex               // guards the fields below; held only for map updates and sending (UN)SUBSCRIBE
-	running  bool                     // a loop goroutine owns ps
-	ps       *redis.PubSub            // the current subscription; nil between connections
-	channels map[string]int           // channel -> waiters here
-	ready    map[string]chan struct{} // channel -> closed once the server confirmed the subscription
-	pending  map[string]int           // channel -> SUBSCRIBEs sent on ps and not yet confirmed
+	mu       sync.Mutex               // guards the fields below and the sessions' fields; held only for map updates and sending (UN)SUBSCRIBE
 	waiters  map[string]chan struct{} // token -> wake-up
+	ready    map[string]chan struct{} // channel -> closed once the server confirmed the subscription
+	sessions map[string]*wakeSession  // target -> its subscription
+	of       map[string]*wakeSession  // channel -> the session subscribed to it
 	denied   bool                     // the last SUBSCRIBE was refused (warned once until it works)
-	idle     chan struct{}            // told when the last waiter leaves, to end the loop's pause
+}
+
+// wakeTarget says where a channel is subscribed: name identifies the
+// connection ("" for the client itself, a master's address on a cluster
+// with sharded pub/sub), open opens it.
+type wakeTarget struct {
+	name    string
+	open    func(ctx context.Context, channels ...string) *redis.PubSub
+	sharded bool // SSUBSCRIBE rather than SUBSCRIBE
+}
+
+// wakeSession is one pub/sub connection of the waker and its loop.
+type wakeSession struct {
+	t        wakeTarget
+	running  bool           // a loop goroutine owns ps
+	ps       *redis.PubSub  // the current connection; nil between connections
+	channels map[string]int // channel -> waiters here
+	pending  map[string]int // channel -> SUBSCRIBEs sent on ps and not yet confirmed
+	idle     chan struct{}  // told when the last channel goes, to end the loop's pause
+}
+
+func (s *wakeSession) subscribe(ch string) {
+	if s.t.sharded {
+		_ = s.ps.SSubscribe(context.Background(), ch)
+	} else {
+		_ = s.ps.Subscribe(context.Background(), ch)
+	}
+}
+
+func (s *wakeSession) unsubscribe(ch string) {
+	if s.t.sharded {
+		_ = s.ps.SUnsubscribe(context.Background(), ch)
+	} else {
+		_ = s.ps.Unsubscribe(context.Background(), ch)
+	}
 }
 
 // closed is a channel that is closed.
 var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
-// wakerAdd registers the waiter token on channel and returns the channel
-// its wake-up arrives on, and one that is closed once the server has
-// confirmed the subscription (at once where it refused one). The waiter
-// joins the queue only then, or after one back-off step: a hand-off
-// announced before the subscription would reach nobody. sub nil means the
-// client cannot subscribe: only its poll will find the lock.
-func (c *Client) wakerAdd(sub subscriber, channel, token string) (wake, ready chan struct{}) {
+// wakeTargetFor returns where channel is to be subscribed; ok is false
+// when the client cannot subscribe.
+func (c *Client) wakeTargetFor(ctx context.Context, channel string, sharded bool) (wakeTarget, bool) {
+	rc := c.conn.Client()
+	if !sharded {
+		sub, ok := rc.(subscriber)
+		if !ok {
+			return wakeTarget{}, false
+		}
+		return wakeTarget{open: sub.Subscribe}, true
+	}
+	if cc, ok := rc.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return wakeTarget{}, false
+		}
+		return wakeTarget{name: node.Options().Addr, open: node.SSubscribe, sharded: true}, true
+	}
+	sub, ok := rc.(shardSubscriber)
+	if !ok {
+		return wakeTarget{}, false
+	}
+	return wakeTarget{open: sub.SSubscribe, sharded: true}, true
+}
+
+// wakerAdd registers the waiter token on channel, subscribed at t (ok
+// false: nowhere, only its poll will find the lock), and returns the
+// channel its wake-up arrives on, and one that is closed once the server
+// has confirmed the subscription (at once where it refused one). The
+// waiter joins the queue only then, or after one back-off step: a hand-off
+// announced before the subscription would reach nobody.
+func (c *Client) wakerAdd(t wakeTarget, ok bool, channel, token string) (wake, ready chan struct{}) {
 	w := &c.waker
 	wake = make(chan struct{}, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.waiters == nil {
-		w.waiters, w.channels, w.ready, w.pending = map[string]chan struct{}{}, map[string]int{}, map[string]chan struct{}{}, map[string]int{}
-		w.idle = make(chan struct{}, 1)
+		w.waiters, w.ready = map[string]chan struct{}{}, map[string]chan struct{}{}
+		w.sessions, w.of = map[string]*wakeSession{}, map[string]*wakeSession{}
 	}
 	w.waiters[token] = wake
-	w.channels[channel]++
-	if sub == nil || w.denied {
+	if !ok || w.denied {
 		return wake, closed
 	}
+	s := w.of[channel]
+	if s == nil {
+		if s = w.sessions[t.name]; s == nil {
+			s = &wakeSession{t: t, channels: map[string]int{}, pending: map[string]int{}, idle: make(chan struct{}, 1)}
+			w.sessions[t.name] = s
+		}
+		w.of[channel] = s
+	}
+	s.channels[channel]++
 	ready = w.ready[channel]
 	if ready == nil {
 		ready = make(chan struct{})
 		w.ready[channel] = ready
 	}
-	if !w.running {
-		w.running = true
-		go c.wakerLoop(sub)
-	} else if w.ps != nil && w.channels[channel] == 1 {
+	if !s.running {
+		s.running = true
+		go c.wakerLoop(s)
+	} else if s.ps != nil && s.channels[channel] == 1 {
 		// Sent now, its reply read by the loop; an error fails the loop's
 		// next read and the loop subscribes again to every channel. Only
 		// the last confirmation counts: an older one may answer a
 		// SUBSCRIBE that an UNSUBSCRIBE has undone since.
-		w.pending[channel]++
-		_ = w.ps.Subscribe(context.Background(), channel)
+		s.pending[channel]++
+		s.subscribe(channel)
 	}
 	return wake, ready
 }
@@ -94,65 +165,88 @@ func (c *Client) wakerRemove(channel, token string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.waiters, token)
-	if len(w.waiters) == 0 {
-		select {
-		case w.idle <- struct{}{}:
-		default:
-		}
+	s := w.of[channel]
+	if s == nil {
+		return
 	}
-	if w.channels[channel]--; w.channels[channel] <= 0 {
-		delete(w.channels, channel)
-		delete(w.ready, channel) // pending stays: confirmations of SUBSCRIBEs sent may still come
-		if w.ps != nil {
-			_ = w.ps.Unsubscribe(context.Background(), channel)
+	if s.channels[channel]--; s.channels[channel] > 0 {
+		return
+	}
+	delete(s.channels, channel)
+	delete(w.of, channel)
+	delete(w.ready, channel) // s.pending stays: confirmations of SUBSCRIBEs sent may still come
+	if s.ps != nil {
+		s.unsubscribe(channel)
+	}
+	if len(s.channels) == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
 		}
 	}
 }
 
-// wakerLoop subscribes and delivers notices until no waiter has been here
+// wakerLoop subscribes s and delivers notices until it has had no channel
 // for wakerLinger, subscribing again after a broken connection and, every
 // wakerRetryDenied, after a refusal.
-func (c *Client) wakerLoop(sub subscriber) {
+func (c *Client) wakerLoop(s *wakeSession) {
 	w := &c.waker
+	// stop ends the loop if s has no channel left, under w.mu.
+	stop := func() bool {
+		if len(s.channels) > 0 {
+			return false
+		}
+		s.running, s.ps = false, nil
+		if w.sessions[s.t.name] == s {
+			delete(w.sessions, s.t.name)
+		}
+		return true
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			c.log(slog.LevelError, "hand-off subscription panicked", "panic", r)
 			w.mu.Lock()
-			w.running, w.ps = false, nil
+			s.running, s.ps = false, nil
+			if w.sessions[s.t.name] == s {
+				delete(w.sessions, s.t.name)
+			}
+			for ch, o := range w.of {
+				if o == s {
+					delete(w.of, ch)
+				}
+			}
 			w.mu.Unlock()
 		}
 	}()
 	backoff := wakerRetry
 	for {
 		ctx := context.Background()
-		ps := sub.Subscribe(ctx)
 		w.mu.Lock()
-		w.ps = ps
-		chans := make([]string, 0, len(w.channels))
-		clear(w.pending)
-		for ch := range w.channels {
+		chans := make([]string, 0, len(s.channels))
+		clear(s.pending)
+		for ch := range s.channels {
 			chans = append(chans, ch)
-			w.pending[ch] = 1
+			s.pending[ch] = 1
 		}
-		var err error
-		if len(chans) > 0 {
-			err = ps.Subscribe(ctx, chans...)
-		}
+		// Opened with its channels: a cluster client's sharded subscription
+		// goes to the node of the first one.
+		ps := s.t.open(ctx, chans...)
+		s.ps = ps
 		w.mu.Unlock()
 
-		confirmed, err := c.wakerSession(ps, err)
+		confirmed, err := c.wakerSession(s, ps)
 
 		w.mu.Lock()
-		w.ps = nil
-		// Nobody waits: stop, whether the connection idled or broke (a
-		// closed client ends here too); the next waiter starts a new one.
-		stop := len(w.waiters) == 0 || errors.Is(err, redis.ErrClosed)
-		if stop {
-			w.running = false
+		s.ps = nil
+		// No channel left: stop, whether the connection idled or broke (a
+		// closed client ends here too); the next waiter starts a new loop.
+		done := stop() || errors.Is(err, redis.ErrClosed)
+		if done {
+			s.running = false
 		}
 		w.mu.Unlock()
 		_ = ps.Close()
-		if stop {
+		if done {
 			return
 		}
 		if confirmed {
@@ -166,7 +260,7 @@ func (c *Client) wakerLoop(sub subscriber) {
 			w.denied = true
 			w.mu.Unlock()
 			if first {
-				c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused SUBSCRIBE on the hand-off channel "+
+				c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused SUBSCRIBE (SSUBSCRIBE with sharded pub/sub) on the hand-off channel "+
 					"(grant the channel, see the README's Permissions section)", "err", err)
 			}
 			wait = wakerRetryDenied
@@ -174,27 +268,21 @@ func (c *Client) wakerLoop(sub subscriber) {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-w.idle:
+		case <-s.idle:
 			t.Stop()
 		}
 		w.mu.Lock()
-		stop = len(w.waiters) == 0
-		if stop {
-			w.running = false
-		}
+		done = stop()
 		w.mu.Unlock()
-		if stop {
+		if done {
 			return
 		}
 	}
 }
 
 // wakerSession reads ps until its connection fails (err) or it has been
-// idle, with no waiter here, for wakerLinger (err nil).
-func (c *Client) wakerSession(ps *redis.PubSub, subErr error) (confirmed bool, err error) {
-	if subErr != nil {
-		return false, subErr
-	}
+// idle, with no channel, for wakerLinger (err nil).
+func (c *Client) wakerSession(s *wakeSession, ps *redis.PubSub) (confirmed bool, err error) {
 	w := &c.waker
 	pinged := false
 	var idleSince time.Time
@@ -204,7 +292,7 @@ func (c *Client) wakerSession(ps *redis.PubSub, subErr error) (confirmed bool, e
 		switch {
 		case err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged:
 			w.mu.Lock()
-			nobody := len(w.waiters) == 0
+			nobody := len(s.channels) == 0
 			w.mu.Unlock()
 			if nobody {
 				if idleSince.IsZero() {
@@ -226,15 +314,15 @@ func (c *Client) wakerSession(ps *redis.PubSub, subErr error) (confirmed bool, e
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 				confirmed = true
 				w.mu.Lock()
 				w.denied = false
-				w.pending[m.Channel]--
-				if w.pending[m.Channel] <= 0 {
-					delete(w.pending, m.Channel)
+				s.pending[m.Channel]--
+				if s.pending[m.Channel] <= 0 {
+					delete(s.pending, m.Channel)
 				}
-				if r := w.ready[m.Channel]; r != nil && r != closed && w.pending[m.Channel] == 0 {
+				if r := w.ready[m.Channel]; r != nil && r != closed && s.pending[m.Channel] == 0 && w.of[m.Channel] == s {
 					select {
 					case <-r:
 					default:
@@ -243,6 +331,9 @@ func (c *Client) wakerSession(ps *redis.PubSub, subErr error) (confirmed bool, e
 				}
 				w.mu.Unlock()
 			}
+			// A "sunsubscribe" the client did not ask for says the slot
+			// moved to another master: the channel's waiters poll, and
+			// the next waiter on it subscribes where the slot is now.
 		case *redis.Message:
 			w.mu.Lock()
 			if ch := w.waiters[m.Payload]; ch != nil {

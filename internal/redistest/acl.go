@@ -143,10 +143,12 @@ func FencePerms(keyPattern string) []string {
 // to a queued waiter and wakes it: the hand-off script and the commands it
 // calls, the queue keys ("{key}:queue", "{key}:queue:entries" for a key
 // without a hash tag) and the channel "{key}:handoff" that waiters
-// subscribe to. Without them locks work as before, waiters polling.
+// subscribe to (sharded pub/sub where the server has it, SPUBLISH and
+// SSUBSCRIBE; classic elsewhere). Without them locks work as before,
+// waiters polling.
 func HandoffPerms(keyPattern string) []string {
 	return []string{"~{" + keyPattern, "&{" + keyPattern,
 		"+evalsha", "+eval", "+get", "+set", "+del", "+exists", "+pexpire", "+pttl", "+time",
 		"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel",
-		"+publish", "+subscribe", "+unsubscribe", "+ping"}
+		"+spublish", "+ssubscribe", "+sunsubscribe", "+publish", "+subscribe", "+unsubscribe", "+ping"}
 }
