@@ -161,7 +161,8 @@ func (c *Client) publishRefused(msg string) {
 // for this user or server (as opposed to a transport error or a bad fence
 // counter), so that the caller falls back to the plain operation.
 func scriptUnusable(err error) bool {
-	if !redisx.IsReply(err) || strings.Contains(err.Error(), "lock: fence counter") {
+	if !redisx.IsReply(err) || strings.Contains(err.Error(), "lock: fence counter") ||
+		strings.HasPrefix(err.Error(), "BUSY") { // another script runs long: transient
 		return false
 	}
 	return redisx.IsNoPerm(err) || redisx.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "script")

@@ -23,8 +23,9 @@ type Options struct {
 	// Logger receives warnings about locks lost while their work ran (Do,
 	// RunOnce, KeepAlive), locks found expired or taken at Release or
 	// Refresh, failed refreshes and failed server calls, each naming the
-	// key. Obtaining and releasing a lock log nothing. Default: nil, no
-	// logging.
+	// key. Obtaining and releasing a lock log nothing, except one warning
+	// per Client when the server refuses what hand-off needs (see
+	// ObtainOptions.Retry): waiters then poll. Default: nil, no logging.
 	Logger *slog.Logger
 
 	// Observer, if set, is called for every Event (see Event for which),
