@@ -249,6 +249,9 @@ func (c *Client) wakerLoop(s *wakeSession) {
 		if done {
 			return
 		}
+		if err == nil {
+			continue // idled out, but a waiter came meanwhile: subscribe at once
+		}
 		if confirmed {
 			backoff = wakerRetry
 		}
