@@ -683,3 +683,49 @@ func TestHandoff_shardedPubSub(t *testing.T) {
 		_ = r.l.Release(ctx)
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
+
+// TestHandoff_expiredLock: the holder never releases and its lock
+// expires. The second waiter, polling every 10ms, finds it free first, but
+// hands it to the first waiter, which polls once an hour and is woken by
+// that hand-off's notification; the second waits its turn.
+func TestHandoff_expiredLock(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		holder, rc := newClient(t, s, nil)
+		var w wakeCounter
+		first, _ := newClient(t, s, &lock.Options{Observer: w.observe})
+		second, _ := newClient(t, s, nil)
+		h, err := holder.Obtain(ctx, key, 300*time.Millisecond, never)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got1 := obtainAsync(ctx, first, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+		got2 := obtainAsync(ctx, second, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)})
+		waitQueued(t, ctx, rc, key, 2)
+		r1 := redistest.Recv(t, ctx, got1, "the first waiter, after the holder's lock expired")
+		if r1.err != nil {
+			t.Fatal(r1.err)
+		}
+		select {
+		case r := <-got2:
+			t.Fatalf("the second waiter took the expired lock (%v) before the first", r.err)
+		default:
+		}
+		if w.woken.Load() != 1 {
+			t.Errorf("first waiter woken %d times, want 1", w.woken.Load())
+		}
+		if err := h.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("expired holder's release: %v, want ErrNotHeld", err)
+		}
+		if err := r1.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2 := redistest.Recv(t, ctx, got2, "the second waiter")
+		if r2.err != nil {
+			t.Fatal(r2.err)
+		}
+		_ = r2.l.Release(ctx)
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
