@@ -307,7 +307,6 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		case <-wake:
 			woken = true
 			timer.Stop() // since Go 1.23 no stale tick follows
-
 		}
 	}
 }
