@@ -10,9 +10,17 @@ import (
 // Options configure a Middleware. A nil *Options means all defaults.
 type Options struct {
 	// TTL is how long a response is fresh when its Cache-Control has
-	// neither s-maxage nor max-age and it has no Expires. Default: 1
-	// minute.
+	// neither s-maxage nor max-age and it has no Expires (unless
+	// ExplicitFreshness). Default: 1 minute.
 	TTL time.Duration
+
+	// ExplicitFreshness stores only responses that say how long they are
+	// fresh (Cache-Control s-maxage or max-age, or Expires), as a shared
+	// cache in front of an origin is usually set up: a response that
+	// does not say is passed through and not stored, and TTL is not
+	// used. Default: false, such responses are fresh for TTL (the
+	// handler is the application's own, whose pages seldom say).
+	ExplicitFreshness bool
 
 	// StaleTTL is how long after that a response may be served while one
 	// render refreshes it, when its Cache-Control has neither

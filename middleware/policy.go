@@ -141,6 +141,8 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		if lifetime = expiresIn(h, responded); lifetime <= 0 {
 			return "Expires is not in the future", 0, 0, 0
 		}
+	case m.o.ExplicitFreshness:
+		return "no explicit freshness (s-maxage, max-age, Expires)", 0, 0, 0
 	}
 	switch {
 	case lifetime <= 0:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/internal/redistest"
 )
@@ -36,6 +37,14 @@ func TestMiddleware_varyFirstRender(t *testing.T) {
 		}
 		for _, st := range steps {
 			b.get(t, "/v", procHeader, st.proc, "Accept-Language", st.lang).check(t, 200, st.xcache, st.body)
+			if st.xcache == "MISS" {
+				// The client is answered before the response is stored.
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				redistest.WaitFor(t, ctx, "the variant stored", func() bool {
+					return b.stored(t, "/v") && b.stored(t, "/v", "\nvary Accept-Language: "+st.lang)
+				})
+				cancel()
+			}
 		}
 		if renders != 2 {
 			t.Errorf("renders = %d, want 2", renders)

@@ -26,7 +26,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -110,13 +109,9 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 	opts := &middleware.Options{
 		TTL:                      cfg.ttl,
 		StaleTTL:                 cfg.staleTTL,
+		ExplicitFreshness:        cfg.explicit,
 		AllowNoCache:             cfg.allowNoCache,
 		CacheRequestsWithCookies: cfg.cookies,
-	}
-	if cfg.explicit {
-		opts.ShouldCache = func(status int, h http.Header) bool {
-			return defaultStatus(status) && explicitFreshness(h)
-		}
 	}
 	if cfg.debug {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -134,29 +129,4 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 		ErrorLog: nil,
 	}
 	return m.Handler(rp), func() { c.Close() }, nil
-}
-
-// defaultStatus is the middleware's default set of storable statuses.
-func defaultStatus(code int) bool {
-	switch code {
-	case 200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501:
-		return true
-	}
-	return false
-}
-
-// explicitFreshness says whether a response states how long it is fresh.
-func explicitFreshness(h http.Header) bool {
-	if h.Get("Expires") != "" {
-		return true
-	}
-	for _, v := range h.Values("Cache-Control") {
-		for d := range strings.SplitSeq(v, ",") {
-			name, _, _ := strings.Cut(strings.TrimSpace(d), "=")
-			if strings.EqualFold(name, "max-age") || strings.EqualFold(name, "s-maxage") {
-				return true
-			}
-		}
-	}
-	return false
 }

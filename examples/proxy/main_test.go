@@ -68,22 +68,3 @@ func TestProxy(t *testing.T) {
 		})
 	}
 }
-
-func TestExplicitFreshness(t *testing.T) {
-	for _, tt := range []struct {
-		h    http.Header
-		want bool
-	}{
-		{http.Header{"Cache-Control": {"max-age=5"}}, true},
-		{http.Header{"Cache-Control": {"public, S-MAXAGE=5"}}, true},
-		{http.Header{"Cache-Control": {"no-cache", "max-age=1"}}, true},
-		{http.Header{"Expires": {"Thu, 01 Dec 2094 16:00:00 GMT"}}, true},
-		{http.Header{"Cache-Control": {"public"}}, false},
-		{http.Header{"Cache-Control": {"x-max-age=5"}}, false},
-		{http.Header{}, false},
-	} {
-		if got := explicitFreshness(tt.h); got != tt.want {
-			t.Errorf("%v: got %v, want %v", tt.h, got, tt.want)
-		}
-	}
-}
