@@ -421,6 +421,8 @@ func TestMiddleware_ttl(t *testing.T) {
 		{"larger of the stale windows", "max-age=50, stale-while-revalidate=20, stale-if-error=40", middleware.Options{}, 50 * time.Second, 40 * time.Second},
 		{"must-revalidate: no stale", "max-age=50, must-revalidate, stale-while-revalidate=20", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
 		{"proxy-revalidate: no stale", "max-age=50, proxy-revalidate", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
+		{"s-maxage: no StaleTTL", "s-maxage=50", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
+		{"s-maxage with its own stale-while-revalidate", "s-maxage=50, stale-while-revalidate=20", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 20 * time.Second},
 		{"max-age=0", "max-age=0", middleware.Options{}, 0, 0},
 		{"s-maxage=0 over max-age", "s-maxage=0, max-age=60", middleware.Options{}, 0, 0},
 	}

@@ -13,6 +13,7 @@ import (
 // must treat conservatively.
 type cacheControl struct {
 	noStore, noCache, private, public, mustRevalidate, proxyRevalidate bool
+	mustUnderstand                                                     bool
 	maxAge, sMaxAge, staleWhileRevalidate, staleIfError                time.Duration
 	hasMaxAge, hasSMaxAge                                              bool
 	broken                                                             bool
@@ -49,6 +50,8 @@ func parseCacheControl(values []string) cacheControl {
 				cc.private = true
 			case "public":
 				cc.public = true
+			case "must-understand":
+				cc.mustUnderstand = true
 			case "must-revalidate":
 				cc.mustRevalidate = true
 			case "proxy-revalidate":

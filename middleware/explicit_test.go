@@ -54,3 +54,49 @@ func TestMiddleware_explicitFreshness(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddleware_explicitFreshnessStatuses: with ExplicitFreshness a
+// response that says how long it is fresh is stored whatever its final
+// status (RFC 9111 3), except 206 and the server errors but 501, and a
+// status net/http does not know is not stored with must-understand; by
+// default only the Statuses' list is.
+func TestMiddleware_explicitFreshnessStatuses(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		status   int
+		cc       string
+		explicit bool
+		stored   bool
+	}{
+		{302, "max-age=60", true, true},
+		{302, "max-age=60", false, false},
+		{307, "max-age=60", true, true},
+		{400, "max-age=60", true, true},
+		{299, "max-age=60", true, true},
+		{299, "max-age=60, must-understand", true, false},
+		{200, "max-age=60, must-understand", true, true},
+		{206, "max-age=60", true, false},
+		{500, "max-age=60", true, false},
+		{503, "max-age=60, public", true, false},
+		{599, "max-age=60", true, false},
+		{501, "max-age=60", true, true},
+	} {
+		t.Run(fmt.Sprintf("%d %s explicit=%v", tt.status, tt.cc, tt.explicit), func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", tt.cc)
+				w.Header().Set("Location", "/elsewhere")
+				w.WriteHeader(tt.status)
+				fmt.Fprintf(w, "r%d", renders.Add(1))
+			}), &bedOptions{mw: &middleware.Options{ExplicitFreshness: tt.explicit}})
+			if !tt.stored {
+				b.get(t, "/s").check(t, tt.status, "BYPASS", "r1")
+				b.get(t, "/s").check(t, tt.status, "BYPASS", "r2")
+				return
+			}
+			b.get(t, "/s").check(t, tt.status, "MISS", "r1")
+			b.waitStored(t, "/s", "r1")
+			b.get(t, "/s").check(t, tt.status, "HIT", "r1")
+		})
+	}
+}

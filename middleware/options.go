@@ -18,8 +18,13 @@ type Options struct {
 	// fresh (Cache-Control s-maxage or max-age, or Expires), as a shared
 	// cache in front of an origin is usually set up: a response that
 	// does not say is passed through and not stored, and TTL is not
-	// used. Default: false, such responses are fresh for TTL (the
-	// handler is the application's own, whose pages seldom say).
+	// used. Since every stored response then carries its origin's word,
+	// unless Statuses or ShouldCache is set it may have any final status
+	// RFC 9111 allows (302, 307, 400, ... too), but 206, the 5xx other
+	// than 501 (never stored, see Statuses) and 304 and 412. Default:
+	// false, such responses are fresh for TTL (the handler is the
+	// application's own, whose pages seldom say), with the Statuses'
+	// default list.
 	ExplicitFreshness bool
 
 	// StaleTTL is how long after that a response may be served while one
@@ -82,8 +87,10 @@ type Options struct {
 	WaitTimeout time.Duration
 
 	// Statuses are the status codes that may be stored (a 304 or 412 never
-	// is: it answers one request's conditions). Default: 200, 203, 204,
-	// 300, 301, 308, 404, 405, 410, 414, 501.
+	// is: it answers one request's conditions; a 5xx other than 501 never
+	// is, so that a failure is not served beyond its own request).
+	// Default: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501
+	// (with ExplicitFreshness, see there).
 	Statuses []int
 
 	// ShouldCache, if set, decides instead of Statuses whether a response
@@ -206,8 +213,14 @@ func (o *Options) storeLimit(maxValueSize int) (int, error) {
 }
 
 func (o *Options) statusOK(code int) bool {
-	if len(o.Statuses) == 0 {
-		return slices.Contains(defaultStatuses[:], code)
+	switch {
+	case len(o.Statuses) > 0:
+		return slices.Contains(o.Statuses, code)
+	case o.ExplicitFreshness:
+		// A response that says how long it is fresh may be stored
+		// whatever its final status (RFC 9111 3), but a partial one
+		// (206: range requests bypass the cache) and a server error.
+		return code >= 200 && code != http.StatusPartialContent && (code < 500 || code == http.StatusNotImplemented)
 	}
-	return slices.Contains(o.Statuses, code)
+	return slices.Contains(defaultStatuses[:], code)
 }

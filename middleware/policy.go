@@ -98,6 +98,10 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		return "ShouldCache said no", 0, 0, 0
 	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
 		return fmt.Sprintf("status %d", rec.status), 0, 0, 0
+	case cc.mustUnderstand && http.StatusText(rec.status) == "":
+		// RFC 9111 5.2.2.3: a status this cache does not know (as
+		// net/http does not) must not be stored.
+		return fmt.Sprintf("must-understand with unknown status %d", rec.status), 0, 0, 0
 	case cc.noStore:
 		return "no-store", 0, 0, 0
 	case cc.private:
@@ -152,6 +156,13 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	}
 	stale = m.o.StaleTTL
 	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
+		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
+	}
+	if cc.hasSMaxAge {
+		// RFC 9111 5.2.2.10: s-maxage implies proxy-revalidate, so
+		// StaleTTL (this cache's own leave to serve stale) does not
+		// apply; the response's own stale-while-revalidate or
+		// stale-if-error still do, as CDNs honour them with s-maxage.
 		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
 	}
 	if cc.mustRevalidate || cc.proxyRevalidate {
