@@ -78,6 +78,22 @@ func parseCacheControl(values []string) cacheControl {
 	return cc
 }
 
+// parseSurrogateControl parses the Surrogate-Control fields of a response
+// (W3C Edge Architecture: max-age and no-store for surrogates) as
+// Cache-Control directives. Directives targeted at a device
+// ("max-age=60;cdn") are skipped: this cache has no device name.
+func parseSurrogateControl(values []string) cacheControl {
+	var untargeted []string
+	for _, v := range values {
+		for _, part := range splitDirectives(v) {
+			if !strings.Contains(part, ";") {
+				untargeted = append(untargeted, part)
+			}
+		}
+	}
+	return parseCacheControl([]string{strings.Join(untargeted, ", ")})
+}
+
 // splitDirectives splits a field value at commas outside quoted strings.
 func splitDirectives(v string) []string {
 	var out []string

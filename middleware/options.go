@@ -100,6 +100,17 @@ type Options struct {
 	// conditions) apply either way.
 	ShouldCache func(status int, header http.Header) bool
 
+	// SurrogateControl honours the response's Surrogate-Control field (as
+	// a CDN does): its max-age gives the freshness lifetime before
+	// s-maxage, max-age and Expires, and its no-store keeps the response
+	// out of the cache. It never makes storable what Cache-Control
+	// forbids (no-store, private, no-cache). Directives targeted at a
+	// device ("max-age=60;cdn") are ignored. The field is passed on and
+	// stored as it is, for a CDN in front. Off by default: an
+	// application may set Surrogate-Control for its CDN only, with
+	// lifetimes that rely on the CDN's purging. Default: false.
+	SurrogateControl bool
+
 	// AllowNoCache lets a request's "Cache-Control: no-cache" force a new
 	// render. Off by default: on a public endpoint anybody could force
 	// renders at will. Default: false.

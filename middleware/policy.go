@@ -126,6 +126,12 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	case storedSize(r, rec) > m.maxValue:
 		return "larger than the cache's MaxValueSize", 0, 0, 0
 	}
+	var sc cacheControl
+	if m.o.SurrogateControl && h["Surrogate-Control"] != nil {
+		if sc = parseSurrogateControl(h["Surrogate-Control"]); sc.noStore {
+			return "Surrogate-Control: no-store", 0, 0, 0
+		}
+	}
 	age, ok := initialAge(h, requested, responded)
 	if !ok {
 		// RFC 9111 5.1 would ignore an invalid Age; a response that
@@ -135,6 +141,11 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	}
 	lifetime = m.o.TTL
 	switch {
+	case sc.hasMaxAge:
+		// Addressed to surrogates, this cache among them: it comes
+		// before everything Cache-Control and Expires say of freshness
+		// (never before what they say of storing: no-store, private).
+		lifetime = sc.maxAge
 	case cc.hasSMaxAge:
 		lifetime = cc.sMaxAge
 	case cc.hasMaxAge:

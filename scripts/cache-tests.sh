@@ -11,8 +11,9 @@
 #
 # The shared-cache configuration is what a shared cache in front of an origin
 # is usually set to, and what the suite's published caches run with: only
-# responses with explicit freshness are stored (-explicit), a request's
-# no-cache is honoured (-allow-no-cache) and requests with cookies are cached
+# responses with explicit freshness are stored (-explicit), the origin's
+# Surrogate-Control is honoured (-surrogate-control), a request's no-cache is
+# honoured (-allow-no-cache) and requests with cookies are cached
 # (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
 # and Go; Redis comes from scripts/provision.sh if it ran (STAMPEDE_REDIS8),
 # else redis-server on PATH, else the proxy's embedded server.
@@ -87,7 +88,7 @@ wait_port "$op"
 pp=$(free_port)
 flags=(-origin "http://127.0.0.1:$op" -listen "127.0.0.1:$pp" -namespace "cache-tests-$$")
 if [ $mode = shared ]; then
-	flags+=(-explicit -allow-no-cache -cache-cookies)
+	flags+=(-explicit -surrogate-control -allow-no-cache -cache-cookies)
 else
 	flags+=(-explicit=false)
 fi

@@ -39,6 +39,7 @@ type config struct {
 	origin, listen, redisURL, namespace string
 	ttl, staleTTL                       time.Duration
 	explicit, allowNoCache, cookies     bool
+	surrogate                           bool
 	debug                               bool
 }
 
@@ -51,6 +52,7 @@ func main() {
 	flag.DurationVar(&cfg.ttl, "ttl", time.Minute, "freshness of a stored response that does not state its own (with -explicit=false)")
 	flag.DurationVar(&cfg.staleTTL, "stale-ttl", 0, "how long after that a response may be served stale while one request refreshes it")
 	flag.BoolVar(&cfg.explicit, "explicit", true, "store only responses with explicit freshness (max-age, s-maxage or Expires)")
+	flag.BoolVar(&cfg.surrogate, "surrogate-control", false, "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness")
 	flag.BoolVar(&cfg.allowNoCache, "allow-no-cache", false, "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)")
 	flag.BoolVar(&cfg.cookies, "cache-cookies", false, "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)")
 	flag.BoolVar(&cfg.debug, "debug", false, "log why requests bypassed the cache and responses were not stored")
@@ -110,6 +112,7 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 		TTL:                      cfg.ttl,
 		StaleTTL:                 cfg.staleTTL,
 		ExplicitFreshness:        cfg.explicit,
+		SurrogateControl:         cfg.surrogate,
 		AllowNoCache:             cfg.allowNoCache,
 		CacheRequestsWithCookies: cfg.cookies,
 	}
