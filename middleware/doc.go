@@ -38,7 +38,13 @@
 // is not stored, and every answer's Age counts its age. The response's
 // Date is kept (one is added if it has none);
 // stale-while-revalidate and stale-if-error (RFC 5861) give the stale
-// window. Responses that flush, hijack, panic or
+// window (none with must-revalidate or proxy-revalidate; with s-maxage,
+// only the response's own). Options.ExplicitFreshness stores only
+// responses that state their freshness, of any final status but 206
+// and 5xx (501 aside), as a shared cache in front of an origin does;
+// Options.SurrogateControl honours Surrogate-Control. A response with
+// Vary is stored under its variant's key; the plain key then holds a
+// marker naming the Vary headers, which is never served. Responses that flush, hijack, panic or
 // answer 5xx are passed through and never stored; bodies over
 // Options.StoreLimit (which must fit the cache's MaxValueSize) stream
 // through without being buffered whole.
