@@ -4,9 +4,9 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/striped"
 )
 
 // Stats counts what a Cache has done since New.
@@ -71,38 +71,12 @@ func (s Stats) Add(o Stats) Stats {
 }
 
 type counters struct {
-	// Counted on every hit, from every core. A near hit counts once, in
-	// nearFresh or nearStale; Stats adds them to Hits and StaleHits.
-	hits, staleHits, nearFresh, nearStale striped
+	// Counted on every hit, from every core, hence striped over cache
+	// lines. A near hit counts once, in nearFresh or nearStale; Stats
+	// adds them to Hits and StaleHits.
+	hits, staleHits, nearFresh, nearStale striped.Counter
 	misses, loads, loadErrors, coalesced, waits, waitTimeouts,
 	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied atomic.Uint64
-}
-
-// striped is a counter spread over cache lines, so that cores counting
-// hits at once do not take turns owning one line (near hits take about
-// 100ns; a contended atomic add costs as much).
-type striped [stripes]struct {
-	n atomic.Uint64
-	_ [56]byte
-}
-
-const stripes = 16
-
-// Add adds 1 to the stripe of the calling goroutine: goroutines run on
-// stacks of their own, at least 2 KiB apart, so a stack address tells
-// them apart without shared state (and costs nothing).
-func (s *striped) Add(uint64) {
-	var here byte
-	s[uintptr(unsafe.Pointer(&here))>>11%stripes].n.Add(1)
-}
-
-// Load returns the sum of the stripes.
-func (s *striped) Load() uint64 {
-	var sum uint64
-	for i := range s {
-		sum += s[i].n.Load()
-	}
-	return sum
 }
 
 // Stats returns a snapshot of the counters.
@@ -182,13 +156,13 @@ func (c *Cache) countGet(ctx context.Context, key string, kind EventKind, near b
 func (c *Cache) count(kind EventKind, key string, near bool) {
 	switch {
 	case near && kind == EventHit:
-		c.n.nearFresh.Add(1)
+		c.n.nearFresh.Inc()
 	case near && kind == EventStale:
-		c.n.nearStale.Add(1)
+		c.n.nearStale.Inc()
 	case kind == EventHit:
-		c.n.hits.Add(1)
+		c.n.hits.Inc()
 	case kind == EventStale:
-		c.n.staleHits.Add(1)
+		c.n.staleHits.Inc()
 	case kind == EventMiss:
 		c.n.misses.Add(1)
 	}
