@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -84,7 +85,7 @@ type Metrics struct {
 
 	mu     sync.Mutex // guards caches and tables
 	caches map[string]*cache.Cache
-	tables map[string]*cacheTable // by the name given to CacheObserver
+	tables map[string]*obs.Events // by the name given to CacheObserver
 }
 
 // New returns Metrics whose names start with Options.Namespace, registered
@@ -127,7 +128,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"middleware", "route", "event"),
 		stats:  newStatsDescs(ns),
 		caches: map[string]*cache.Cache{},
-		tables: map[string]*cacheTable{},
+		tables: map[string]*obs.Events{},
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -160,13 +161,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for name, c := range m.caches {
 		caches[name] = c
 	}
-	tables := make([]*cacheTable, 0, len(m.tables))
-	for _, tb := range m.tables {
-		tables = append(tables, tb)
+	tables := make(map[string]*obs.Events, len(m.tables))
+	for name, tb := range m.tables {
+		tables[name] = tb
 	}
 	m.mu.Unlock()
-	for _, tb := range tables {
-		tb.collect(ch, m.cacheEvents)
+	for name, tb := range tables {
+		collectEvents(ch, m.cacheEvents, name, tb)
 	}
 	for name, c := range caches {
 		m.stats.collect(ch, name, c.Stats())

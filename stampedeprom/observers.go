@@ -4,12 +4,10 @@ import (
 	"errors"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"github.com/hotkv/stampede/lock"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// kinds is how many EventKind values there can be (they are uint8s).
-const kinds = 256
 
 // CacheObserver returns a function for cache.Options.Observer that counts
 // the Cache's Events under the label cache=name: every Event in
@@ -27,14 +25,14 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 	m.mu.Lock()
 	events := m.tables[name]
 	if events == nil {
-		events = newCacheTable(name)
+		events = obs.NewEvents(func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
 		m.tables[name] = events
 	}
 	m.mu.Unlock()
 	loads := resolve(m.cacheLoads, name, "ok", "not-found", "error")
 	waits := resolve(m.cacheWaits, name, "ok", "timeout", "error")
 	return func(e cache.Event) {
-		events.count(e)
+		events.Count(uint8(e.Kind), e.Near)
 		switch e.Kind {
 		case cache.EventLoad:
 			r := 0
@@ -70,8 +68,8 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 // Every series it uses is created (at 0) now, so that counting allocates
 // nothing. The function is safe for concurrent use.
 func (m *Metrics) LockObserver(name string) func(lock.Event) {
-	events := new([kinds]prometheus.Counter)
-	for k := 1; k < kinds; k++ {
+	events := new([obs.Kinds]prometheus.Counter)
+	for k := 1; k < obs.Kinds; k++ {
 		if s := lock.EventKind(k).String(); s != "unknown" {
 			events[k] = m.lockEvents.WithLabelValues(name, s)
 		}

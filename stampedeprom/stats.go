@@ -2,8 +2,10 @@ package stampedeprom
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,41 +37,37 @@ func (m *Metrics) CacheStats(name string, c *cache.Cache) error {
 	return nil
 }
 
-// statsDescs describes the metrics read from cache.Stats.
+// statsDescs describes the metrics read from cache.Stats, one for each
+// of obs.StatsFields.
 type statsDescs struct {
-	coalesced, waits, contention, announceDenied, nearInvalidations, nearFlushes, nearEntries *prometheus.Desc
+	fields []obs.StatsField
+	descs  []*prometheus.Desc
 }
 
 func newStatsDescs(ns string) statsDescs {
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(ns, "cache", name), help, []string{"cache"}, nil)
+	d := statsDescs{fields: obs.StatsFields()}
+	for _, f := range d.fields {
+		name := strings.ReplaceAll(f.Name, ".", "_")
+		if !f.Gauge {
+			name += "_total"
+		}
+		d.descs = append(d.descs, prometheus.NewDesc(prometheus.BuildFQName(ns, "cache", name), f.Help, []string{"cache"}, nil))
 	}
-	return statsDescs{
-		coalesced:         desc("coalesced_total", "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced)."),
-		waits:             desc("waits_total", "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits)."),
-		contention:        desc("lock_contention_total", "Rebuild locks found held by another process (cache.Stats.LockContention)."),
-		announceDenied:    desc("announce_denied_total", "SUBSCRIBEs and PUBLISHes of announcements the server refused; waiters poll instead (cache.Stats.AnnounceDenied)."),
-		nearInvalidations: desc("near_invalidations_total", "Near-cache entries dropped because their key changed (cache.Stats.NearInvalidations)."),
-		nearFlushes:       desc("near_flushes_total", "Times the near cache was emptied: tracking lost, lapsed, or nodes changed (cache.Stats.NearFlushes)."),
-		nearEntries:       desc("near_entries", "Entries in the near cache now, otter's estimate (cache.Stats.NearEntries)."),
-	}
+	return d
 }
 
 func (d statsDescs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.coalesced, d.waits, d.contention, d.announceDenied, d.nearInvalidations, d.nearFlushes, d.nearEntries} {
+	for _, x := range d.descs {
 		ch <- x
 	}
 }
 
 func (d statsDescs) collect(ch chan<- prometheus.Metric, name string, s cache.Stats) {
-	counter := func(desc *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), name)
+	for i, f := range d.fields {
+		t := prometheus.CounterValue
+		if f.Gauge {
+			t = prometheus.GaugeValue
+		}
+		ch <- prometheus.MustNewConstMetric(d.descs[i], t, float64(f.Value(s)), name)
 	}
-	counter(d.coalesced, s.Coalesced)
-	counter(d.waits, s.Waits)
-	counter(d.contention, s.LockContention)
-	counter(d.announceDenied, s.AnnounceDenied)
-	counter(d.nearInvalidations, s.NearInvalidations)
-	counter(d.nearFlushes, s.NearFlushes)
-	ch <- prometheus.MustNewConstMetric(d.nearEntries, prometheus.GaugeValue, float64(s.NearEntries), name)
 }

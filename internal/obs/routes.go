@@ -1,0 +1,77 @@
+package obs
+
+import (
+	"sync"
+
+	"github.com/hotkv/stampede/middleware"
+)
+
+// OtherRoute is the route of the events of routes beyond the first
+// MaxRoutes a Routes admitted.
+const OtherRoute = "other"
+
+// RouteKey is what a MiddlewareObserver's series are told apart by.
+type RouteKey struct {
+	Route, Reason string
+	Kind          middleware.EventKind
+}
+
+// Routes holds the series of a MiddlewareObserver by RouteKey, admitting
+// only the first Max distinct routes and counting every other route as
+// OtherRoute, so that a path label cannot grow without bound. S is the
+// backend's series (counters, attribute sets, ...).
+//
+// Routes is safe for concurrent use. Use NewRoutes to create one.
+type Routes[S any] struct {
+	max    int               // routes admitted as they are
+	create func(RouteKey) *S // makes the series of a key not seen before
+
+	mu     sync.RWMutex        // guards series and routes
+	series map[RouteKey]*S     // keyed by admitted routes and OtherRoute only
+	routes map[string]struct{} // the admitted routes; at most max
+}
+
+// NewRoutes returns Routes admitting max routes, whose series create
+// makes (under a lock, once per key; Key.Route is the bounded route).
+func NewRoutes[S any](max int, create func(RouteKey) *S) *Routes[S] {
+	return &Routes[S]{max: max, create: create, series: map[RouteKey]*S{}, routes: map[string]struct{}{}}
+}
+
+// Series returns the series of e, creating it if need be. Once it exists,
+// finding it takes a read lock and allocates nothing.
+func (r *Routes[S]) Series(e middleware.Event) *S {
+	k := RouteKey{Route: e.Route, Reason: e.Reason, Kind: e.Kind}
+	r.mu.RLock()
+	s := r.series[k]
+	if s == nil && len(r.routes) >= r.max {
+		if _, ok := r.routes[k.Route]; !ok {
+			k.Route = OtherRoute
+			s = r.series[k]
+		}
+	}
+	r.mu.RUnlock()
+	if s == nil {
+		s = r.add(k)
+	}
+	return s
+}
+
+// add returns the series of k, creating it, and admitting k's route if
+// there is room for it.
+func (r *Routes[S]) add(k RouteKey) *S {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.routes[k.Route]; !ok && k.Route != OtherRoute {
+		if len(r.routes) < r.max {
+			r.routes[k.Route] = struct{}{}
+		} else {
+			k.Route = OtherRoute
+		}
+	}
+	if s := r.series[k]; s != nil {
+		return s
+	}
+	s := r.create(k)
+	r.series[k] = s
+	return s
+}

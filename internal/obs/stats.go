@@ -1,0 +1,39 @@
+package obs
+
+import "github.com/hotkv/stampede/cache"
+
+// StatsField is one cache.Stats field exported by CacheStats.
+type StatsField struct {
+	// Name is the metric's name under the cache subsystem, its parts
+	// joined by dots (OpenTelemetry's "stampede.cache." + Name;
+	// Prometheus joins them with underscores and adds "_total" to
+	// counters).
+	Name string
+	// Help describes the metric.
+	Help string
+	// Gauge says the value is a level, not a count that only grows.
+	Gauge bool
+	// Value reads the field.
+	Value func(cache.Stats) uint64
+}
+
+// StatsFields returns the cache.Stats fields that no cache.Event carries,
+// in the order CacheStats documents them.
+func StatsFields() []StatsField {
+	return []StatsField{
+		{Name: "coalesced", Help: "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).",
+			Value: func(s cache.Stats) uint64 { return s.Coalesced }},
+		{Name: "waits", Help: "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits).",
+			Value: func(s cache.Stats) uint64 { return s.Waits }},
+		{Name: "lock_contention", Help: "Rebuild locks found held by another process (cache.Stats.LockContention).",
+			Value: func(s cache.Stats) uint64 { return s.LockContention }},
+		{Name: "announce_denied", Help: "SUBSCRIBEs and PUBLISHes of announcements the server refused; waiters poll instead (cache.Stats.AnnounceDenied).",
+			Value: func(s cache.Stats) uint64 { return s.AnnounceDenied }},
+		{Name: "near.invalidations", Help: "Near-cache entries dropped because their key changed (cache.Stats.NearInvalidations).",
+			Value: func(s cache.Stats) uint64 { return s.NearInvalidations }},
+		{Name: "near.flushes", Help: "Times the near cache was emptied: tracking lost, lapsed, or nodes changed (cache.Stats.NearFlushes).",
+			Value: func(s cache.Stats) uint64 { return s.NearFlushes }},
+		{Name: "near.entries", Help: "Entries in the near cache now, otter's estimate (cache.Stats.NearEntries).", Gauge: true,
+			Value: func(s cache.Stats) uint64 { return s.NearEntries }},
+	}
+}
