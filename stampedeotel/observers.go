@@ -10,9 +10,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// kinds is how many EventKind values there can be (they are uint8s).
-const kinds = 256
-
 // Span names.
 const (
 	spanLoad   = "stampede.cache.load"
@@ -76,7 +73,7 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	loads := results(cacheName, "ok", "not-found", "error")
 	waits := results(cacheName, "ok", "timeout", "error")
 	return func(e cache.Event) {
-		events.count(uint8(e.Kind), e.Near)
+		events.Count(uint8(e.Kind), e.Near)
 		ctx := context.Background()
 		switch e.Kind {
 		case cache.EventLoad:
@@ -124,7 +121,7 @@ func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 	obtain := results(lockName, lock.EventObtained.String(), lock.EventNotObtained.String(), lock.EventObtainFailed.String())
 	held := recording(lockName)
 	return func(e lock.Event) {
-		events.count(uint8(e.Kind), false)
+		events.Count(uint8(e.Kind), false)
 		ctx := context.Background()
 		r, err := -1, error(nil)
 		switch e.Kind {

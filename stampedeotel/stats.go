@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -36,44 +37,38 @@ func (t *Telemetry) CacheStats(name string, c *cache.Cache) error {
 	return nil
 }
 
-type statsInstruments struct {
-	coalesced, waits, contention, announceDenied, nearInvalidations, nearFlushes metric.Int64ObservableCounter
-	nearEntries                                                                  metric.Int64ObservableGauge
-}
-
-// newStats makes the observable instruments of CacheStats and registers
-// the callback that reads the watched caches.
-func (t *Telemetry) newStats(meter metric.Meter) (statsInstruments, error) {
-	var s statsInstruments
+// newStats makes the observable instruments of CacheStats, one for each
+// of obs.StatsFields, and registers the callback that reads the watched
+// caches.
+func (t *Telemetry) newStats(meter metric.Meter) error {
+	fields := obs.StatsFields()
+	insts := make([]metric.Int64Observable, len(fields))
+	all := make([]metric.Observable, len(fields))
 	var errs []error
-	counter := func(name, desc string) metric.Int64ObservableCounter {
-		c, err := meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), metric.WithDescription(desc))
+	for i, f := range fields {
+		var err error
+		name, desc := "stampede.cache."+f.Name, metric.WithDescription(f.Help)
+		if f.Gauge {
+			insts[i], err = meter.Int64ObservableGauge(name, metric.WithUnit("{entry}"), desc)
+		} else {
+			insts[i], err = meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), desc)
+		}
 		errs = append(errs, err)
-		return c
+		all[i] = insts[i]
 	}
-	s.coalesced = counter("stampede.cache.coalesced", "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).")
-	s.waits = counter("stampede.cache.waits", "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits).")
-	s.contention = counter("stampede.cache.lock_contention", "Rebuild locks found held by another process (cache.Stats.LockContention).")
-	s.announceDenied = counter("stampede.cache.announce_denied",
-		"SUBSCRIBEs and PUBLISHes of announcements the server refused; waiters poll instead (cache.Stats.AnnounceDenied).")
-	s.nearInvalidations = counter("stampede.cache.near.invalidations", "Near-cache entries dropped because their key changed (cache.Stats.NearInvalidations).")
-	s.nearFlushes = counter("stampede.cache.near.flushes", "Times the near cache was emptied: tracking lost, lapsed, or nodes changed (cache.Stats.NearFlushes).")
-	g, err := meter.Int64ObservableGauge("stampede.cache.near.entries", metric.WithUnit("{entry}"),
-		metric.WithDescription("Entries in the near cache now, otter's estimate (cache.Stats.NearEntries)."))
-	errs = append(errs, err)
-	s.nearEntries = g
 	if err := errors.Join(errs...); err != nil {
-		return s, err
+		return err
 	}
-	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		t.observeStats(s, o)
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.observeStats(fields, insts, o)
 		return nil
-	}, s.coalesced, s.waits, s.contention, s.announceDenied, s.nearInvalidations, s.nearFlushes, s.nearEntries)
-	return s, err
+	}, all...)
+	return err
 }
 
-// observeStats observes the Stats of the watched caches.
-func (t *Telemetry) observeStats(s statsInstruments, o metric.Observer) {
+// observeStats observes the Stats of the watched caches into insts, the
+// instruments of fields.
+func (t *Telemetry) observeStats(fields []obs.StatsField, insts []metric.Int64Observable, o metric.Observer) {
 	t.mu.Lock()
 	caches := make(map[string]*cache.Cache, len(t.caches))
 	for name, c := range t.caches {
@@ -83,12 +78,8 @@ func (t *Telemetry) observeStats(s statsInstruments, o metric.Observer) {
 	for name, c := range caches {
 		st := c.Stats()
 		attrs := metric.WithAttributes(keyCache.String(name))
-		o.ObserveInt64(s.coalesced, int64(st.Coalesced), attrs)
-		o.ObserveInt64(s.waits, int64(st.Waits), attrs)
-		o.ObserveInt64(s.contention, int64(st.LockContention), attrs)
-		o.ObserveInt64(s.announceDenied, int64(st.AnnounceDenied), attrs)
-		o.ObserveInt64(s.nearInvalidations, int64(st.NearInvalidations), attrs)
-		o.ObserveInt64(s.nearFlushes, int64(st.NearFlushes), attrs)
-		o.ObserveInt64(s.nearEntries, int64(st.NearEntries), attrs)
+		for i, f := range fields {
+			o.ObserveInt64(insts[i], int64(f.Value(st)), attrs)
+		}
 	}
 }

@@ -172,8 +172,7 @@ func New(opts *Options) (*Telemetry, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("stampedeotel: %w", err)
 	}
-	_, err := t.newStats(meter)
-	errs = append(errs, err, t.registerEvents(meter))
+	errs = append(errs, t.newStats(meter), t.registerEvents(meter))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("stampedeotel: %w", err)
 	}
