@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -16,10 +15,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obstest"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
-	"github.com/hotkv/stampede/middleware"
 	"github.com/hotkv/stampede/stampedeotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -30,13 +29,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
-
-func testCtx(tb testing.TB) context.Context {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	tb.Cleanup(cancel)
-	return ctx
-}
 
 // bed is Telemetry with an SDK meter read by hand and a tracer recording
 // every span.
@@ -123,7 +115,7 @@ func (b *bed) want(tb testing.TB, v float64, name string, kvs ...attribute.KeyVa
 // call that caused them has returned.
 func (b *bed) waitFor(tb testing.TB, v float64, name string, kvs ...attribute.KeyValue) {
 	tb.Helper()
-	redistest.WaitFor(tb, testCtx(tb), fmt.Sprintf("%s %v = %v", name, kvs, v), func() bool {
+	redistest.WaitFor(tb, obstest.Ctx(tb), fmt.Sprintf("%s %v = %v", name, kvs, v), func() bool {
 		got, _ := b.point(tb, name, kvs...)
 		return got == v
 	})
@@ -187,7 +179,7 @@ func loadString(v string) loader.Func[string] {
 // kind, loads timed, a span per load whose times are the histogram's.
 func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	b := newBed(t, nil)
 	clk := &clock{}
 	ns := redistest.Key(t, "ns")
@@ -277,7 +269,7 @@ func TestCacheObserver(t *testing.T) {
 // reports the near cache's entries.
 func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	b := newBed(t, nil)
 	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
 		Near: &cache.Near{MaxEntries: 100}, Observer: b.tel.CacheObserver("near")})
@@ -309,7 +301,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 // its value: a wait, timed and with a span, in the waiting Cache's name.
 func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	bd := newBed(t, nil)
 	ns := redistest.Key(t, "ns")
 	newCache := func(name string) *cache.Cache {
@@ -385,7 +377,7 @@ func (r signalRetry) Backoff(int) time.Duration {
 // releases, each timed with a span (carrying the key, with SpanKeys).
 func TestLockObserver_contended(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	b := newBed(t, &stampedeotel.Options{SpanKeys: true})
 	locks, err := lock.New(s.Client(t), &lock.Options{Observer: b.tel.LockObserver("jobs")})
 	if err != nil {
@@ -453,45 +445,13 @@ func TestLockObserver_contended(t *testing.T) {
 	}
 }
 
-func get(tb testing.TB, srv *httptest.Server, path string, hdr ...string) string {
-	tb.Helper()
-	req, err := http.NewRequestWithContext(testCtx(tb), http.MethodGet, srv.URL+path, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for i := 0; i < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Header.Get("X-Cache")
-}
-
-func newMiddleware(tb testing.TB, s *redistest.Server, obs func(middleware.Event)) *middleware.Middleware {
-	tb.Helper()
-	c, err := cache.New(s.Client(tb), &cache.Options{Namespace: redistest.Key(tb, "ns")})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	mw, err := middleware.New(c, &middleware.Options{TTL: time.Minute, Observer: obs})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return mw
-}
-
 // A chi route behind the middleware: a MISS (with a render span), a HIT
 // and a BYPASS, recorded by route pattern and reason, never by path; past
 // MaxRoutes, paths are recorded as "other".
 func TestMiddlewareObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, &stampedeotel.Options{MaxRoutes: 1})
-	mw := newMiddleware(t, s, b.tel.MiddlewareObserver("pages"))
+	mw := obstest.NewMiddleware(t, s, b.tel.MiddlewareObserver("pages"))
 	r := chi.NewRouter()
 	r.With(mw.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
@@ -511,7 +471,7 @@ func TestMiddlewareObserver(t *testing.T) {
 		{"/users/2", []string{"Authorization", "Bearer x"}, "BYPASS"},
 		{"/teams/1", nil, "MISS"}, // a second route, beyond MaxRoutes
 	} {
-		if got := get(t, srv, step.path, step.hdr...); got != step.xcache {
+		if got := obstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
 			t.Fatalf("%s: X-Cache %q, want %q", step.path, got, step.xcache)
 		}
 	}
@@ -540,7 +500,7 @@ func TestTraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, parent := b.tp.Tracer("test").Start(testCtx(t), "request")
+	ctx, parent := b.tp.Tracer("test").Start(obstest.Ctx(t), "request")
 	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", loadString("v"))); err != nil {
 		t.Fatal(err)
 	}
@@ -561,12 +521,12 @@ func TestTraced(t *testing.T) {
 	}
 
 	clk.advance(2 * time.Minute)
-	ctx, second := b.tp.Tracer("test").Start(testCtx(t), "second request")
+	ctx, second := b.tp.Tracer("test").Start(obstest.Ctx(t), "second request")
 	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", loadString("v2"))); v != "v" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	second.End()
-	redistest.WaitFor(t, testCtx(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
+	redistest.WaitFor(t, obstest.Ctx(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
 	if p := b.ended("refresh k")[0].Parent().SpanID(); p != second.SpanContext().SpanID() {
 		t.Errorf("refresh span's parent %v, want the stale call's span %v", p, second.SpanContext().SpanID())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,10 +14,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obstest"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
-	"github.com/hotkv/stampede/middleware"
 	"github.com/hotkv/stampede/stampedeprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -26,13 +25,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
-
-func testCtx(tb testing.TB) context.Context {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	tb.Cleanup(cancel)
-	return ctx
-}
 
 // newMetrics returns Metrics registered with a registry of their own.
 func newMetrics(tb testing.TB, opts *stampedeprom.Options) (*stampedeprom.Metrics, *prometheus.Registry) {
@@ -113,7 +105,7 @@ func want(tb testing.TB, g prometheus.Gatherer, v float64, name string, labels .
 // come after the call that caused them has returned.
 func waitValue(tb testing.TB, g prometheus.Gatherer, v float64, name string, labels ...string) {
 	tb.Helper()
-	redistest.WaitFor(tb, testCtx(tb), fmt.Sprintf("%s%v = %v", name, labels, v), func() bool {
+	redistest.WaitFor(tb, obstest.Ctx(tb), fmt.Sprintf("%s%v = %v", name, labels, v), func() bool {
 		return value(tb, g, name, labels...) == v
 	})
 }
@@ -133,7 +125,7 @@ func loadString(v string) loader.Func[string] {
 // Stats.
 func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
 	clk := &clock{}
 	ns := redistest.Key(t, "ns")
@@ -207,7 +199,7 @@ func TestCacheObserver(t *testing.T) {
 // cache's entries.
 func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
 	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
 		Near: &cache.Near{MaxEntries: 100}, Observer: m.CacheObserver("near")})
@@ -242,7 +234,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 // timed, in the waiting Cache's metrics only.
 func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
 	ns := redistest.Key(t, "ns")
 	newCache := func(name string) *cache.Cache {
@@ -314,7 +306,7 @@ func (r signalRetry) Backoff(int) time.Duration {
 // releases, each timed; the releases time how long the lock was held.
 func TestLockObserver_contended(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := testCtx(t)
+	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
 	locks, err := lock.New(s.Client(t), &lock.Options{Observer: m.LockObserver("jobs")})
 	if err != nil {
@@ -367,46 +359,12 @@ func TestLockObserver_contended(t *testing.T) {
 	}
 }
 
-// get requests path from srv with the header pairs hdr and returns its
-// X-Cache.
-func get(tb testing.TB, srv *httptest.Server, path string, hdr ...string) string {
-	tb.Helper()
-	req, err := http.NewRequestWithContext(testCtx(tb), http.MethodGet, srv.URL+path, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for i := 0; i < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Header.Get("X-Cache")
-}
-
-func newMiddleware(tb testing.TB, s *redistest.Server, obs func(middleware.Event)) *middleware.Middleware {
-	tb.Helper()
-	c, err := cache.New(s.Client(tb), &cache.Options{Namespace: redistest.Key(tb, "ns")})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	mw, err := middleware.New(c, &middleware.Options{TTL: time.Minute, Observer: obs})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return mw
-}
-
 // A chi route behind the middleware: a MISS, a HIT and a BYPASS, labelled
 // with the route's pattern and the bypass's reason, never the path.
 func TestMiddlewareObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	m, reg := newMetrics(t, nil)
-	mw := newMiddleware(t, s, m.MiddlewareObserver("pages"))
+	mw := obstest.NewMiddleware(t, s, m.MiddlewareObserver("pages"))
 	r := chi.NewRouter()
 	r.With(mw.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
@@ -423,7 +381,7 @@ func TestMiddlewareObserver(t *testing.T) {
 		{"/users/1", nil, "HIT"},
 		{"/users/2", []string{"Authorization", "Bearer x"}, "BYPASS"},
 	} {
-		if got := get(t, srv, step.path, step.hdr...); got != step.xcache {
+		if got := obstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
 			t.Fatalf("%s: X-Cache %q, want %q", step.path, got, step.xcache)
 		}
 	}
@@ -455,13 +413,13 @@ func TestMiddlewareObserver(t *testing.T) {
 func TestMiddlewareObserver_maxRoutes(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	m, reg := newMetrics(t, &stampedeprom.Options{MaxRoutes: 2})
-	mw := newMiddleware(t, s, m.MiddlewareObserver("pages"))
+	mw := obstest.NewMiddleware(t, s, m.MiddlewareObserver("pages"))
 	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, r.URL.Path)
 	})))
 	defer srv.Close()
 	for _, p := range []string{"/a", "/b", "/c", "/d", "/a"} {
-		get(t, srv, p)
+		obstest.Get(t, srv, p)
 	}
 	const events = "stampede_middleware_events_total"
 	waitValue(t, reg, 2, events, "middleware", "pages", "route", "other", "event", "miss")

@@ -1,0 +1,106 @@
+package obs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/middleware"
+)
+
+// Past max routes, new routes share the series of OtherRoute; admitted
+// routes keep their own, and each key's series is made once.
+func TestRoutes_Series_overflow(t *testing.T) {
+	made := map[RouteKey]int{}
+	r := NewRoutes(2, func(k RouteKey) *RouteKey {
+		made[k]++
+		return &k
+	})
+	ev := func(route string) middleware.Event {
+		return middleware.Event{Kind: middleware.EventHit, Route: route}
+	}
+	tests := []struct {
+		name, route, want string
+	}{
+		{"first", "/a", "/a"},
+		{"second", "/b", "/b"},
+		{"third overflows", "/c", OtherRoute},
+		{"first again", "/a", "/a"},
+		{"fourth overflows", "/d", OtherRoute},
+		{"literal other", OtherRoute, OtherRoute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.Series(ev(tt.route)).Route; got != tt.want {
+				t.Errorf("Series(%q).Route = %q, want %q", tt.route, got, tt.want)
+			}
+		})
+	}
+	for k, n := range made {
+		if n != 1 {
+			t.Errorf("series of %+v made %d times, want 1", k, n)
+		}
+	}
+	if len(made) != 3 {
+		t.Errorf("%d series made, want 3 (/a, /b, other)", len(made))
+	}
+}
+
+// Every kind is reported (zeros included), tiered kinds once per tier,
+// and kinds without a name under kind 0 once counted.
+func TestEvents_Each(t *testing.T) {
+	tb := NewEvents(func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
+	got := func() map[string]uint64 {
+		m := map[string]uint64{}
+		tb.Each(func(k int, tier Tier, n uint64) {
+			m[strings.TrimSuffix(tb.Name(k)+"/"+tier.String(), "/")] = n
+		})
+		return m
+	}
+	before := got()
+	if _, ok := before["unknown"]; ok {
+		t.Errorf("unknown kinds reported before any was counted: %v", before)
+	}
+	for _, k := range []string{"hit/server", "hit/near", "stale/server", "stale/near", "miss", "load"} {
+		if n, ok := before[k]; !ok || n != 0 {
+			t.Errorf("%s = %d, %v; want 0, reported", k, n, ok)
+		}
+	}
+	tb.Count(uint8(cache.EventHit), true)
+	tb.Count(uint8(cache.EventHit), false)
+	tb.Count(uint8(cache.EventStale), true)
+	tb.Count(uint8(cache.EventMiss), true) // near ignored without tiers
+	tb.Count(200, false)
+	tb.Count(0, false)
+	after := got()
+	want := map[string]uint64{"hit/server": 1, "hit/near": 1, "stale/server": 0, "stale/near": 1, "miss": 1, "load": 0, "unknown": 2}
+	for k, n := range want {
+		if after[k] != n {
+			t.Errorf("%s = %d, want %d (all: %v)", k, after[k], n, after)
+		}
+	}
+	if len(after) != len(before)+1 {
+		t.Errorf("%d series after counting, want %d", len(after), len(before)+1)
+	}
+}
+
+// Prometheus and OpenTelemetry names are derived from Name; a name must
+// be dotted lower-case words so that both derivations hold.
+func TestStatsFields(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range StatsFields() {
+		if f.Name == "" || strings.Trim(f.Name, "abcdefghijklmnopqrstuvwxyz_.") != "" || seen[f.Name] {
+			t.Errorf("bad or repeated name %q", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Help == "" || f.Value == nil {
+			t.Errorf("%s: no help or no getter", f.Name)
+		}
+	}
+	s := cache.Stats{Coalesced: 1, Waits: 2, LockContention: 3, AnnounceDenied: 4, NearInvalidations: 5, NearFlushes: 6, NearEntries: 7}
+	for i, f := range StatsFields() {
+		if got := f.Value(s); got != uint64(i+1) {
+			t.Errorf("%s reads %d, want %d", f.Name, got, i+1)
+		}
+	}
+}
