@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,16 +162,6 @@ var (
 	route     = attribute.Key("http.route").String
 )
 
-// clock is an Options.Now that tests move forward.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
-
-func loadString(v string) loader.Func[string] {
-	return func(context.Context) (string, error) { return v, nil }
-}
-
 // A miss and its load, a hit, a not-found, a failed load, an entry that
 // does not decode and a stale hit with its refresh on Redis 8: counted by
 // kind, loads timed, a span per load whose times are the histogram's.
@@ -181,11 +169,11 @@ func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := obstest.Ctx(t)
 	b := newBed(t, nil)
-	clk := &clock{}
+	clk := &obstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
 	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
-		Now: clk.now, Observer: b.tel.CacheObserver("users")})
+		Now: clk.Now, Observer: b.tel.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +185,7 @@ func TestCacheObserver(t *testing.T) {
 	users := cacheAttr("users")
 
 	for range 2 {
-		if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A")); v != "A" || err != nil {
+		if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A")); v != "A" || err != nil {
 			t.Fatalf("GetOrLoad = %q, %v", v, err)
 		}
 	}
@@ -220,13 +208,13 @@ func TestCacheObserver(t *testing.T) {
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := cache.GetOrLoad(ctx, c, "d", loadString("D")); v != "D" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "d", obstest.LoadString("D")); v != "D" || err != nil {
 		t.Fatalf("GetOrLoad over a bad entry = %q, %v", v, err)
 	}
 	b.want(t, 1, events, users, event("decode-failure"))
 
-	clk.advance(2 * time.Minute)
-	if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A2")); v != "A" || err != nil {
+	clk.Advance(2 * time.Minute)
+	if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A2")); v != "A" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	b.want(t, 1, events, users, event("stale"), tier("server"))
@@ -280,13 +268,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	if err := b.tel.CacheStats("near", c); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, ctx, "near cache active", c.NearActive)
-	redistest.WaitFor(t, ctx, "a near hit", func() bool {
-		if _, err := cache.GetOrLoad(ctx, c, "k", loadString("v")); err != nil {
-			t.Fatal(err)
-		}
-		return c.Stats().NearHits > 0
-	})
+	obstest.NearHit(t, ctx, c, "k")
 	st := c.Stats()
 	near := cacheAttr("near")
 	b.want(t, float64(st.NearHits), "stampede.cache.events", near, event("hit"), tier("near"))
@@ -303,48 +285,7 @@ func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := obstest.Ctx(t)
 	bd := newBed(t, nil)
-	ns := redistest.Key(t, "ns")
-	newCache := func(name string) *cache.Cache {
-		c, err := cache.New(s.NewClient(), &cache.Options{Namespace: ns, Observer: bd.tel.CacheObserver(name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := newCache("a"), newCache("b")
-	if err := bd.tel.CacheStats("b", b); err != nil {
-		t.Fatal(err)
-	}
-	started, release := make(chan struct{}), make(chan struct{})
-	errs := make(chan error, 2)
-	go func() {
-		_, err := cache.GetOrLoad(ctx, a, "k", func(ctx context.Context) (string, error) {
-			close(started)
-			select {
-			case <-release:
-				return "v", nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		})
-		errs <- err
-	}()
-	redistest.Recv(t, ctx, started, "a's load to start")
-	go func() {
-		v, err := cache.GetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "", errors.New("b loaded") })
-		if err == nil && v != "v" {
-			err = fmt.Errorf("b got %q", v)
-		}
-		errs <- err
-	}()
-	redistest.WaitFor(t, ctx, "b waiting", func() bool { return b.Stats().Waits == 1 })
-	close(release)
-	for range 2 {
-		if err := redistest.Recv(t, ctx, errs, "GetOrLoad"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	obstest.WaitForOthersLoad(t, ctx, s, bd.tel.CacheObserver, bd.tel.CacheStats)
 	const waits = "stampede.cache.wait.duration"
 	bd.want(t, 1, waits, cacheAttr("b"), result("ok"))
 	bd.want(t, 1, "stampede.cache.waits", cacheAttr("b"))
@@ -361,18 +302,6 @@ func TestCacheObserver_wait(t *testing.T) {
 	}
 }
 
-// signalRetry is a RetryStrategy that tells when Obtain first found the
-// lock held.
-type signalRetry struct {
-	once  *sync.Once
-	tried chan struct{}
-}
-
-func (r signalRetry) Backoff(int) time.Duration {
-	r.once.Do(func() { close(r.tried) })
-	return 5 * time.Millisecond
-}
-
 // A held lock: a refused Obtain and one that waits until the holder
 // releases, each timed with a span (carrying the key, with SpanKeys).
 func TestLockObserver_contended(t *testing.T) {
@@ -384,40 +313,7 @@ func TestLockObserver_contended(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := redistest.Key(t, "lock")
-	l1, err := locks.Obtain(ctx, key, 10*time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.Obtain(ctx, key, 10*time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
-		t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
-	}
-	tried := make(chan struct{})
-	got := make(chan *lock.Lock, 1)
-	errs := make(chan error, 1)
-	go func() {
-		l, err := locks.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Retry: signalRetry{&sync.Once{}, tried}})
-		if err != nil {
-			errs <- err
-			return
-		}
-		got <- l
-	}()
-	redistest.Recv(t, ctx, tried, "the waiter to find the lock held")
-	released := time.Now()
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var l2 *lock.Lock
-	select {
-	case l2 = <-got:
-	case err := <-errs:
-		t.Fatal(err)
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	released := obstest.ContendLock(t, ctx, locks, key)
 	jobs := lockAttr("jobs")
 	const events, obtain = "stampede.lock.events", "stampede.lock.obtain.duration"
 	b.want(t, 2, events, jobs, event("obtained"))
@@ -494,14 +390,14 @@ func TestMiddlewareObserver(t *testing.T) {
 func TestTraced(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, nil)
-	clk := &clock{}
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.now})
+	clk := &obstest.Clock{}
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, parent := b.tp.Tracer("test").Start(obstest.Ctx(t), "request")
-	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", loadString("v"))); err != nil {
+	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", obstest.LoadString("v"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
@@ -520,9 +416,9 @@ func TestTraced(t *testing.T) {
 		}
 	}
 
-	clk.advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	ctx, second := b.tp.Tracer("test").Start(obstest.Ctx(t), "second request")
-	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", loadString("v2"))); v != "v" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", obstest.LoadString("v2"))); v != "v" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	second.End()

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,15 +108,6 @@ func waitValue(tb testing.TB, g prometheus.Gatherer, v float64, name string, lab
 	})
 }
 
-// clock is an Options.Now that tests move forward.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
-func loadString(v string) loader.Func[string] {
-	return func(context.Context) (string, error) { return v, nil }
-}
-
 // A miss and its load, a hit, a not-found, a failed load, an entry that
 // does not decode and a stale hit with its refresh, each counted by kind
 // on Redis 8, and the hits, stale hits and misses equal to the cache's own
@@ -127,11 +116,11 @@ func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
-	clk := &clock{}
+	clk := &obstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
 	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
-		Now: clk.now, Observer: m.CacheObserver("users")})
+		Now: clk.Now, Observer: m.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +132,7 @@ func TestCacheObserver(t *testing.T) {
 	const loads = "stampede_cache_load_duration_seconds"
 
 	for range 2 { // a miss and a load, then a hit
-		if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A")); v != "A" || err != nil {
+		if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A")); v != "A" || err != nil {
 			t.Fatalf("GetOrLoad = %q, %v", v, err)
 		}
 	}
@@ -169,14 +158,14 @@ func TestCacheObserver(t *testing.T) {
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := cache.GetOrLoad(ctx, c, "d", loadString("D")); v != "D" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "d", obstest.LoadString("D")); v != "D" || err != nil {
 		t.Fatalf("GetOrLoad over a bad entry = %q, %v", v, err)
 	}
 	want(t, reg, 1, events, "cache", "users", "event", "decode-failure")
 
 	// Past the TTL, within StaleTTL: a stale hit, refreshed in the background.
-	clk.advance(2 * time.Minute)
-	if v, err := cache.GetOrLoad(ctx, c, "a", loadString("A2")); v != "A" || err != nil {
+	clk.Advance(2 * time.Minute)
+	if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A2")); v != "A" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	want(t, reg, 1, events, "cache", "users", "event", "stale", "tier", "server")
@@ -210,15 +199,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	if err := m.CacheStats("near", c); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, ctx, "near cache active", c.NearActive)
-	// The cache's own writes are invalidated by the server too, which may
-	// drop the first fills: read until the near cache answers.
-	redistest.WaitFor(t, ctx, "a near hit", func() bool {
-		if _, err := cache.GetOrLoad(ctx, c, "k", loadString("v")); err != nil {
-			t.Fatal(err)
-		}
-		return c.Stats().NearHits > 0
-	})
+	obstest.NearHit(t, ctx, c, "k")
 	st := c.Stats()
 	want(t, reg, float64(st.NearHits), "stampede_cache_events_total", "cache", "near", "event", "hit", "tier", "near")
 	want(t, reg, float64(st.Hits-st.NearHits), "stampede_cache_events_total", "cache", "near", "event", "hit", "tier", "server")
@@ -236,48 +217,7 @@ func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := obstest.Ctx(t)
 	m, reg := newMetrics(t, nil)
-	ns := redistest.Key(t, "ns")
-	newCache := func(name string) *cache.Cache {
-		c, err := cache.New(s.NewClient(), &cache.Options{Namespace: ns, Observer: m.CacheObserver(name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := newCache("a"), newCache("b")
-	if err := m.CacheStats("b", b); err != nil {
-		t.Fatal(err)
-	}
-	started, release := make(chan struct{}), make(chan struct{})
-	errs := make(chan error, 2)
-	go func() {
-		_, err := cache.GetOrLoad(ctx, a, "k", func(ctx context.Context) (string, error) {
-			close(started)
-			select {
-			case <-release:
-				return "v", nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		})
-		errs <- err
-	}()
-	redistest.Recv(t, ctx, started, "a's load to start")
-	go func() {
-		v, err := cache.GetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "", errors.New("b loaded") })
-		if err == nil && v != "v" {
-			err = fmt.Errorf("b got %q", v)
-		}
-		errs <- err
-	}()
-	redistest.WaitFor(t, ctx, "b waiting", func() bool { return b.Stats().Waits == 1 })
-	close(release)
-	for range 2 {
-		if err := redistest.Recv(t, ctx, errs, "GetOrLoad"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	obstest.WaitForOthersLoad(t, ctx, s, m.CacheObserver, m.CacheStats)
 	const waits = "stampede_cache_wait_duration_seconds"
 	want(t, reg, 1, waits, "cache", "b", "result", "ok")
 	want(t, reg, 1, "stampede_cache_waits_total", "cache", "b")
@@ -288,18 +228,6 @@ func TestCacheObserver_wait(t *testing.T) {
 	if h := series(t, reg, waits, "cache", "b", "result", "ok").GetHistogram(); h.GetSampleSum() <= 0 {
 		t.Errorf("wait duration sum %v, want > 0", h.GetSampleSum())
 	}
-}
-
-// signalRetry is a RetryStrategy that tells when Obtain first found the
-// lock held.
-type signalRetry struct {
-	once  *sync.Once
-	tried chan struct{}
-}
-
-func (r signalRetry) Backoff(int) time.Duration {
-	r.once.Do(func() { close(r.tried) })
-	return 5 * time.Millisecond
 }
 
 // A held lock: a refused Obtain, an Obtain that waits until the holder
@@ -313,39 +241,7 @@ func TestLockObserver_contended(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := redistest.Key(t, "lock")
-	l1, err := locks.Obtain(ctx, key, 10*time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := locks.Obtain(ctx, key, 10*time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
-		t.Fatalf("second Obtain: %v, want ErrNotObtained", err)
-	}
-	tried := make(chan struct{})
-	got := make(chan *lock.Lock, 1)
-	errs := make(chan error, 1)
-	go func() {
-		l, err := locks.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Retry: signalRetry{&sync.Once{}, tried}})
-		if err != nil {
-			errs <- err
-			return
-		}
-		got <- l
-	}()
-	redistest.Recv(t, ctx, tried, "the waiter to find the lock held")
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var l2 *lock.Lock
-	select {
-	case l2 = <-got:
-	case err := <-errs:
-		t.Fatal(err)
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	obstest.ContendLock(t, ctx, locks, key)
 	const events, obtain = "stampede_lock_events_total", "stampede_lock_obtain_duration_seconds"
 	want(t, reg, 2, events, "lock", "jobs", "event", "obtained")
 	want(t, reg, 1, events, "lock", "jobs", "event", "not-obtained")

@@ -1,0 +1,152 @@
+package obstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
+)
+
+// Clock is an Options.Now that tests move forward. The zero value is the
+// wall clock; it is safe for concurrent use.
+type Clock struct{ offset atomic.Int64 }
+
+// Now returns the wall clock's time moved forward by every Advance.
+func (c *Clock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// LoadString returns a loader that returns v.
+func LoadString(v string) loader.Func[string] {
+	return func(context.Context) (string, error) { return v, nil }
+}
+
+// NearHit reads key from c until the near cache answers (the cache's own
+// writes are invalidated by the server too, which may drop the first
+// fills).
+func NearHit(tb testing.TB, ctx context.Context, c *cache.Cache, key string) {
+	tb.Helper()
+	redistest.WaitFor(tb, ctx, "near cache active", c.NearActive)
+	redistest.WaitFor(tb, ctx, "a near hit", func() bool {
+		if _, err := cache.GetOrLoad(ctx, c, key, LoadString("v")); err != nil {
+			tb.Fatal(err)
+		}
+		return c.Stats().NearHits > 0
+	})
+}
+
+// WaitForOthersLoad makes two Caches of one namespace on s, named "a" and
+// "b" and observed by observer(name), watches b with watch, and has a
+// caller of b wait for the load of a (another process, as far as the
+// server can tell) until it is woken with a's value: one load in a, one
+// wait in b.
+func WaitForOthersLoad(tb testing.TB, ctx context.Context, s *redistest.Server,
+	observer func(name string) func(cache.Event), watch func(name string, c *cache.Cache) error) {
+	tb.Helper()
+	ns := redistest.Key(tb, "ns")
+	newCache := func(name string) *cache.Cache {
+		c, err := cache.New(s.NewClient(), &cache.Options{Namespace: ns, Observer: observer(name)})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := newCache("a"), newCache("b")
+	if err := watch("b", b); err != nil {
+		tb.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	go func() {
+		_, err := cache.GetOrLoad(ctx, a, "k", func(ctx context.Context) (string, error) {
+			close(started)
+			select {
+			case <-release:
+				return "v", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		})
+		errs <- err
+	}()
+	redistest.Recv(tb, ctx, started, "a's load to start")
+	go func() {
+		v, err := cache.GetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "", errors.New("b loaded") })
+		if err == nil && v != "v" {
+			err = fmt.Errorf("b got %q", v)
+		}
+		errs <- err
+	}()
+	redistest.WaitFor(tb, ctx, "b waiting", func() bool { return b.Stats().Waits == 1 })
+	close(release)
+	for range 2 {
+		if err := redistest.Recv(tb, ctx, errs, "GetOrLoad"); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// signalRetry is a RetryStrategy that tells when Obtain first found the
+// lock held.
+type signalRetry struct {
+	once  *sync.Once
+	tried chan struct{}
+}
+
+func (r signalRetry) Backoff(int) time.Duration {
+	r.once.Do(func() { close(r.tried) })
+	return 5 * time.Millisecond
+}
+
+// ContendLock obtains key with locks, has a second Obtain refused and a
+// third wait until the holder releases, then releases that one too: two
+// obtained, one not obtained, two released. It returns when the first
+// holder released.
+func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key string) (released time.Time) {
+	tb.Helper()
+	l1, err := locks.Obtain(ctx, key, 10*time.Second, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := locks.Obtain(ctx, key, 10*time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
+		tb.Fatalf("second Obtain: %v, want ErrNotObtained", err)
+	}
+	tried := make(chan struct{})
+	got := make(chan *lock.Lock, 1)
+	errs := make(chan error, 1)
+	go func() {
+		l, err := locks.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Retry: signalRetry{&sync.Once{}, tried}})
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- l
+	}()
+	redistest.Recv(tb, ctx, tried, "the waiter to find the lock held")
+	released = time.Now()
+	if err := l1.Release(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	var l2 *lock.Lock
+	select {
+	case l2 = <-got:
+	case err := <-errs:
+		tb.Fatal(err)
+	case <-ctx.Done():
+		tb.Fatal(ctx.Err())
+	}
+	if err := l2.Release(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return released
+}
