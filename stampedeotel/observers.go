@@ -2,9 +2,9 @@ package stampedeotel
 
 import (
 	"context"
-	"errors"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"github.com/hotkv/stampede/lock"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -70,32 +70,21 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	cacheName := keyCache.String(name)
 	events := newEventTable(cacheName, func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
 	t.addTable(&t.cacheTables, events)
-	loads := results(cacheName, "ok", "not-found", "error")
-	waits := results(cacheName, "ok", "timeout", "error")
+	loads := results(cacheName, obs.LoadResults()...)
+	waits := results(cacheName, obs.WaitResults()...)
 	return func(e cache.Event) {
 		events.Count(uint8(e.Kind), e.Near)
 		ctx := context.Background()
 		switch e.Kind {
 		case cache.EventLoad:
-			r, err := 0, e.Err
-			switch {
-			case e.Err == nil:
-			case errors.Is(e.Err, cache.ErrNotFound):
-				r, err = 1, nil // an answer, not a failure
-			default:
-				r = 2
+			r, err := obs.LoadResult(e.Err), e.Err
+			if r == 1 {
+				err = nil // not found: an answer, not a failure
 			}
 			t.cacheLoads.Record(ctx, e.Duration.Seconds(), loads[r].record...)
 			t.span(spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
 		case cache.EventWait:
-			r := 0
-			switch {
-			case e.Err == nil:
-			case errors.Is(e.Err, cache.ErrWaitTimeout):
-				r = 1
-			default:
-				r = 2
-			}
+			r := obs.WaitResult(e.Err)
 			t.cacheWaits.Record(ctx, e.Duration.Seconds(), waits[r].record...)
 			t.span(spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
 		}

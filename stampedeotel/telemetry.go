@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/obs"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -196,22 +197,4 @@ func (t *Telemetry) span(name string, d time.Duration, err error, attrs ...attri
 // an Options.Observer of package cache, lock or middleware that must feed
 // more than one consumer: Chain(existing, tel.CacheObserver("users")). It
 // returns nil when all are nil.
-func Chain[E any](observers ...func(E)) func(E) {
-	var fs []func(E)
-	for _, f := range observers {
-		if f != nil {
-			fs = append(fs, f)
-		}
-	}
-	switch len(fs) {
-	case 0:
-		return nil
-	case 1:
-		return fs[0]
-	}
-	return func(e E) {
-		for _, f := range fs {
-			f(e)
-		}
-	}
-}
+func Chain[E any](observers ...func(E)) func(E) { return obs.Chain(observers...) }

@@ -178,22 +178,4 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // an Options.Observer of package cache, lock or middleware that must feed
 // more than one consumer: Chain(existing, m.CacheObserver("users")). It
 // returns nil when all are nil.
-func Chain[E any](observers ...func(E)) func(E) {
-	var fs []func(E)
-	for _, f := range observers {
-		if f != nil {
-			fs = append(fs, f)
-		}
-	}
-	switch len(fs) {
-	case 0:
-		return nil
-	case 1:
-		return fs[0]
-	}
-	return func(e E) {
-		for _, f := range fs {
-			f(e)
-		}
-	}
-}
+func Chain[E any](observers ...func(E)) func(E) { return obs.Chain(observers...) }

@@ -1,8 +1,6 @@
 package stampedeprom
 
 import (
-	"errors"
-
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/obs"
 	"github.com/hotkv/stampede/lock"
@@ -29,31 +27,15 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 		m.tables[name] = events
 	}
 	m.mu.Unlock()
-	loads := resolve(m.cacheLoads, name, "ok", "not-found", "error")
-	waits := resolve(m.cacheWaits, name, "ok", "timeout", "error")
+	loads := resolve(m.cacheLoads, name, obs.LoadResults()...)
+	waits := resolve(m.cacheWaits, name, obs.WaitResults()...)
 	return func(e cache.Event) {
 		events.Count(uint8(e.Kind), e.Near)
 		switch e.Kind {
 		case cache.EventLoad:
-			r := 0
-			switch {
-			case e.Err == nil:
-			case errors.Is(e.Err, cache.ErrNotFound):
-				r = 1
-			default:
-				r = 2
-			}
-			loads[r].Observe(e.Duration.Seconds())
+			loads[obs.LoadResult(e.Err)].Observe(e.Duration.Seconds())
 		case cache.EventWait:
-			r := 0
-			switch {
-			case e.Err == nil:
-			case errors.Is(e.Err, cache.ErrWaitTimeout):
-				r = 1
-			default:
-				r = 2
-			}
-			waits[r].Observe(e.Duration.Seconds())
+			waits[obs.WaitResult(e.Err)].Observe(e.Duration.Seconds())
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package obs
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -102,5 +104,29 @@ func TestStatsFields(t *testing.T) {
 		if got := f.Value(s); got != uint64(i+1) {
 			t.Errorf("%s reads %d, want %d", f.Name, got, i+1)
 		}
+	}
+}
+
+func TestLoadResult_WaitResult(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name       string
+		err        error
+		load, wait string
+	}{
+		{"nil", nil, "ok", "ok"},
+		{"not found", fmt.Errorf("x: %w", cache.ErrNotFound), "not-found", "error"},
+		{"wait timeout", fmt.Errorf("x: %w", cache.ErrWaitTimeout), "error", "timeout"},
+		{"other", boom, "error", "error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := LoadResults()[LoadResult(tt.err)]; got != tt.load {
+				t.Errorf("load result %q, want %q", got, tt.load)
+			}
+			if got := WaitResults()[WaitResult(tt.err)]; got != tt.wait {
+				t.Errorf("wait result %q, want %q", got, tt.wait)
+			}
+		})
 	}
 }
