@@ -42,21 +42,12 @@ type Options struct {
 	SpanKeys bool
 }
 
-func defaultBuckets() []float64 {
-	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-}
-
 func (o *Options) validate() error {
 	if o == nil {
 		return nil
 	}
-	if o.MaxRoutes < 0 {
-		return fmt.Errorf("stampedeotel: MaxRoutes is %d, must not be negative", o.MaxRoutes)
-	}
-	for i := 1; i < len(o.Buckets); i++ {
-		if o.Buckets[i] <= o.Buckets[i-1] {
-			return errors.New("stampedeotel: Buckets must be in increasing order")
-		}
+	if err := obs.Validate(o.Buckets, o.MaxRoutes); err != nil {
+		return fmt.Errorf("stampedeotel: %w", err)
 	}
 	return nil
 }
@@ -76,17 +67,17 @@ func (o *Options) tracerProvider() trace.TracerProvider {
 }
 
 func (o *Options) buckets() []float64 {
-	if o == nil || len(o.Buckets) == 0 {
-		return defaultBuckets()
+	if o == nil {
+		return obs.Buckets(nil)
 	}
-	return o.Buckets
+	return obs.Buckets(o.Buckets)
 }
 
 func (o *Options) maxRoutes() int {
-	if o == nil || o.MaxRoutes == 0 {
-		return 100
+	if o == nil {
+		return obs.MaxRoutes(0)
 	}
-	return o.MaxRoutes
+	return obs.MaxRoutes(o.MaxRoutes)
 }
 
 // Attribute keys.

@@ -1,7 +1,6 @@
 package stampedeprom
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -26,10 +25,6 @@ type Options struct {
 	MaxRoutes int
 }
 
-func defaultBuckets() []float64 {
-	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-}
-
 func (o *Options) namespace() string {
 	if o == nil || o.Namespace == "" {
 		return "stampede"
@@ -38,30 +33,25 @@ func (o *Options) namespace() string {
 }
 
 func (o *Options) buckets() []float64 {
-	if o == nil || len(o.Buckets) == 0 {
-		return defaultBuckets()
+	if o == nil {
+		return obs.Buckets(nil)
 	}
-	return o.Buckets
+	return obs.Buckets(o.Buckets)
 }
 
 func (o *Options) maxRoutes() int {
-	if o == nil || o.MaxRoutes == 0 {
-		return 100
+	if o == nil {
+		return obs.MaxRoutes(0)
 	}
-	return o.MaxRoutes
+	return obs.MaxRoutes(o.MaxRoutes)
 }
 
 func (o *Options) validate() error {
 	if o == nil {
 		return nil
 	}
-	if o.MaxRoutes < 0 {
-		return fmt.Errorf("stampedeprom: MaxRoutes is %d, must not be negative", o.MaxRoutes)
-	}
-	for i := 1; i < len(o.Buckets); i++ {
-		if o.Buckets[i] <= o.Buckets[i-1] {
-			return errors.New("stampedeprom: Buckets must be in increasing order")
-		}
+	if err := obs.Validate(o.Buckets, o.MaxRoutes); err != nil {
+		return fmt.Errorf("stampedeprom: %w", err)
 	}
 	return nil
 }

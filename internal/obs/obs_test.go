@@ -130,3 +130,34 @@ func TestLoadResult_WaitResult(t *testing.T) {
 		})
 	}
 }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name      string
+		buckets   []float64
+		maxRoutes int
+		want      string // "" for no error
+	}{
+		{"defaults", nil, 0, ""},
+		{"set", []float64{.1, 1}, 5, ""},
+		{"negative MaxRoutes", nil, -1, "MaxRoutes is -1, must not be negative"},
+		{"buckets not increasing", []float64{1, 1}, 0, "Buckets must be in increasing order"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Validate(tt.buckets, tt.maxRoutes)
+			if got := fmt.Sprint(err); (err == nil) != (tt.want == "") || (err != nil && got != tt.want) {
+				t.Errorf("Validate = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if n := len(Buckets(nil)); n != 14 {
+		t.Errorf("%d default buckets, want 14", n)
+	}
+	if n := MaxRoutes(0); n != 100 {
+		t.Errorf("default MaxRoutes %d, want 100", n)
+	}
+	if n := MaxRoutes(3); n != 3 {
+		t.Errorf("MaxRoutes(3) = %d", n)
+	}
+}
