@@ -109,6 +109,13 @@ func FuzzMiddleware(f *testing.F) {
 		{"http://alice@h.example/x", "max-age=60", "", "alice", "bob", 0},
 		{"/tc", "public, max-age=60", "", "alice", "bob", formTrailerCookie},
 		{"/tc", "public, max-age=60", "", "alice", "bob", formTrailerCookie | formLowerCase},
+		// Issue 15: a first response with Vary (stored under its variant,
+		// a marker under the plain key), stale windows with s-maxage,
+		// must-understand.
+		{"/vf", "max-age=60", "X-User", "alice", "bob", 0},
+		{"/vf", "max-age=60", "x-user, X-USER", "bob", "bob", formLowerCase},
+		{"/sm", "s-maxage=5, stale-if-error=10, stale-while-revalidate=5", "", "alice", "bob", 0},
+		{"/mu", "must-understand, no-store, max-age=60", "X-User", "alice", "bob", 0},
 	} {
 		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}
