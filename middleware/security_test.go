@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -640,4 +641,103 @@ func TestSecurity_nonCanonicalResponseHeaders(t *testing.T) {
 		}
 		b.get(t, "/d", "If-None-Match", `"h1"`).check(t, 304, "HIT", "")
 	})
+}
+
+// TestSecurity_varyMarker: the marker a Vary response leaves under the
+// resource's plain key (the Vary names, no body) is never served, whatever
+// a process that has not learnt the Vary sends: every request gets the
+// render for its own value, and the marker holds no part of any response.
+func TestSecurity_varyMarker(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		var renders atomic.Int32
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Vary", "X-User")
+			w.Header().Set("Cache-Control", "public, max-age=60")
+			w.Header().Set("X-Secret", "for="+r.Header.Get("X-User"))
+			fmt.Fprintf(w, "n=%d user=%q", renders.Add(1), r.Header.Get("X-User"))
+		}), &bedOptions{procs: 3})
+
+		b.get(t, "/mk", procHeader, "0", "X-User", "alice").check(t, 200, "MISS", `n=1 user="alice"`)
+		b.waitStored(t, "/mk", "X-User")
+		if raw := b.storedText(t, "/mk"); strings.Contains(raw, "alice") || strings.Contains(raw, "n=1") {
+			t.Fatalf("the plain key holds part of a response: %q", raw)
+		}
+		// Processes 1 and 2 have not seen the Vary: each finds the marker
+		// first. None of these requests matches alice's variant.
+		steps := []struct {
+			proc  string
+			hdr   []string
+			cache string
+			body  string
+		}{
+			{"1", nil, "MISS", `n=2 user=""`},
+			{"2", []string{"X-User", ""}, "HIT", `n=2 user=""`},
+			{"2", []string{"X-User", "Alice"}, "MISS", `n=3 user="Alice"`},
+			{"1", []string{"X-User", "alice "}, "HIT", `n=1 user="alice"`}, // net/http trims the value
+			{"2", []string{"X-User", "alice", "X-User", "bob"}, "MISS", `n=4 user="alice"`},
+			{"1", []string{"Vary", "X-User"}, "HIT", `n=2 user=""`},
+		}
+		for _, st := range steps {
+			r := b.get(t, "/mk", append([]string{procHeader, st.proc}, st.hdr...)...)
+			r.check(t, 200, st.cache, st.body)
+			user := strings.TrimSuffix(strings.TrimPrefix(st.body[strings.Index(st.body, "user="):], `user="`), `"`)
+			if got := r.header.Get("X-Secret"); got != "for="+user {
+				t.Errorf("%v: X-Secret %q, want %q", st.hdr, got, "for="+user)
+			}
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestSecurity_invalidationFromRequest: a write's invalidation reaches
+// only its own host, even when the Location or Content-Location the
+// handler answers with echoes the request (an open "next" redirect) or the
+// client sends another Host; and a write the handler refuses invalidates
+// nothing, whatever its method.
+func TestSecurity_invalidationFromRequest(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=600")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if r.URL.Query().Get("ok") == "" {
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprintf(w, "%s %d", r.Method, renders.Add(1))
+				return
+			}
+			next := r.URL.Query().Get("next")
+			w.Header().Set("Location", next)
+			w.Header().Set("Content-Location", next)
+			w.WriteHeader(http.StatusSeeOther)
+		}
+		fmt.Fprintf(w, "%s %d host=%s", r.Method, renders.Add(1), r.Host)
+	}), nil)
+	victim := "victim.example"
+	b.get(t, "/page", "Host", victim).check(t, 200, "MISS", "GET 1 host="+victim)
+	b.get(t, "/page").check(t, 200, "MISS", "GET 2 host="+strings.TrimPrefix(b.srv.URL, "http://"))
+
+	for _, next := range []string{
+		"http://" + victim + "/page", "//" + victim + "/page", "http://" + victim + ":80/page",
+		"http://VICTIM.example/page", "http://" + victim + "./page", "http://user@" + victim + "/page",
+	} {
+		n := renders.Load()
+		b.do(t, "POST", "/login?ok=1&next="+url.QueryEscape(next)).check(t, 303, "BYPASS",
+			fmt.Sprintf("POST %d host=%s", n+1, strings.TrimPrefix(b.srv.URL, "http://")))
+		b.get(t, "/page", "Host", victim).check(t, 200, "HIT", "GET 1 host="+victim)
+		// Nor is the page of the same path on the writer's own host.
+		b.get(t, "/page").check(t, 200, "HIT", "GET 2 host="+strings.TrimPrefix(b.srv.URL, "http://"))
+	}
+	// A refused write, by any method and to the page itself, leaves it.
+	for _, method := range []string{"POST", "DELETE", "PURGE", "PUT"} {
+		n := renders.Load()
+		b.do(t, method, "/page", "Host", victim).check(t, 403, "BYPASS", fmt.Sprintf("%s %d", method, n+1))
+		b.get(t, "/page", "Host", victim).check(t, 200, "HIT", "GET 1 host="+victim)
+	}
+	// Another host's write naming the same path leaves the victim's page;
+	// a write on the victim's own host naming it evicts it.
+	n := renders.Load()
+	b.do(t, "POST", "/page?ok=1&next=/page").check(t, 303, "BYPASS",
+		fmt.Sprintf("POST %d host=%s", n+1, strings.TrimPrefix(b.srv.URL, "http://")))
+	b.get(t, "/page", "Host", victim).check(t, 200, "HIT", "GET 1 host="+victim)
+	b.do(t, "POST", "/page?ok=1&next=/page", "Host", victim).check(t, 303, "BYPASS", fmt.Sprintf("POST %d host=%s", n+2, victim))
+	b.get(t, "/page", "Host", victim).check(t, 200, "MISS", fmt.Sprintf("GET %d host=%s", n+3, victim))
 }
