@@ -128,23 +128,9 @@ func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bo
 // releasers and waiters agree. An error other than a refusal leaves the
 // question open and answers false this time.
 func (c *Client) shardedPubSub(ctx context.Context, channel string) bool {
-	switch c.sharded.Load() {
-	case 1:
-		return true
-	case 2:
-		return false
-	}
-	err := c.conn.Client().Do(ctx, "SPUBLISH", channel, "").Err()
-	switch {
-	case err == nil || redisx.IsNoPerm(err):
-		// A refused SPUBLISH still says the server has it; the warning
-		// about the refused channel follows on the first hand-off.
-		c.sharded.Store(1)
-		return true
-	case redisx.IsReply(err):
-		c.sharded.Store(2)
-	}
-	return false
+	// A refused SPUBLISH still says the server has it; the warning about
+	// the refused channel follows on the first hand-off.
+	return c.sharded.Sharded(ctx, c.conn.Client(), channel)
 }
 
 // handoffRefused turns hand-off off for this client after the server

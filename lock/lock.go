@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkv/stampede/internal/keysub"
 	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,7 @@ type Client struct {
 	handoff    *redis.Script          // handoff.lua
 	handoffOff atomic.Pointer[string] // the server's refusal of the hand-off script; nil while it runs
 	pubDenied  atomic.Bool            // a hand-off's PUBLISH was refused (warned once)
-	sharded    atomic.Int32           // 0 unknown, 1 the server has sharded pub/sub, 2 it has not
+	sharded    keysub.Probe           // whether the server has sharded pub/sub
 	waker      waker
 }
 
@@ -273,9 +274,8 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		if useHK && !queued {
 			// Join the queue at once rather than after a back-off step:
 			// subscribe first, so that a hand-off right after reaches us.
-			t, canSub := c.wakeTargetFor(ctx, hk.channel, hk.sharded)
-			var ready chan struct{}
-			wake, ready = c.wakerAdd(t, canSub, hk.channel, token)
+			var ready <-chan struct{}
+			wake, ready = c.wakerAdd(ctx, hk.channel, hk.sharded, token)
 			queued = true
 			select {
 			case <-ready:
@@ -313,7 +313,7 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 
 // sleepUntil waits until ready is closed or d has passed; it returns
 // notObtained's error if ctx ends first.
-func sleepUntil(ctx context.Context, ready chan struct{}, d time.Duration) error {
+func sleepUntil(ctx context.Context, ready <-chan struct{}, d time.Duration) error {
 	t := time.NewTimer(max(d, 0))
 	defer t.Stop()
 	select {
