@@ -35,7 +35,8 @@ type Options struct {
 	// Namespace prefixes every key the cache writes: a value for key K is
 	// stored at "Namespace:{K}", its rebuild lock at "Namespace:{K}:lock"
 	// (one Redis Cluster slot), and announcements go to the channel
-	// "Namespace:announce". A K longer than 128 bytes, starting with "#",
+	// "Namespace:{K}:ann" in the same slot ("Namespace:announce" with
+	// Broadcast). A K longer than 128 bytes, starting with "#",
 	// or holding braces, spaces or bytes that are not printable ASCII is
 	// replaced by "#" and the hex SHA-256 of K (a cryptographic hash, so
 	// that nobody who chooses keys can make two share an entry). It must
@@ -126,6 +127,23 @@ type Options struct {
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 
+	// Broadcast announces every rebuild, Set and Delete of the namespace on
+	// one channel, "Namespace:announce" (classic PUBLISH), to which every
+	// Cache of the namespace subscribes for its whole life, as versions
+	// before per-key announcements did: every process then receives every
+	// write's message, whether or not it waits for that key. Without it a
+	// write is announced on its key's own channel, "Namespace:{K}:ann"
+	// (SPUBLISH in the key's slot where the server has sharded pub/sub,
+	// PUBLISH otherwise), which only processes waiting for that key
+	// subscribe to, while they wait and for about ten seconds after.
+	//
+	// Processes announcing one way do not hear those announcing the other:
+	// their waiters still get every value, by their poll (PollInterval).
+	// Set Broadcast on every process while a fleet runs versions before
+	// per-key announcements next to this one (a rolling upgrade), and
+	// remove it once none is left. Default: false, per-key announcements.
+	Broadcast bool
+
 	// Near, if set, keeps recently read entries in this process as well,
 	// so that a hit costs a map lookup instead of a round trip, and keeps
 	// them coherent with the server (see Near). Default: nil, every read
@@ -211,6 +229,7 @@ type settings struct {
 	now                                          func() time.Time
 	realClock                                    bool // Options.Now is not set
 	near                                         *Near
+	broadcast                                    bool
 }
 
 func or[T comparable](v, def T) T {
@@ -239,6 +258,7 @@ func (o *Options) settings() (settings, error) {
 		jitter:            o.TTLJitter,
 		beta:              o.EarlyRefresh,
 		loadOnWaitTimeout: o.LoadOnWaitTimeout,
+		broadcast:         o.Broadcast,
 		maxSize:           or(o.MaxValueSize, 4<<20),
 		digest:            or(o.DigestThreshold, redisx.DefaultDigestThreshold),
 		codec:             o.Codec,
