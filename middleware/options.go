@@ -21,11 +21,37 @@ type Options struct {
 	// used. Since every stored response then carries its origin's word,
 	// unless Statuses or ShouldCache is set it may have any final status
 	// RFC 9111 allows (302, 307, 400, ... too), but 206, the 5xx other
-	// than 501 (never stored, see Statuses) and 304 and 412. Default:
-	// false, such responses are fresh for TTL (the handler is the
-	// application's own, whose pages seldom say), with the Statuses'
-	// default list.
+	// than 501 (never stored, see Statuses) and 304 and 412. With
+	// HeuristicFreshness, a response whose freshness that heuristic gives
+	// is stored too. Default: false, such responses are fresh for TTL
+	// (the handler is the application's own, whose pages seldom say), with
+	// the Statuses' default list.
 	ExplicitFreshness bool
+
+	// HeuristicFreshness, if above 0, is the fraction of the time since
+	// its Last-Modified that a response is fresh when it does not say how
+	// long it is (no s-maxage, max-age or Expires, nor Surrogate-Control's
+	// max-age with SurrogateControl): RFC 9111 4.2.2's heuristic, which
+	// the published shared caches apply with 0.1 (a page last changed 10
+	// hours ago is fresh for 1 hour). The time since Last-Modified is
+	// counted up to the response's Date (or when it was received, without
+	// a valid Date), and the lifetime is at most HeuristicMaxAge. It
+	// applies only to the statuses RFC 9110 15.1 calls heuristically
+	// cacheable (200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414,
+	// 501) and to responses with Cache-Control public; the rules of a
+	// shared cache (no 5xx but 501, no-store, private, Set-Cookie, ...),
+	// Statuses and ShouldCache still decide what is stored at all. A
+	// Last-Modified that is not one valid HTTP-date (or several that
+	// disagree), or that is later than the Date, gives no heuristic. A
+	// response the heuristic applies to takes its lifetime from it and
+	// not from TTL, and is stored even with ExplicitFreshness; one it
+	// gives no lifetime is fresh for TTL, or with ExplicitFreshness not
+	// stored. It must be between 0 and 1. Default: 0, no heuristic.
+	HeuristicFreshness float64
+
+	// HeuristicMaxAge caps the lifetime HeuristicFreshness gives (Squid
+	// and Traffic Server cap it at a day). Default: 24 hours.
+	HeuristicMaxAge time.Duration
 
 	// StaleTTL is how long after that a response may be served while one
 	// render refreshes it, when its Cache-Control has neither
@@ -171,6 +197,10 @@ func (o *Options) validate() error {
 		return invalid("TTL %v is negative", o.TTL)
 	case o.TTL > 0 && o.TTL < time.Millisecond:
 		return invalid("TTL %v is below 1ms", o.TTL)
+	case !(o.HeuristicFreshness >= 0 && o.HeuristicFreshness <= 1):
+		return invalid("HeuristicFreshness %v is not between 0 and 1", o.HeuristicFreshness)
+	case o.HeuristicMaxAge < 0:
+		return invalid("HeuristicMaxAge %v is negative", o.HeuristicMaxAge)
 	case o.StaleTTL < 0:
 		return invalid("StaleTTL %v is negative", o.StaleTTL)
 	case o.StoreLimit < 0:
@@ -234,4 +264,48 @@ func (o *Options) statusOK(code int) bool {
 		return code >= 200 && code != http.StatusPartialContent && (code < 500 || code == http.StatusNotImplemented)
 	}
 	return slices.Contains(defaultStatuses[:], code)
+}
+
+// heuristicallyCacheable reports whether RFC 9110 15.1 lets a cache
+// give a response with this status heuristic freshness.
+func heuristicallyCacheable(code int) bool {
+	switch code {
+	case 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501:
+		return true
+	}
+	return false
+}
+
+// heuristic is the freshness lifetime HeuristicFreshness gives a response
+// with this status, public directive and header (canonical), received at
+// responded; ok is false if the heuristic does not apply to it (off, a
+// status it does not cover, no valid Last-Modified, or one later than
+// the response's Date).
+func (o *Options) heuristic(status int, public bool, h http.Header, responded time.Time) (lifetime time.Duration, ok bool) {
+	if o.HeuristicFreshness <= 0 || !public && !heuristicallyCacheable(status) {
+		return 0, false
+	}
+	lm, ok := httpDate(h.Values("Last-Modified"))
+	if !ok {
+		return 0, false
+	}
+	at := responded
+	if date, ok := httpDate(h.Values("Date")); ok {
+		at = date
+	}
+	since := at.Sub(lm) // saturates: Sub never overflows
+	if since < 0 {
+		return 0, false // modified after it was sent: RFC 9110 8.8.2.1
+	}
+	limit := o.HeuristicMaxAge
+	if limit == 0 {
+		limit = 24 * time.Hour
+	}
+	// Compared in float64 before converting: since may be near
+	// math.MaxInt64 (dates centuries apart), which float64 rounds up to
+	// 2^63, past what a Duration holds.
+	if f := float64(since) * o.HeuristicFreshness; f < float64(limit) {
+		return time.Duration(f), true
+	}
+	return limit, true
 }

@@ -140,6 +140,7 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		return "invalid Age (taken as stale)", 0, 0, 0
 	}
 	lifetime = m.o.TTL
+	heuristic := false
 	switch {
 	case sc.hasMaxAge:
 		// Addressed to surrogates, this cache among them: it comes
@@ -156,10 +157,21 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		if lifetime = expiresIn(h, responded); lifetime <= 0 {
 			return "Expires is not in the future", 0, 0, 0
 		}
-	case m.o.ExplicitFreshness:
-		return "no explicit freshness (s-maxage, max-age, Expires)", 0, 0, 0
+	default:
+		// No explicit freshness: RFC 9111 4.2.2's heuristic where it
+		// applies, else TTL (the application's own default), or with
+		// ExplicitFreshness nothing.
+		if lifetime, heuristic = m.o.heuristic(rec.status, cc.public, h, responded); heuristic {
+			break
+		}
+		if m.o.ExplicitFreshness {
+			return "no explicit freshness (s-maxage, max-age, Expires)", 0, 0, 0
+		}
+		lifetime = m.o.TTL
 	}
 	switch {
+	case heuristic && lifetime <= age:
+		return "heuristic freshness (from Last-Modified) has passed", 0, 0, 0
 	case lifetime <= 0:
 		return "max-age=0", 0, 0, 0
 	case lifetime <= age:

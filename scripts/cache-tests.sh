@@ -11,7 +11,9 @@
 #
 # The shared-cache configuration is what a shared cache in front of an origin
 # is usually set to, and what the suite's published caches run with: only
-# responses with explicit freshness are stored (-explicit), the origin's
+# responses with explicit freshness are stored (-explicit), or with a
+# Last-Modified that gives them a tenth of its age, at most a day, as
+# heuristic freshness (-heuristic 0.1, RFC 9111 4.2.2), the origin's
 # Surrogate-Control is honoured (-surrogate-control), a request's no-cache is
 # honoured (-allow-no-cache) and requests with cookies are cached
 # (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
@@ -88,7 +90,7 @@ wait_port "$op"
 pp=$(free_port)
 flags=(-origin "http://127.0.0.1:$op" -listen "127.0.0.1:$pp" -namespace "cache-tests-$$")
 if [ $mode = shared ]; then
-	flags+=(-explicit -surrogate-control -allow-no-cache -cache-cookies)
+	flags+=(-explicit -heuristic 0.1 -surrogate-control -allow-no-cache -cache-cookies)
 else
 	flags+=(-explicit=false)
 fi

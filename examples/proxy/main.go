@@ -10,7 +10,10 @@
 // long it is fresh (Cache-Control max-age or s-maxage, or Expires), as a
 // shared cache in front of an origin usually is configured; -explicit=false
 // stores every storable response for -ttl, as the middleware does inside
-// an application. scripts/cache-tests.sh runs the public HTTP cache test
+// an application. -heuristic 0.1 gives a response without explicit
+// freshness but with Last-Modified a tenth of the time since then (at most
+// -heuristic-max), as the published shared caches do (RFC 9111 4.2.2).
+// scripts/cache-tests.sh runs the public HTTP cache test
 // suite through this proxy.
 package main
 
@@ -37,7 +40,8 @@ import (
 
 type config struct {
 	origin, listen, redisURL, namespace string
-	ttl, staleTTL                       time.Duration
+	ttl, staleTTL, heuristicMax         time.Duration
+	heuristic                           float64
 	explicit, allowNoCache, cookies     bool
 	surrogate                           bool
 	debug                               bool
@@ -52,6 +56,8 @@ func main() {
 	flag.DurationVar(&cfg.ttl, "ttl", time.Minute, "freshness of a stored response that does not state its own (with -explicit=false)")
 	flag.DurationVar(&cfg.staleTTL, "stale-ttl", 0, "how long after that a response may be served stale while one request refreshes it")
 	flag.BoolVar(&cfg.explicit, "explicit", true, "store only responses with explicit freshness (max-age, s-maxage or Expires)")
+	flag.Float64Var(&cfg.heuristic, "heuristic", 0, "fraction of the time since Last-Modified a response without explicit freshness is fresh (0.1 is usual; 0: off)")
+	flag.DurationVar(&cfg.heuristicMax, "heuristic-max", 24*time.Hour, "the longest freshness -heuristic gives")
 	flag.BoolVar(&cfg.surrogate, "surrogate-control", false, "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness")
 	flag.BoolVar(&cfg.allowNoCache, "allow-no-cache", false, "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)")
 	flag.BoolVar(&cfg.cookies, "cache-cookies", false, "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)")
@@ -112,6 +118,8 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 		TTL:                      cfg.ttl,
 		StaleTTL:                 cfg.staleTTL,
 		ExplicitFreshness:        cfg.explicit,
+		HeuristicFreshness:       cfg.heuristic,
+		HeuristicMaxAge:          cfg.heuristicMax,
 		SurrogateControl:         cfg.surrogate,
 		AllowNoCache:             cfg.allowNoCache,
 		CacheRequestsWithCookies: cfg.cookies,

@@ -18,14 +18,17 @@ func TestMain(m *testing.M) { redistest.Main(m, nil) }
 // TestProxy: through the proxy, a response with explicit freshness is
 // rendered by the origin once and then served from the cache; with
 // -explicit, one without freshness is not stored, and without -explicit it
-// is, for -ttl.
+// is, for -ttl; with -heuristic, one with Last-Modified is stored.
 func TestProxy(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	var renders atomic.Int64
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := renders.Add(1)
-		if r.URL.Path == "/fresh" {
+		switch r.URL.Path {
+		case "/fresh":
 			w.Header().Set("Cache-Control", "max-age=60")
+		case "/modified":
+			w.Header().Set("Last-Modified", time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat))
 		}
 		fmt.Fprintf(w, "render %d of %s", n, r.URL.Path)
 	}))
@@ -34,15 +37,20 @@ func TestProxy(t *testing.T) {
 
 	for _, tt := range []struct {
 		explicit   bool
+		heuristic  float64
 		path       string
 		wantStored bool
 	}{
-		{true, "/fresh", true},
-		{true, "/plain", false},
-		{false, "/plain", true},
+		{true, 0, "/fresh", true},
+		{true, 0, "/plain", false},
+		{false, 0, "/plain", true},
+		{true, 0, "/modified", false},
+		{true, 0.1, "/modified", true},
+		{true, 0.1, "/plain", false},
 	} {
-		t.Run(fmt.Sprintf("explicit=%v%s", tt.explicit, tt.path), func(t *testing.T) {
-			h, closeCache, err := handler(s.Client(t), u, config{namespace: redistest.Key(t, "proxy"), ttl: time.Minute, explicit: tt.explicit})
+		t.Run(fmt.Sprintf("explicit=%v,heuristic=%v%s", tt.explicit, tt.heuristic, tt.path), func(t *testing.T) {
+			cfg := config{namespace: redistest.Key(t, "proxy"), ttl: time.Minute, explicit: tt.explicit, heuristic: tt.heuristic, heuristicMax: 24 * time.Hour}
+			h, closeCache, err := handler(s.Client(t), u, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
