@@ -1,0 +1,490 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/redis/go-redis/v9"
+)
+
+// config is what one run measures.
+type config struct {
+	procs    []int         // fleet sizes, ascending
+	writes   int           // idle phase: writes by the one writer
+	rate     int           // idle phase: writes per second
+	keys     int           // idle phase: K, keys the writes go round
+	rounds   int           // wait phase: rebuilds, each with its waiters
+	waitFrac float64       // wait phase: fraction of the other processes waiting for each rebuilt key (at least one)
+	load     time.Duration // wait phase: the rebuild's loader time
+	value    int           // bytes of each value
+	designs  []string
+	near     bool    // also measure the last design with the near cache on in every process
+	holdFrac float64 // with near: fraction of the processes holding each key in their near cache
+	cluster  bool
+}
+
+// point is one measured fleet size, design and phase.
+type point struct {
+	Server  string // "redis" or "cluster"
+	Design  string // a design; "+near" when every process has the near cache on
+	Phase   string // "idle": one writer, the others neither hold nor wait; "wait": rebuilds with waiters
+	N       int    // processes, the writer included
+	Writes  int
+	Elapsed time.Duration
+	Waiters int // wait phase: waiting processes per rebuild
+
+	Delta       counts  // what the N processes read, summed
+	ServerBytes int64   // INFO total_net_output_bytes delta, less the controller's INFO replies
+	CPU         float64 // used_cpu_sys + used_cpu_user delta, seconds
+	MemPerProc  float64 // server used_memory per open process (its Cache's connections, subscriptions, tracking)
+	Holders     int     // with near: processes holding each written key before the writes
+	TrackItems  int64   // with near: the server's tracking table once they hold them, (client, key) pairs
+	TrackPrefix int64   // with near: BCAST prefixes registered
+	TrackMem    float64 // with near: the server's memory per tracking item (see hold)
+	BusPublish  int64   // Cluster: PUBLISH/SPUBLISH messages sent over the cluster bus
+	MaxProcMsgs int64   // messages the busiest process got
+	Wake        []time.Duration
+	NotWaited   int // wait phase: waiters that found the value already written
+	Errors      int
+	FirstErr    string
+}
+
+// Per write, as the tables print them.
+func (p *point) perWrite(v float64) float64 { return v / float64(max(1, p.Writes)) }
+
+// msgs is every pub/sub message the fleet received.
+func (p *point) msgs() int64 { return p.Delta.Messages + p.Delta.SMessages }
+
+// writerReplies is what the server sent the writers' command connections:
+// the replies to their own writes (idle phase: the writer; wait phase:
+// the rebuilder and the waiters' own reads are both counted here).
+func (p *point) writerReplies() int64 { return p.Delta.CmdBytes }
+
+// delivered is the server's bytes out less the writers' own replies:
+// what the announcements (and tracking invalidations) cost on the wire.
+func (p *point) delivered() int64 { return p.ServerBytes - p.writerReplies() }
+
+// controller drives the fleet. It is used by one goroutine.
+type controller struct {
+	cfg      config
+	srv      *server
+	f        *fleet.Fleet
+	nodes    []*redis.Client // one per server node, for INFO
+	overhead int64           // bytes of one INFO reply set, subtracted from each delta
+	ns       int             // namespaces used so far
+}
+
+// newController starts the server and max(cfg.procs) workers.
+func newController(ctx context.Context, cfg config) (*controller, error) {
+	srv, err := startServer(ctx, cfg.cluster)
+	if err != nil {
+		return nil, err
+	}
+	ct := &controller{cfg: cfg, srv: srv}
+	for _, a := range srv.addrs {
+		ct.nodes = append(ct.nodes, redis.NewClient(&redis.Options{Addr: a, PoolSize: 1}))
+	}
+	n := slices.Max(cfg.procs)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "w" + strconv.Itoa(i)
+	}
+	cl := "0"
+	if cfg.cluster {
+		cl = "1"
+	}
+	ct.f, err = fleet.Start(ctx, names, func(string) []string {
+		return []string{envWorker + "=1", envAddrs + "=" + strings.Join(srv.addrs, ","), envCluster + "=" + cl}
+	})
+	if err != nil {
+		ct.close()
+		return nil, err
+	}
+	// What reading INFO costs in the server's own count: the delta of two
+	// reads in a row, the smallest of a few.
+	ct.overhead = math.MaxInt64
+	for range 5 {
+		a, err := info(ctx, ct.nodes)
+		if err != nil {
+			ct.close()
+			return nil, err
+		}
+		b, err := info(ctx, ct.nodes)
+		if err != nil {
+			ct.close()
+			return nil, err
+		}
+		ct.overhead = min(ct.overhead, b.netOut-a.netOut)
+	}
+	return ct, nil
+}
+
+func (ct *controller) close() {
+	if ct.f != nil {
+		ct.f.Close()
+	}
+	for _, c := range ct.nodes {
+		_ = c.Close()
+	}
+	ct.srv.stop()
+}
+
+// ask sends line to the workers ws and returns each one's answer.
+func (ct *controller) ask(ctx context.Context, ws []int, line string) (map[int]string, error) {
+	for _, w := range ws {
+		if err := ct.f.Send(w, line); err != nil {
+			return nil, err
+		}
+	}
+	return ct.collect(ctx, len(ws))
+}
+
+// collect returns the next n lines by worker; an "error" line fails it.
+func (ct *controller) collect(ctx context.Context, n int) (map[int]string, error) {
+	out := make(map[int]string, n)
+	err := ct.f.Collect(ctx, n, func(w int, line string) error {
+		if msg, ok := strings.CutPrefix(line, "error "); ok {
+			return fmt.Errorf("%s", msg)
+		}
+		if _, dup := out[w]; dup {
+			return fmt.Errorf("a second line %q", line)
+		}
+		out[w] = line
+		return nil
+	})
+	return out, err
+}
+
+// stats sums the counts of workers ws and returns the largest message
+// count of one.
+func (ct *controller) stats(ctx context.Context, ws []int) (counts, map[int]counts, error) {
+	lines, err := ct.ask(ctx, ws, "stats")
+	if err != nil {
+		return counts{}, nil, err
+	}
+	var sum counts
+	per := map[int]counts{}
+	for w, line := range lines {
+		var c counts
+		b, ok := strings.CutPrefix(line, "stats ")
+		if !ok {
+			return sum, nil, fmt.Errorf("worker %d said %q, want stats", w, line)
+		}
+		if err := json.Unmarshal([]byte(b), &c); err != nil {
+			return sum, nil, err
+		}
+		per[w] = c
+		sum = sum.add(c)
+	}
+	return sum, per, nil
+}
+
+// quiesce waits until what the workers have read stops changing (late
+// deliveries to idle processes), up to 3 s, and returns the counts.
+func (ct *controller) quiesce(ctx context.Context, ws []int) (counts, map[int]counts, error) {
+	last, per, err := ct.stats(ctx, ws)
+	for deadline := time.Now().Add(3 * time.Second); err == nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // nothing signals that no message is on its way
+		var now counts
+		var p map[int]counts
+		if now, p, err = ct.stats(ctx, ws); err == nil && now == last {
+			return now, p, nil
+		}
+		last, per = now, p
+	}
+	return last, per, err
+}
+
+// measure runs fn between two readings of the server and the workers
+// and fills p's counts from their difference.
+func (ct *controller) measure(ctx context.Context, p *point, ws []int, fn func() error) error {
+	before, perBefore, err := ct.quiesce(ctx, ws)
+	if err != nil {
+		return err
+	}
+	i0, err := info(ctx, ct.nodes)
+	if err != nil {
+		return err
+	}
+	b0, err := ct.bus(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := fn(); err != nil {
+		return err
+	}
+	if p.Elapsed == 0 {
+		p.Elapsed = time.Since(start)
+	}
+	after, perAfter, err := ct.quiesce(ctx, ws)
+	if err != nil {
+		return err
+	}
+	i1, err := info(ctx, ct.nodes)
+	if err != nil {
+		return err
+	}
+	b1, err := ct.bus(ctx)
+	if err != nil {
+		return err
+	}
+	p.Delta = after.sub(before)
+	p.ServerBytes = i1.netOut - i0.netOut - ct.overhead
+	p.CPU = i1.cpu - i0.cpu
+	p.BusPublish = b1 - b0
+	for w, a := range perAfter {
+		d := a.sub(perBefore[w])
+		p.MaxProcMsgs = max(p.MaxProcMsgs, d.Messages+d.SMessages)
+	}
+	return nil
+}
+
+// bus returns the PUBLISH and SPUBLISH messages the Cluster's nodes have
+// sent each other (0 on a single server).
+func (ct *controller) bus(ctx context.Context) (int64, error) {
+	if !ct.cfg.cluster {
+		return 0, nil
+	}
+	var n int64
+	for _, c := range ct.nodes {
+		txt, err := c.ClusterInfo(ctx).Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(txt, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if k == "cluster_stats_messages_publish_sent" || k == "cluster_stats_messages_publishshard_sent" {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n, nil
+}
+
+// runPoint measures n processes with design: the idle phase, then the
+// wait phase, each a point.
+func (ct *controller) runPoint(ctx context.Context, design string, near bool, n int) ([]point, error) {
+	ws := make([]int, n)
+	for i := range ws {
+		ws[i] = i
+	}
+	ct.ns++
+	ns := fmt.Sprintf("fleet%d", ct.ns)
+	m0, err := info(ctx, ct.nodes)
+	if err != nil {
+		return nil, err
+	}
+	nearArg, name := "0", design
+	if near {
+		nearArg, name = "1", design+"+near"
+	}
+	if _, err := ct.ask(ctx, ws, fmt.Sprintf("open %s %s %s %d", design, nearArg, ns, ct.cfg.value)); err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer func() { _, _ = ct.ask(context.WithoutCancel(ctx), ws, "close") }()
+	m1, err := info(ctx, ct.nodes)
+	if err != nil {
+		return nil, err
+	}
+	srvName := "redis"
+	if ct.cfg.cluster {
+		srvName = "cluster"
+	}
+	memPer := float64(m1.memory-m0.memory) / float64(n)
+
+	idle := point{Server: srvName, Design: name, Phase: "idle", N: n, Writes: ct.cfg.writes, MemPerProc: memPer}
+	if _, err := ct.ask(ctx, []int{0}, fmt.Sprintf("prefill k %d", ct.cfg.keys)); err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	if near {
+		if err := ct.hold(ctx, &idle, n, m1); err != nil {
+			return nil, err
+		}
+	}
+	err = ct.measure(ctx, &idle, ws, func() error {
+		lines, err := ct.ask(ctx, []int{0}, fmt.Sprintf("writes %d %d %d", ct.cfg.writes, ct.cfg.rate, ct.cfg.keys))
+		if err != nil {
+			return err
+		}
+		var ns int64
+		var first string
+		if _, err := fmt.Sscanf(lines[0], "done %d %d %q", &ns, &idle.Errors, &first); err != nil {
+			return fmt.Errorf("writer said %q: %w", lines[0], err)
+		}
+		idle.Elapsed, idle.FirstErr = time.Duration(ns), first
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idle phase: %w", err)
+	}
+	out := []point{idle}
+	if near || ct.cfg.rounds == 0 {
+		return out, nil // the near cache changes nothing for waiters
+	}
+
+	nw := 0
+	if n > 1 {
+		nw = min(n-1, max(1, int(math.Round(ct.cfg.waitFrac*float64(n)))))
+	}
+	wait := point{Server: srvName, Design: name, Phase: "wait", N: n, Writes: ct.cfg.rounds, Waiters: nw, MemPerProc: memPer}
+	err = ct.measure(ctx, &wait, ws, func() error {
+		for r := range ct.cfg.rounds {
+			if err := ct.round(ctx, &wait, fmt.Sprintf("w%d", r), r%n, nw, n); err != nil {
+				return fmt.Errorf("round %d: %w", r, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait phase: %w", err)
+	}
+	return append(out, wait), nil
+}
+
+// holdKeys is how many keys of their own the holders read in the second
+// pass of hold, which measures the tracking table's memory per item.
+const holdKeys = 1000
+
+// hold has a share of the n processes read each written key into their
+// near caches (before is the server's state until then), then as many again read holdKeys other keys: the server's
+// memory growth in the second pass, whose reads find every connection
+// made, over the tracking items it adds is the table's cost per item.
+func (ct *controller) hold(ctx context.Context, p *point, n int, before nodeStats) error {
+	p.Holders = min(n, max(1, int(math.Round(ct.cfg.holdFrac*float64(n)))))
+	if _, err := ct.ask(ctx, []int{0}, fmt.Sprintf("prefill x %d", holdKeys)); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	read := func(prefix string, keys int) (nodeStats, error) {
+		for i := range n {
+			if err := ct.f.Send(i, fmt.Sprintf("hold %s %d %d %d %d", prefix, keys, p.Holders, n, i)); err != nil {
+				return nodeStats{}, err
+			}
+		}
+		if _, err := ct.collect(ctx, n); err != nil {
+			return nodeStats{}, fmt.Errorf("hold: %w", err)
+		}
+		return info(ctx, ct.nodes)
+	}
+	a, err := read("k", ct.cfg.keys)
+	if err != nil {
+		return err
+	}
+	b, err := read("x", holdKeys)
+	if err != nil {
+		return err
+	}
+	// Items of processes closed before may linger: the server drops a
+	// key's items when the key is next written.
+	p.TrackItems, p.TrackPrefix = a.trackItems-before.trackItems, a.trackPrefixes
+	if d := b.trackItems - a.trackItems; d > 0 {
+		p.TrackMem = float64(b.memory-a.memory) / float64(d)
+	}
+	return nil
+}
+
+// round has process r rebuild key while the nw processes after it wait
+// for it, and records their wake-ups: from the loader's return in r to
+// each waiter's GetOrLoad returning.
+func (ct *controller) round(ctx context.Context, p *point, key string, r, nw, n int) error {
+	if err := ct.f.Send(r, fmt.Sprintf("rebuild %s %d", key, ct.cfg.load.Milliseconds())); err != nil {
+		return err
+	}
+	lines, err := ct.collect(ctx, 1)
+	if err != nil {
+		return err
+	}
+	if lines[r] != "claimed" {
+		return fmt.Errorf("rebuilder said %q, want claimed", lines[r])
+	}
+	var ws []int
+	for i := 1; i <= nw; i++ {
+		ws = append(ws, (r+i)%n)
+	}
+	for _, w := range ws {
+		if err := ct.f.Send(w, "wait "+key); err != nil {
+			return err
+		}
+	}
+	lines, err = ct.collect(ctx, nw+1)
+	if err != nil {
+		return err
+	}
+	var end int64
+	var msg string
+	if _, err := fmt.Sscanf(lines[r], "rebuilt %d %q", &end, &msg); err != nil {
+		return fmt.Errorf("rebuilder said %q: %w", lines[r], err)
+	}
+	p.count(msg)
+	for _, w := range ws {
+		var at int64
+		var waited int
+		if _, err := fmt.Sscanf(lines[w], "waited %d %d %q", &at, &waited, &msg); err != nil {
+			return fmt.Errorf("waiter said %q: %w", lines[w], err)
+		}
+		p.count(msg)
+		if waited == 0 {
+			p.NotWaited++
+			continue
+		}
+		p.Wake = append(p.Wake, time.Duration(at-end))
+	}
+	return nil
+}
+
+// count records a failed call's text, if any.
+func (p *point) count(msg string) {
+	if msg == "" {
+		return
+	}
+	if p.Errors++; p.FirstErr == "" {
+		p.FirstErr = msg
+	}
+}
+
+// run measures every design and fleet size of ct.cfg.
+func (ct *controller) run(ctx context.Context, progress func(string)) ([]point, error) {
+	var all []point
+	type variant struct {
+		design string
+		near   bool
+	}
+	var vs []variant
+	for _, d := range ct.cfg.designs {
+		vs = append(vs, variant{d, false})
+	}
+	if ct.cfg.near {
+		vs = append(vs, variant{ct.cfg.designs[len(ct.cfg.designs)-1], true})
+	}
+	for _, v := range vs {
+		for _, n := range ct.cfg.procs {
+			t := time.Now()
+			ps, err := ct.runPoint(ctx, v.design, v.near, n)
+			if err != nil {
+				return all, fmt.Errorf("%s, %d processes: %w", v.design, n, err)
+			}
+			all = append(all, ps...)
+			progress(fmt.Sprintf("%s near=%v N=%d: %.1fs", v.design, v.near, n, time.Since(t).Seconds()))
+		}
+	}
+	return all, nil
+}
+
+// percentile returns the p-th percentile (0-100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
