@@ -23,8 +23,12 @@ func (m *Middleware) bypass(r *http.Request) string {
 		return "authorization"
 	case first(h, "Cookie") != "" && !m.o.CacheRequestsWithCookies:
 		return "cookie"
-	case first(h, "Range") != "", first(h, "Upgrade") != "":
-		return "range or upgrade"
+	case first(h, "Range") != "" && r.Method != http.MethodGet:
+		// Range is defined for GET only; a HEAD with one goes to the
+		// handler as before. A GET with one is served by serveRange.
+		return "range on HEAD"
+	case first(h, "Upgrade") != "":
+		return "upgrade"
 	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
 		// A body is no part of the key, and the render for the cache gets
 		// none (see prepareRender); a GET or HEAD that sends one is served
