@@ -30,8 +30,10 @@
 // private or no-cache (nor, without Cache-Control, Pragma: no-cache), set
 // no cookie, declare or set no trailer and do not say Vary: *, header
 // names read in any letter case. s-maxage, then max-age, then Expires
-// (less Date), then Options.TTL give the freshness lifetime (an Expires
-// that is invalid or not in the future is not stored), counted from the
+// (less Date), then (with Options.HeuristicFreshness, for a response with
+// Last-Modified) a fraction of the time since Last-Modified, then
+// Options.TTL give the freshness lifetime (an Expires that is invalid or
+// not in the future is not stored), counted from the
 // response's age when received (RFC 9111 4.2.3: its Age field, or the
 // time since its Date if that is more; an Age that is not one
 // non-negative integer means stale): a response older than its lifetime
@@ -69,6 +71,11 @@
 // Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
 // and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
+// A GET with one byte range (Range: bytes=a-b, a- or -n) is answered from
+// a fresh stored 200 with a 206 of that part (a 416 if it lies past the
+// end; the whole response for several or malformed ranges, or an
+// If-Range that does not hold); without one it goes to the handler as it
+// is, and nothing is stored.
 //
 // # Invalidation
 //
