@@ -22,8 +22,9 @@ var errDeclined = errors.New("middleware: render in the background")
 // else waits for, it is the request's own. The render takes its values
 // from the request's context, not from ctx (see renderContext).
 type job struct {
-	ctx  context.Context
-	done chan result
+	ctx   context.Context
+	done  chan result
+	prior *response // the stored response the render revalidates, if it does
 }
 
 // handoff lets the loader of one request's GetOrLoad call have the render
@@ -53,14 +54,19 @@ func (h *handoff) close() *job {
 }
 
 // loader is the loader of r's GetOrLoad call for the key of base and
-// the Vary names vary (see variantKey); route is r's Event.Route.
-func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string) func(context.Context) (response, error) {
+// the Vary names vary (see variantKey); route is r's Event.Route. With rv
+// set the render revalidates rv.prior (see revalidate.go).
+func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string, rv *revalidation) func(context.Context) (response, error) {
+	var prior *response
+	if rv != nil {
+		prior = rv.prior
+	}
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{ctx: ctx, done: make(chan result, 1)}
+			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -68,7 +74,7 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 			select {
 			case res := <-j.done:
 				if !errors.Is(res.err, errDeclined) {
-					return m.toStore(ctx, r, base, vary, res)
+					return m.toStore(ctx, r, base, vary, rv, res)
 				}
 			case <-ctx.Done():
 				return response{}, ctx.Err()
@@ -84,13 +90,13 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 			defer cancel()
 		}
 		start := time.Now()
-		res := m.render(nil, r.Clone(ctx), next)
+		res := m.render(nil, r.Clone(ctx), next, prior)
 		if m.observing() {
 			o := rendered(res)
 			o.kind = EventBackground
 			m.observe(route, time.Since(start), o)
 		}
-		return m.toStore(ctx, r, base, vary, res)
+		return m.toStore(ctx, r, base, vary, rv, res)
 	}
 }
 
@@ -106,9 +112,14 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 // the next request for the same variant is a hit, and the body is stored
 // once. If that Set fails, the response itself is returned, to be stored
 // under the key as before: it is served only to requests it matches.
-func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, res result) (response, error) {
+//
+// A revalidation's render (rv with a key) is stored by storeRevalidated.
+func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, rv *revalidation, res result) (response, error) {
 	if res.err != nil {
 		return res.resp, res.err
+	}
+	if rv != nil && rv.key != "" {
+		return m.storeRevalidated(ctx, r, base, rv, res)
 	}
 	cache.Expire(ctx, res.fresh, res.stale)
 	if len(res.resp.Vary) == 0 {
@@ -147,7 +158,9 @@ type lookup struct {
 // look starts GetOrLoad for key in the background, with a loader that
 // hands the render to r's goroutine, and waits for the first of: that
 // job, GetOrLoad's result, or r's client going away.
-func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, vary []string, route string) lookup {
+//
+// With rv set, the render revalidates rv.prior (see revalidation).
+func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, vary []string, route string, rv *revalidation) lookup {
 	h := newHandoff()
 	results := make(chan result, 1)
 	ctx := r.Context()
@@ -157,7 +170,7 @@ func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, 
 	// routing state of its own (see detachRoute).
 	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
 	go func() {
-		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route), cache.WithWaitTimeout(m.wait))
+		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route, rv), cache.WithWaitTimeout(m.wait))
 		results <- result{resp: resp, err: err}
 	}()
 
@@ -229,7 +242,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			j.done <- result{err: errNotStored{"the handler panicked"}}
 		}
 	}()
-	res := m.render(w, r.WithContext(ctx), next)
+	res := m.render(w, r.WithContext(ctx), next, j.prior)
 	if res.err == nil && j.ctx.Err() != nil {
 		// The load timed out (its waiters have been told) while the client
 		// kept waiting: this response is the client's alone.

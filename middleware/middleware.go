@@ -135,6 +135,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// has counted already.
 		probe := new(peek.Probe)
 		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
+		if (err == nil || errors.Is(err, cache.ErrStale)) && cached.matches(r) && cached.mustRevalidate(m.now()) {
+			// Kept past its stale window: never served without a
+			// revalidation, which one request in the cluster makes.
+			return m.revalidate(w, r, next, base, key, vary, route, &cached)
+		}
 		if err == nil && cached.matches(r) {
 			if attempt == 0 {
 				probe.Count()
@@ -145,8 +150,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// A stale response for r: GetOrLoad answers with it and starts a
 		// refresh, whose job may reach us before that answer does.
 		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
+		var rv *revalidation
+		if stale && cached.validators() {
+			rv = &revalidation{prior: &cached} // the refresh revalidates it; the cache stores the result
+		}
 
-		l := m.look(r, next, key, base, vary, route)
+		l := m.look(r, next, key, base, vary, route, rv)
 		defer l.cancel()
 		if l.job != nil {
 			if o, done := m.take(w, r, next, base, l, stale, &cached); done {
@@ -174,6 +183,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				break
 			}
 			continue
+		}
+		if resp.mustRevalidate(m.now()) {
+			// GetOrLoad found it kept past its stale window (and served
+			// it, as the cache serves what it holds as stale).
+			return m.revalidate(w, r, next, base, key, resp.Vary, route, resp)
 		}
 		// This request did not render: a hit, even when it waited for
 		// another request's render.

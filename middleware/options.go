@@ -58,6 +58,19 @@ type Options struct {
 	// stale-while-revalidate nor stale-if-error. Default: 0.
 	StaleTTL time.Duration
 
+	// RevalidateTTL is how long a stored response with a validator of the
+	// handler's (an ETag it set, or a Last-Modified) is kept past its
+	// freshness and stale window so that it can be revalidated (RFC 9111
+	// 4.3): the next request for it makes one render in the cluster send
+	// the handler If-None-Match / If-Modified-Since with the stored
+	// validators, and a 304 freshens the stored response without the body
+	// being made again. Meanwhile it is never served without that
+	// revalidation. A handler that ignores the conditions answers 200 as
+	// always. Negative turns this off: a response is dropped when its
+	// stale window ends. Default: as long as the response is fresh, at
+	// least 1 minute and at most 1 hour.
+	RevalidateTTL time.Duration
+
 	// KeyFunc replaces the default key (method class, scheme, host, path
 	// as received, sorted query); ok false bypasses the cache for the
 	// request. The Vary headers of the response are still added to

@@ -21,6 +21,12 @@ type recorder struct {
 	status int
 	body   bytes.Buffer
 
+	// revalidating: the handler was sent the stored response's
+	// validators, so a 304 answers the middleware, not the client: it is
+	// held (never passed through, its body discarded) to freshen the
+	// stored response with (see revalidate.go).
+	revalidating bool
+
 	passing bool                // headers and body go straight to w; nothing is stored
 	reason  string              // why the response cannot be stored, if it cannot
 	onPass  func(h http.Header) // adds headers when switching to pass-through
@@ -56,6 +62,9 @@ func (rec *recorder) WriteHeader(code int) {
 func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.held() {
+		return len(p), nil // a 304 has no body (RFC 9110 15.4.5)
 	}
 	if !rec.passing && rec.body.Len()+len(p) > rec.limit {
 		rec.pass("body larger than the store limit")
@@ -118,10 +127,20 @@ func (rec *recorder) pass(reason string) {
 	rec.body = bytes.Buffer{}
 }
 
+// held reports whether the response is a 304 to the middleware's own
+// conditions, which never reaches the client as it is.
+func (rec *recorder) held() bool {
+	return rec.revalidating && rec.status == http.StatusNotModified && !rec.passing
+}
+
 // Flush makes the response streaming: it is passed through, not stored.
+// A held 304 stays held: it has nothing to stream.
 func (rec *recorder) Flush() {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.held() {
+		return
 	}
 	rec.pass("the handler flushed")
 	if rec.w != nil {

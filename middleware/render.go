@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -10,13 +11,23 @@ import (
 // render runs next for r through a recorder. With w set, a response that
 // cannot be stored has been passed through to w by the time render
 // returns (err set); without w it is discarded.
-func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler) result {
+//
+// With prior set (a stored response for r, stale), the render
+// revalidates it: the handler gets prior's validators as conditions
+// (and nothing else of the client's, see prepareRender), and a 304
+// freshens prior (see freshened), which then goes through the same rules
+// as a new response. Any other answer is a new response.
+func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response) result {
 	rr := r.Clone(r.Context())
 	if rr.Method == http.MethodHead {
 		rr.Method = http.MethodGet // store the body, for GETs too
 	}
 	m.prepareRender(rr)
+	if prior != nil {
+		conditions(rr.Header, prior)
+	}
 	rec := newRecorder(w, m.limit)
+	rec.revalidating = prior != nil
 	rec.onPass = func(h http.Header) {
 		m.setStatus(h, statusBypass)
 		giveToClient(rr.Context()) // the response is its client's alone now
@@ -27,7 +38,20 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
+	freshening := rec.held()
+	if freshening {
+		// Not modified: prior, with the 304's fields, is the response.
+		rec.header = freshened(prior.Header, rec.header, responded)
+		rec.status = prior.Status
+		rec.body.Reset()
+		rec.body.Write(prior.Body)
+	}
 	reason, age, lifetime, stale := m.storable(r, rec, requested, responded)
+	// After storable, which merged the letter cases of rec's names.
+	handlerETag := rec.header["Etag"] != nil
+	if freshening {
+		handlerETag = prior.HandlerETag // the ETag is prior's (keptOnUpdate)
+	}
 	switch {
 	case reason != "":
 	case rec.passing:
@@ -50,16 +74,24 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	// Stored is when the response's age was 0: its age is counted from
 	// there (Age on every answer), and so is its lifetime.
 	born := responded.Add(-age)
-	return result{
-		resp: response{
-			Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
-			Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
-			Vary: vary, VaryValues: values,
-		},
-		fresh: lifetime - age,
-		stale: stale,
+	resp := response{
+		Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
+		Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
+		Vary: vary, VaryValues: values, HandlerETag: handlerETag,
 	}
+	if keep := m.keepFor(&resp, lifetime); keep > 0 && lifetime < century && stale < century {
+		// Kept past its stale window, to be revalidated and never served
+		// meanwhile without that (see serve).
+		resp.RevalidateFrom = born.Add(lifetime).Add(stale).UnixMilli()
+		stale = min(stale, math.MaxInt64-(lifetime-age)-keep) + keep // the entry lives fresh+stale: no overflow
+	}
+	return result{resp: resp, fresh: lifetime - age, stale: stale}
 }
+
+// century bounds the lifetimes and stale windows a response is kept past
+// to be revalidated: beyond it (options set huge for "forever") there is
+// nothing to keep it for, and the times would overflow.
+const century = 100 * 365 * 24 * time.Hour
 
 // renderAndStore renders r itself (a client's no-cache) and stores the
 // response if it may be stored.

@@ -25,6 +25,17 @@ type response struct {
 	FreshUntil int64    // Unix ms
 	Vary       []string // canonical names from the response's Vary
 	VaryValues []string // the rendering request's values of those headers
+
+	// RevalidateFrom is when (Unix ms) the response's stale window ends
+	// if it is kept past it to be revalidated (see revalidate.go): from
+	// then on it is never served without a conditional render first. 0:
+	// not kept (no validator of the handler's), the entry ends with its
+	// stale window.
+	RevalidateFrom int64
+	// HandlerETag says the ETag is the handler's, which a revalidation
+	// sends as If-None-Match, and not a digest of the body the middleware
+	// added (storedHeader).
+	HandlerETag bool
 }
 
 // dropOnStore reports the headers that are not stored: hop-by-hop ones
@@ -139,8 +150,9 @@ func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *respons
 
 // notModified reports whether r's conditions say its client holds the
 // representation with header h: If-None-Match when present, otherwise
-// If-Modified-Since against Last-Modified (ignored when either is not a
-// valid date).
+// If-Modified-Since against Last-Modified, or without one against Date
+// (when the origin made the response, or the middleware received it: RFC
+// 9111 4.3.2); ignored when either is not a valid date.
 func notModified(r *http.Request, h http.Header) bool {
 	if inm := r.Header["If-None-Match"]; len(inm) > 0 {
 		etag := first(h, "Etag")
@@ -154,7 +166,11 @@ func notModified(r *http.Request, h http.Header) bool {
 	if err != nil {
 		return false
 	}
-	lm, err := http.ParseTime(h.Get("Last-Modified"))
+	v = first(h, "Last-Modified")
+	if v == "" {
+		v = first(h, "Date")
+	}
+	lm, err := http.ParseTime(v)
 	return err == nil && !lm.After(ims)
 }
 
@@ -208,3 +224,9 @@ const (
 )
 
 func (resp *response) fresh(now time.Time) bool { return now.UnixMilli() < resp.FreshUntil }
+
+// mustRevalidate reports whether resp, kept past its stale window, may be
+// served only after a revalidation (see revalidate.go).
+func (resp *response) mustRevalidate(now time.Time) bool {
+	return resp.RevalidateFrom != 0 && now.UnixMilli() >= resp.RevalidateFrom && !resp.fresh(now)
+}

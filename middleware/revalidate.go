@@ -1,0 +1,190 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/peek"
+)
+
+// Revalidation (RFC 9111 4.3): a stored response that has a validator of
+// the handler's (its ETag, or a Last-Modified) is kept in the cache past
+// its freshness and stale window, for a while (keepFor), so that it can
+// be revalidated: the render that refreshes it sends the handler the
+// stored validators as If-None-Match and If-Modified-Since, and a 304
+// freshens the stored response (its body and status stay, its header
+// fields are updated from the 304, its freshness is the 304's) instead
+// of the handler making the body again. Any other answer is a new
+// response, as without a stored one.
+//
+// While it is kept past its stale window (response.RevalidateFrom) the
+// response is never served without that revalidation: must-revalidate,
+// proxy-revalidate and s-maxage hold as before. The cache itself would
+// serve it as a stale value from GetOrLoad (its stale window includes the
+// time kept) and refresh it in the background; the middleware therefore
+// reads it with cache.Get and, finding it kept past its stale window,
+// does not ask GetOrLoad for the key but for a revalidation key of its
+// own (the key and the stored response's version, see revalidate): one
+// request in the cluster claims it and renders, every other request for
+// it, in every process, waits for that render as for any miss, then reads
+// the freshened response. Within the stale window, the cache's background
+// refresh revalidates in the same way, and the cache stores its result.
+//
+// The conditions come from the stored response only: the client's own
+// conditional headers never reach a render for the cache (prepareRender),
+// and the middleware answers them from the stored response. The request
+// sent carries the client's values of the headers the response varies
+// on (the render request is the client's), which are the stored
+// variant's: the response was found under their key and matched them. A
+// 304 only ever freshens the response whose validators were sent, under
+// the key it was found at.
+
+// revalidation is a render that revalidates prior.
+type revalidation struct {
+	prior *response
+	// key is where prior is stored, for a revalidation the middleware
+	// stores itself (see storeRevalidated); "" for the cache's stale
+	// refresh, whose result the cache stores.
+	key string
+}
+
+// keepFor is how long a response with this freshness lifetime is kept
+// past its stale window to be revalidated (see RevalidateTTL): 0 if it
+// has no validator of the handler's or revalidation is off.
+func (m *Middleware) keepFor(resp *response, lifetime time.Duration) time.Duration {
+	switch {
+	case m.o.RevalidateTTL < 0 || !resp.validators():
+		return 0
+	case m.o.RevalidateTTL > 0:
+		return m.o.RevalidateTTL
+	}
+	return min(max(lifetime, time.Minute), time.Hour)
+}
+
+// validators reports whether resp has a validator of the handler's to
+// revalidate with: its ETag (not a digest the middleware made), or a
+// Last-Modified.
+func (resp *response) validators() bool {
+	return resp.HandlerETag && first(resp.Header, "Etag") != "" || first(resp.Header, "Last-Modified") != ""
+}
+
+// conditions sets, in h (a render request's header, without any
+// conditional header of the client's), the conditions that revalidate
+// prior: If-None-Match with its ETag if the handler made it, and
+// If-Modified-Since with its Last-Modified.
+func conditions(h http.Header, prior *response) {
+	if etag := first(prior.Header, "Etag"); prior.HandlerETag && etag != "" {
+		h["If-None-Match"] = []string{etag}
+	}
+	if lm := first(prior.Header, "Last-Modified"); lm != "" {
+		h["If-Modified-Since"] = []string{lm}
+	}
+}
+
+// keptOnUpdate reports the fields a 304 does not update in the stored
+// response (RFC 9111 3.2: those that describe the stored body, which the
+// 304 does not carry, and the validator it was selected by; the public
+// HTTP cache test suite expects these), and Vary: the response is the
+// variant it was stored as, under that variant's key.
+func keptOnUpdate(name string) bool {
+	switch name {
+	case "Content-Length", "Content-Encoding", "Content-Md5", "Content-Range", "Etag", "Vary":
+		return true
+	}
+	return false
+}
+
+// freshened is the header of a stored response (stored, canonical and
+// read-only) updated with the fields of a 304 answering its revalidation
+// (h, merged into canonical names here: the handler's names count in any
+// letter case). Every field of h replaces the stored field of that name,
+// but those keptOnUpdate. A 304 without Date gets the time it was
+// received (responded), as storedHeader gives a response, so that the
+// stored Date does not make the freshened response look old. The result
+// goes through every rule of storable like a new response: a 304 that
+// sets a cookie or says private, no-store or no-cache makes it not
+// stored.
+func freshened(stored, h http.Header, responded time.Time) http.Header {
+	canonicalHeader(h)
+	out := make(http.Header, len(stored)+len(h))
+	for k, vs := range stored {
+		out[k] = slices.Clone(vs)
+	}
+	for k, vs := range h {
+		if !keptOnUpdate(k) {
+			out[k] = slices.Clone(vs)
+		}
+	}
+	if h["Date"] == nil {
+		out["Date"] = []string{responded.UTC().Format(http.TimeFormat)}
+	}
+	return out
+}
+
+// revalidate answers r, for which prior, stored under key (the variant
+// key of base for vary), is kept past its stale window: one request in
+// the cluster revalidates it (see the comment at the top of this file),
+// the others wait for that render and answer with what it stored.
+func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next http.Handler, base, key string, vary []string, route string, prior *response) outcome {
+	// The revalidation of this version of the stored response: once it
+	// is stored again, its next revalidation has a key of its own.
+	rkey := key + "\nrevalidate " + strconv.FormatInt(prior.Stored, 36) + " " + strconv.FormatInt(prior.FreshUntil, 36)
+	l := m.look(r, next, rkey, base, vary, route, &revalidation{prior: prior, key: key})
+	defer l.cancel()
+	if l.job != nil {
+		if o, done := m.take(w, r, next, base, l, false, nil); done {
+			return o
+		}
+	}
+	if err := r.Context().Err(); err != nil {
+		return outcome{kind: EventCanceled, err: err} // the client is gone
+	}
+	err := l.res.err
+	if err == nil {
+		// Another request revalidated it: read what it stored. (The cache
+		// counted this request once already, as a miss.)
+		cur, gerr := cache.Get[response](peek.With(r.Context(), new(peek.Probe)), m.c, key)
+		if gerr == nil && cur.matches(r) && cur.fresh(m.now()) {
+			m.write(w, r, &cur, statusHit)
+			return outcome{kind: EventHit}
+		}
+		err = errNotStored{"no fresh response after the revalidation"}
+	}
+	// The revalidation failed, was not stored, or took longer than
+	// WaitTimeout: render for this request alone.
+	m.setStatus(w.Header(), statusBypass)
+	next.ServeHTTP(w, r)
+	return unshared(err)
+}
+
+// storeRevalidated stores res, the render that revalidated rv.prior (a
+// freshened prior, or a new response), where prior is stored (under its
+// variant's key for r), and returns what the revalidation key gets: a
+// marker (the response's times and Vary, no body), which tells the
+// waiters to read the key, for as long as they may wait.
+//
+// It writes only if the key still holds prior: a key deleted meanwhile
+// (invalidation by a write, in any process) or stored again by another
+// render stays as it is. (The check and the write are two calls: a
+// deletion between them is undone by the write, with the response the
+// handler just confirmed.)
+func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
+	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
+	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Stored != rv.prior.Stored || cur.FreshUntil != rv.prior.FreshUntil {
+		return response{}, errNotStored{"the stored response changed during its revalidation"}
+	}
+	key := variantKey(base, res.resp.Vary, r)
+	if err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
+		return response{}, err
+	}
+	if len(res.resp.Vary) > 0 {
+		m.registered(ctx, base, key, res)
+	}
+	cache.Expire(ctx, m.wait, 0)
+	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
+}
