@@ -185,6 +185,12 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 	if len(res.resp.Vary) > 0 {
 		m.registered(ctx, base, key, res)
 	}
+	if key != rv.key {
+		// A new response that varies otherwise than prior (a 304 keeps
+		// prior's Vary): prior is no longer current for anyone, and would
+		// only be revalidated again by the processes that look there.
+		_ = m.c.Delete(ctx, rv.key)
+	}
 	cache.Expire(ctx, m.wait, 0)
 	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
 }

@@ -277,6 +277,14 @@ func TestMiddleware_revalidateMustRevalidate(t *testing.T) {
 			if got := o.last().Get("If-None-Match"); got != `"v1"` {
 				t.Errorf("If-None-Match = %q, want the stored ETag", got)
 			}
+			// The failed revalidation frees its claim after its client
+			// is answered; a request that found the claim would wait for
+			// it and, told it failed, render for itself.
+			ctx := testContext(t, 10*time.Second)
+			redistest.WaitFor(t, ctx, "the failed revalidation's claim gone", func() bool {
+				keys, err := b.rc.Keys(ctx, b.ns+":*").Result()
+				return err == nil && len(keys) == 1 // the stored response's
+			})
 			o.set(func(o *origin) { o.fail = 0 })
 			b.get(t, "/m").check(t, 200, "MISS", "body-1") // revalidated now
 		})
@@ -435,4 +443,30 @@ func TestMiddleware_ifModifiedSinceDate(t *testing.T) {
 	}
 	earlier := b.clock.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)
 	b.get(t, "/d", "If-Modified-Since", earlier).check(t, 200, "HIT", "dated")
+}
+
+// TestMiddleware_revalidateInStaleWindow: within a stale window
+// (stale-while-revalidate here) the stale response is served at once and
+// the cache's background refresh revalidates it: a 304 freshens it.
+func TestMiddleware_revalidateInStaleWindow(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	o := &origin{etag: `"v1"`, cc: "max-age=10, stale-while-revalidate=30", extra: map[string]string{"X-Test": "a"}}
+	b := newTestBed(t, s, o, nil)
+	b.get(t, "/w").check(t, 200, "MISS", "body-1")
+	b.waitStored(t, "/w", "body-1")
+	o.set(func(o *origin) { o.extra["X-Test"] = "b-updated" })
+	b.clock.Advance(11 * time.Second)
+	b.get(t, "/w").check(t, 200, "STALE", "body-1")
+	b.waitStored(t, "/w", "b-updated")
+	r := b.get(t, "/w")
+	r.check(t, 200, "HIT", "body-1")
+	if got := r.header.Get("X-Test"); got != "b-updated" {
+		t.Errorf("X-Test = %q, want the 304's", got)
+	}
+	if got := o.last().Get("If-None-Match"); got != `"v1"` {
+		t.Errorf("the refresh sent If-None-Match %q, want the stored ETag", got)
+	}
+	if n := o.renders.Load(); n != 2 {
+		t.Errorf("renders = %d, want 2", n)
+	}
 }
