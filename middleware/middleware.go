@@ -135,9 +135,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// has counted already.
 		probe := new(peek.Probe)
 		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
-		if (err == nil || errors.Is(err, cache.ErrStale)) && cached.matches(r) && cached.mustRevalidate(m.now()) {
+		if errors.Is(err, cache.ErrStale) && cached.RevalidateFrom != 0 && cached.matches(r) && cached.mustRevalidate(m.now()) {
 			// Kept past its stale window: never served without a
-			// revalidation, which one request in the cluster makes.
+			// revalidation, which one request in the cluster makes. (A
+			// value the cache holds as fresh is within its lifetime: the
+			// time kept is in the cache's stale window.)
 			return m.revalidate(w, r, next, base, key, vary, route, &cached)
 		}
 		if err == nil && cached.matches(r) {
