@@ -56,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 		rate     = fs.Int("rate", 500, "idle phase: writes per second")
 		keys     = fs.Int("keys", 100, "idle phase: K, the keys the writes go round")
 		rounds   = fs.Int("rounds", 150, "wait phase: rebuilds per fleet size, each with its waiters (0: no wait phase)")
-		frac     = fs.Float64("wait-frac", 0.25, "wait phase: fraction of the processes waiting for each rebuilt key (at least one)")
+		waiters  = fs.Int("waiters", 4, "wait phase: processes waiting for each rebuilt key (at most N-1)")
 		load     = fs.Duration("load", 20*time.Millisecond, "wait phase: the rebuild's loader time (waiters start meanwhile)")
 		value    = fs.Int("value", 100, "bytes of each value")
 		near     = fs.Bool("near", true, "also measure the last design (the default) with the near cache on in every process")
@@ -65,7 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 		list     = fs.String("designs", strings.Join(designs(), ","), "announcement designs to compare: "+strings.Join(designs(), ", "))
 		out      = fs.String("out", "", "also write the output to this file")
 		mRate    = fs.Float64("model-rate", 1000, "model: writes per second across the fleet")
-		mFrac    = fs.Float64("model-wait-frac", 0.001, "model: fraction of the instances waiting for a written key")
+		mFrac    = fs.Float64("model-wait-frac", 0.001, "model: fraction of the instances waiting for a rebuilt key")
+		mHold    = fs.Float64("model-hold-frac", 0.01, "model: fraction of the instances holding a written key in their near cache")
 		mNIC     = fs.Float64("model-nic", 10, "model: the server's network bandwidth, Gbit/s")
 		mOps     = fs.Float64("model-ops", 100_000, "model: messages per second one server core sends, for the ops-based limit")
 		mHeld    = fs.Float64("model-held", 10_000, "model: keys each instance holds in its near cache (tracking-table items per instance)")
@@ -81,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 	if fs.NArg() > 0 {
 		return config{}, assumptions{}, "", fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg := config{writes: *writes, rate: *rate, keys: *keys, rounds: *rounds, waitFrac: *frac, load: *load,
+	cfg := config{writes: *writes, rate: *rate, keys: *keys, rounds: *rounds, waiters: *waiters, load: *load,
 		value: *value, near: *near, holdFrac: *hold, cluster: *cluster}
 	for _, s := range strings.Split(*procs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -107,12 +108,14 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 		return cfg, assumptions{}, "", errors.New("-designs: none selected")
 	case cfg.writes < 3 || cfg.rate < 1 || cfg.keys < 1:
 		return cfg, assumptions{}, "", errors.New("-writes must be at least 3, -rate and -keys at least 1")
-	case cfg.rounds < 0 || cfg.waitFrac < 0 || cfg.waitFrac > 1 || cfg.load < time.Millisecond:
-		return cfg, assumptions{}, "", errors.New("-rounds >= 0, -wait-frac in [0, 1], -load >= 1ms")
+	case cfg.rounds < 0 || cfg.waiters < 1 || cfg.load < time.Millisecond:
+		return cfg, assumptions{}, "", errors.New("-rounds >= 0, -waiters >= 1, -load >= 1ms")
+	case cfg.holdFrac <= 0 || cfg.holdFrac > 1 || *mFrac < 0 || *mFrac > 1 || *mHold < 0 || *mHold > 1:
+		return cfg, assumptions{}, "", errors.New("-hold-frac in (0, 1], -model-wait-frac and -model-hold-frac in [0, 1]")
 	case cfg.value < 1 || cfg.value > 1<<20:
 		return cfg, assumptions{}, "", errors.New("-value: want 1 to 1 MiB")
 	}
-	a := assumptions{rates: []float64{*mRate, *mWrites1}, waitFrac: *mFrac, nicBytes: *mNIC * 1e9 / 8,
+	a := assumptions{rates: []float64{*mRate, *mWrites1}, waitFrac: *mFrac, holdFrac: *mHold, nicBytes: *mNIC * 1e9 / 8,
 		opsPerCore: *mOps, sizes: []int{100, 1_000, 10_000}, held: *mHeld}
 	return cfg, a, *out, nil
 }
@@ -146,8 +149,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s, %s/%s, %d CPUs (shared with other jobs: times and CPU are upper bounds; counts and bytes are exact), Go %s\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(stdout, "load average %s at the start, %s at the end; run took %.0f s\n", load0, loadAvg(), time.Since(started).Seconds())
-	fmt.Fprintf(stdout, "server: Redis 8.6 (%s), %d node(s); idle phase: %d writes at %d/s over %d keys, values of %d B; wait phase: %d rebuilds, loader %v, %.0f%% of the processes waiting\n\n",
-		serverKind(cfg.cluster), len(ct.srv.addrs), cfg.writes, cfg.rate, cfg.keys, cfg.value, cfg.rounds, cfg.load, cfg.waitFrac*100)
+	fmt.Fprintf(stdout, "server: Redis 8.6 (%s), %d node(s); idle phase: %d writes at %d/s over %d keys, values of %d B; wait phase: %d rebuilds, loader %v, %d processes waiting for each (fewer if N is smaller); near: %.0f%% of the processes hold each written key\n\n",
+		serverKind(cfg.cluster), len(ct.srv.addrs), cfg.writes, cfg.rate, cfg.keys, cfg.value, cfg.rounds, cfg.load, cfg.waiters, cfg.holdFrac*100)
 	printMeasured(stdout, pts)
 	fmt.Fprintln(stdout)
 	printBaseline(stdout, pts)

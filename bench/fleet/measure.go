@@ -21,7 +21,7 @@ type config struct {
 	rate     int           // idle phase: writes per second
 	keys     int           // idle phase: K, keys the writes go round
 	rounds   int           // wait phase: rebuilds, each with its waiters
-	waitFrac float64       // wait phase: fraction of the other processes waiting for each rebuilt key (at least one)
+	waiters  int           // wait phase: processes waiting for each rebuilt key (at most N-1)
 	load     time.Duration // wait phase: the rebuild's loader time
 	value    int           // bytes of each value
 	designs  []string
@@ -62,9 +62,11 @@ func (p *point) perWrite(v float64) float64 { return v / float64(max(1, p.Writes
 // msgs is every pub/sub message the fleet received.
 func (p *point) msgs() int64 { return p.Delta.Messages + p.Delta.SMessages }
 
-// writerReplies is what the server sent the writers' command connections:
-// the replies to their own writes (idle phase: the writer; wait phase:
-// the rebuilder and the waiters' own reads are both counted here).
+// writerReplies is what the server sent the processes' command
+// connections (those that never subscribed): in the idle phase the
+// replies to the writer's own writes (the others send nothing but the
+// near cache's reads, if on); in the wait phase the rebuilder's and the
+// waiters' own reads as well.
 func (p *point) writerReplies() int64 { return p.Delta.CmdBytes }
 
 // delivered is the server's bytes out less the writers' own replies:
@@ -209,11 +211,13 @@ func (ct *controller) measure(ctx context.Context, p *point, ws []int, fn func()
 	if err != nil {
 		return err
 	}
-	i0, err := info(ctx, ct.nodes)
+	// CLUSTER INFO before INFO and after it at the end, so that its
+	// replies fall outside the bytes counted.
+	b0, err := ct.bus(ctx)
 	if err != nil {
 		return err
 	}
-	b0, err := ct.bus(ctx)
+	i0, err := info(ctx, ct.nodes)
 	if err != nil {
 		return err
 	}
@@ -333,9 +337,17 @@ func (ct *controller) runPoint(ctx context.Context, design string, near bool, n 
 
 	nw := 0
 	if n > 1 {
-		nw = min(n-1, max(1, int(math.Round(ct.cfg.waitFrac*float64(n)))))
+		nw = min(n-1, ct.cfg.waiters)
 	}
 	wait := point{Server: srvName, Design: name, Phase: "wait", N: n, Writes: ct.cfg.rounds, Waiters: nw, MemPerProc: memPer}
+	// Warm for waiting too: every process waits once before the
+	// measurement (a process's first wait may open a connection).
+	if n > 1 {
+		var warm point
+		if err := ct.round(ctx, &warm, "warm-wait", 0, n-1, n); err != nil {
+			return nil, fmt.Errorf("warm-up wait: %w", err)
+		}
+	}
 	err = ct.measure(ctx, &wait, ws, func() error {
 		for r := range ct.cfg.rounds {
 			if err := ct.round(ctx, &wait, fmt.Sprintf("w%d", r), r%n, nw, n); err != nil {
@@ -386,7 +398,8 @@ func (ct *controller) hold(ctx context.Context, p *point, n int, before nodeStat
 	// key's items when the key is next written.
 	p.TrackItems, p.TrackPrefix = a.trackItems-before.trackItems, a.trackPrefixes
 	if d := b.trackItems - a.trackItems; d > 0 {
-		p.TrackMem = float64(b.memory-a.memory) / float64(d)
+		// Client buffers grow and shrink with traffic: left out.
+		p.TrackMem = float64((b.memory-b.clMem)-(a.memory-a.clMem)) / float64(d)
 	}
 	return nil
 }

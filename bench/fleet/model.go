@@ -10,54 +10,127 @@ import (
 
 // assumptions are the model's inputs that are not measured.
 type assumptions struct {
-	rates      []float64 // writes per second across the fleet; the first is the table's
-	waitFrac   float64   // fraction of the instances waiting for a written key
+	rates      []float64 // rebuilds (writes) per second across the fleet; the first is the table's
+	waitFrac   float64   // fraction of the instances waiting for a rebuilt key
+	holdFrac   float64   // near cache: fraction of the instances holding a written key
 	nicBytes   float64   // the server's network bandwidth, bytes per second
 	opsPerCore float64   // messages per second one server core sends
 	sizes      []int     // fleet sizes to model
 	held       float64   // keys each instance holds in its near cache
 }
 
-// linear is y = a + b·x.
-type linear struct{ a, b float64 }
+// plane is y = a + b·N + c·w: a cost per write in the fleet size N and
+// the waiters (or holders) w of the written key.
+type plane struct{ a, b, c float64 }
 
-func (l linear) at(x float64) float64 { return l.a + l.b*x }
+func (p plane) at(n, w float64) float64 { return p.a + p.b*n + p.c*w }
 
-// fit returns the least-squares line through (xs, ys); with one point, a
-// flat line through it.
-func fit(xs, ys []float64) linear {
-	n := float64(len(xs))
-	if n == 0 {
-		return linear{}
+// fitPlane returns the least-squares plane through the points (ns, ws,
+// ys). A cost cannot fall as the fleet or the waiters grow: a negative
+// coefficient (noise, or a term the points cannot tell apart from the
+// other) is dropped and the rest fitted again.
+func fitPlane(ns, ws, ys []float64) plane {
+	useB, useC := true, true
+	for {
+		p := solve(ns, ws, ys, useB, useC)
+		switch {
+		case useB && p.b < 0:
+			useB = false
+		case useC && p.c < 0:
+			useC = false
+		default:
+			return p
+		}
 	}
-	var sx, sy, sxx, sxy float64
-	for i := range xs {
-		sx, sy = sx+xs[i], sy+ys[i]
-		sxx, sxy = sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
-	}
-	d := n*sxx - sx*sx
-	if d == 0 {
-		return linear{a: sy / n}
-	}
-	b := (n*sxy - sx*sy) / d
-	return linear{a: (sy - b*sx) / n, b: b}
 }
 
-// costs are one design's costs per write as lines in the number of
-// processes N.
+// solve fits a (and b, c where asked) by the normal equations; a term
+// the points do not determine (a singular system) is left out.
+func solve(ns, ws, ys []float64, useB, useC bool) plane {
+	if len(ys) == 0 {
+		return plane{}
+	}
+	var cols [][]float64 // regressors: 1, N, w
+	ones := make([]float64, len(ys))
+	for i := range ones {
+		ones[i] = 1
+	}
+	cols = append(cols, ones)
+	if useB {
+		cols = append(cols, ns)
+	}
+	if useC {
+		cols = append(cols, ws)
+	}
+	k := len(cols)
+	m := make([][]float64, k) // [XᵀX | Xᵀy]
+	for i := range k {
+		m[i] = make([]float64, k+1)
+		for j := range k {
+			for r := range ys {
+				m[i][j] += cols[i][r] * cols[j][r]
+			}
+		}
+		for r := range ys {
+			m[i][k] += cols[i][r] * ys[r]
+		}
+	}
+	for i := range k { // Gauss-Jordan with partial pivoting
+		piv := i
+		for r := i + 1; r < k; r++ {
+			if math.Abs(m[r][i]) > math.Abs(m[piv][i]) {
+				piv = r
+			}
+		}
+		if math.Abs(m[piv][i]) < 1e-9*math.Max(1, math.Abs(m[0][0])) {
+			// Singular: drop the last term asked for and try again.
+			if useC {
+				return solve(ns, ws, ys, useB, false)
+			}
+			return solve(ns, ws, ys, false, false)
+		}
+		m[i], m[piv] = m[piv], m[i]
+		for r := range k {
+			if r != i {
+				f := m[r][i] / m[i][i]
+				for j := i; j <= k; j++ {
+					m[r][j] -= f * m[i][j]
+				}
+			}
+		}
+	}
+	x := make([]float64, k)
+	for i := range k {
+		x[i] = m[i][k] / m[i][i]
+	}
+	p := plane{a: x[0]}
+	i := 1
+	if useB {
+		p.b, i = x[i], i+1
+	}
+	if useC {
+		p.c = x[i]
+	}
+	return p
+}
+
+// costs are one kind of write's costs per write.
 type costs struct {
-	msgs, invals, bytes, cpu linear
+	msgs, bytes, cpu plane
+}
+
+func (c costs) at(n, w float64) (msgs, bytes, cpu float64) {
+	return math.Max(0, c.msgs.at(n, w)), math.Max(0, c.bytes.at(n, w)), math.Max(0, c.cpu.at(n, w))
 }
 
 // designModel is what the model knows of one design on one server kind.
 type designModel struct {
 	server, design string
-	idle, wait     costs   // fitted on each phase's points
-	waitFrac       float64 // measured: waiters per write / N in the wait phase
-	perWaiter      costs   // extra cost per waiting process: (wait slope − idle slope) / waitFrac
+	near           bool    // the near cache on: w counts the holders of the written key
+	idle           costs   // Set, Delete and rebuild with nobody waiting (near: w = holders)
+	wait           costs   // rebuilds with w waiters (not measured with near)
 	memPerProc     float64 // server memory per open process, bytes (at the largest measured N)
 	trackItem      float64 // near: server memory per tracking-table item, bytes; 0 if none was measured
-	near           bool
 }
 
 // model is the designs' models, in the order they were measured.
@@ -74,15 +147,16 @@ func fitModel(pts []point) model {
 	for i := range m {
 		d := &m[i]
 		maxN := 0
+		var items []float64
 		for _, phase := range []string{"idle", "wait"} {
-			var xs, msgs, invals, bytes, cpu, fr []float64
+			var ns, ws, msgs, bytes, cpu []float64
 			for _, p := range pts {
 				if p.Server != d.server || p.Design != d.design || p.Phase != phase {
 					continue
 				}
-				xs = append(xs, float64(p.N))
-				msgs = append(msgs, p.perWrite(float64(p.msgs())))
-				invals = append(invals, p.perWrite(float64(p.Delta.Invals)))
+				ns = append(ns, float64(p.N))
+				ws = append(ws, float64(p.Waiters+p.Holders))
+				msgs = append(msgs, p.perWrite(float64(p.msgs()+p.Delta.Invals)))
 				bytes = append(bytes, p.perWrite(float64(p.ServerBytes)))
 				cpu = append(cpu, p.perWrite(p.CPU))
 				if p.N >= maxN {
@@ -91,56 +165,46 @@ func fitModel(pts []point) model {
 				if p.Holders > 0 {
 					d.near = true
 					if p.TrackMem > 0 {
-						d.trackItem = p.TrackMem // the largest N's, as memory
+						items = append(items, p.TrackMem)
 					}
 				}
-				if p.N > 1 {
-					fr = append(fr, float64(p.Waiters)/float64(p.N))
-				}
 			}
-			c := costs{fit(xs, msgs), fit(xs, invals), fit(xs, bytes), fit(xs, cpu)}
+			c := costs{fitPlane(ns, ws, msgs), fitPlane(ns, ws, bytes), fitPlane(ns, ws, cpu)}
 			if phase == "idle" {
 				d.idle = c
-			} else if len(xs) > 0 {
+			} else {
 				d.wait = c
-				d.waitFrac = mean(fr)
 			}
 		}
-		if d.waitFrac > 0 {
-			extra := func(w, i linear) linear { return linear{b: math.Max(0, (w.b-i.b)/d.waitFrac)} }
-			d.perWaiter = costs{extra(d.wait.msgs, d.idle.msgs), extra(d.wait.invals, d.idle.invals),
-				extra(d.wait.bytes, d.idle.bytes), extra(d.wait.cpu, d.idle.cpu)}
-		}
+		d.trackItem = median(items)
 	}
 	return m
 }
 
-func mean(xs []float64) float64 {
+func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	s := 0.0
-	for _, x := range xs {
-		s += x
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// perWrite returns d's costs per write in a fleet of n instances: a
+// rebuild that the fraction a.waitFrac of them waits for, or with the near
+// cache a write to a key the fraction a.holdFrac of them holds.
+func (d *designModel) perWrite(n float64, a assumptions) (msgs, bytes, cpu float64) {
+	if d.near {
+		return d.idle.at(n, a.holdFrac*n)
 	}
-	return s / float64(len(xs))
+	return d.wait.at(n, a.waitFrac*n)
 }
 
-// perWrite returns d's costs per write for n instances of which the
-// fraction frac waits for the written key: the idle fleet's line plus
-// each waiter's extra.
-func (d *designModel) perWrite(n, frac float64) (msgs, bytes, cpu float64) {
-	w := frac * n
-	msgs = d.idle.msgs.at(n) + d.idle.invals.at(n) + w*d.perWaiter.msgs.b
-	bytes = d.idle.bytes.at(n) + w*d.perWaiter.bytes.b
-	cpu = d.idle.cpu.at(n) + w*d.perWaiter.cpu.b
-	return max(msgs, 0), max(bytes, 0), max(cpu, 0)
-}
-
-// limit returns the fleet size at which a cost per write of a + b·N, at
-// rate writes per second, reaches capacity per second; +Inf if it never
-// does.
-func limit(a, b, rate, capacity float64) float64 {
+// limit returns the fleet size at which a cost per write of y(N), growing
+// with N, at rate writes per second reaches capacity per second; +Inf if
+// it never does.
+func limit(y func(n float64) float64, rate, capacity float64) float64 {
+	a, b := y(0), y(1)-y(0)
 	if b <= 0 {
 		return math.Inf(1)
 	}
@@ -151,42 +215,56 @@ func limit(a, b, rate, capacity float64) float64 {
 // measured point, the table for large fleets and where each design hits
 // a server limit.
 func printModel(w io.Writer, m model, pts []point, a assumptions) {
-	fmt.Fprintln(w, "Model: per write, cost = a + b·N (fitted on the idle fleet) + waiters × per-waiter cost (the wait phase's extra slope ÷ its waiting fraction)")
+	fmt.Fprintln(w, "Model: cost per write = a + b·N + c·w, least squares over the measured points: N processes, w waiting for the rebuilt key (wait phase)")
+	fmt.Fprintln(w, "or holding the written key in their near cache (near); the idle phase has w = 0. A cost cannot fall with N or w: a negative term is dropped.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| server | design | msgs/write a + b·N | B/write a + b·N | CPU µs/write a + b·N | per waiter: msgs, B, CPU µs | server KiB/process |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| server | design | phase | msgs/write | B/write | server CPU µs/write | server KiB/process | tracking B/item |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, d := range m {
-		fmt.Fprintf(w, "| %s | %s | %.2f + %.3f·N | %.0f + %.1f·N | %.1f + %.2f·N | %.2f, %.0f, %.1f | %.1f |\n", d.server, d.design,
-			d.idle.msgs.a+d.idle.invals.a, d.idle.msgs.b+d.idle.invals.b, d.idle.bytes.a, d.idle.bytes.b,
-			d.idle.cpu.a*1e6, d.idle.cpu.b*1e6, d.perWaiter.msgs.b, d.perWaiter.bytes.b, d.perWaiter.cpu.b*1e6, d.memPerProc/1024)
+		phases := []struct {
+			name string
+			c    costs
+		}{{"idle", d.idle}, {"wait", d.wait}}
+		if d.near {
+			phases = phases[:1]
+		}
+		for _, ph := range phases {
+			track := "–"
+			if d.near {
+				track = fmt.Sprintf("%.0f", d.trackItem)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f | %s |\n", d.server, d.design, ph.name,
+				planeText(ph.c.msgs, 1, "%.2f"), planeText(ph.c.bytes, 1, "%.1f"), planeText(ph.c.cpu, 1e6, "%.2f"), d.memPerProc/1024, track)
+		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Model against measurement, every measured point (idle: no waiters; wait: the measured waiters)")
+	fmt.Fprintln(w, "Model against measurement, every measured point")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| server | design | phase | N | msgs/write measured / model | B/write measured / model | CPU µs/write measured / model |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| server | design | phase | N | w | msgs/write measured / model | B/write measured / model | CPU µs/write measured / model |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, p := range pts {
 		i := slices.IndexFunc(m, func(d designModel) bool { return d.server == p.Server && d.design == p.Design })
-		d := &m[i]
-		frac := float64(p.Waiters) / float64(p.N)
-		msgs, bytes, cpu := d.perWrite(float64(p.N), frac)
+		c := m[i].idle
 		if p.Phase == "wait" {
-			// The wait phase's writes are rebuilds only: its own line.
-			msgs, bytes, cpu = d.wait.msgs.at(float64(p.N))+d.wait.invals.at(float64(p.N)), d.wait.bytes.at(float64(p.N)), d.wait.cpu.at(float64(p.N))
+			c = m[i].wait
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f / %.2f | %.0f / %.0f | %.1f / %.1f |\n", p.Server, p.Design, p.Phase, p.N,
+		wv := p.Waiters + p.Holders
+		msgs, bytes, cpu := c.at(float64(p.N), float64(wv))
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %.2f / %.2f | %.0f / %.0f | %.1f / %.1f |\n", p.Server, p.Design, p.Phase, p.N, wv,
 			p.perWrite(float64(p.msgs()+p.Delta.Invals)), msgs, p.perWrite(float64(p.ServerBytes)), bytes, p.perWrite(p.CPU)*1e6, cpu*1e6)
 	}
 	fmt.Fprintln(w)
 
 	rate := a.rates[0]
-	fmt.Fprintf(w, "Modelled fleets: %.0f writes/s across the fleet, %.2f%% of the instances waiting for each written key; near cache: %.0f keys held per instance; CPU from this shared machine (an upper bound)\n\n",
-		rate, a.waitFrac*100, a.held)
+	fmt.Fprintf(w, "Modelled fleets: %.0f rebuilds/s across the fleet, each awaited by %.2f%% of the instances (near: %.1f%% hold each written key, %.0f keys held per instance);\n",
+		rate, a.waitFrac*100, a.holdFrac*100, a.held)
+	fmt.Fprintln(w, "CPU from this shared 2-core machine (an upper bound)")
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| server | design | instances | msgs/write | msgs/s at the server | msgs/s per instance | bytes/s on the wire | server CPU (cores) | server memory for the fleet's connections | tracking table |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, d := range m {
 		for _, n := range a.sizes {
-			msgs, bytes, cpu := d.perWrite(float64(n), a.waitFrac)
+			msgs, bytes, cpu := d.perWrite(float64(n), a)
 			track := "–"
 			if d.near {
 				track = size(float64(n) * a.held * d.trackItem)
@@ -196,20 +274,27 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Where each design hits a server limit (instances; one core for the server's main thread; %.0f msgs/s per core; a %.0f Gbit/s NIC)\n\n",
-		a.opsPerCore, a.nicBytes*8/1e9)
-	fmt.Fprintln(w, "| server | design | writes/s | CPU (measured cost) | msgs/s per core | NIC |")
+	fmt.Fprintf(w, "Where each design hits a server limit (instances; the server's main thread is one core; %s msgs/s per core; a %.0f Gbit/s NIC)\n\n",
+		count(a.opsPerCore), a.nicBytes*8/1e9)
+	fmt.Fprintln(w, "| server | design | rebuilds/s | CPU (measured cost) | msgs/s per core | NIC |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, d := range m {
 		for _, r := range a.rates {
-			f := a.waitFrac
-			msgsA, msgsB := d.idle.msgs.a+d.idle.invals.a, d.idle.msgs.b+d.idle.invals.b+f*d.perWaiter.msgs.b
+			get := func(k int) func(float64) float64 {
+				return func(n float64) float64 {
+					msgs, bytes, cpu := d.perWrite(n, a)
+					return []float64{msgs, bytes, cpu}[k]
+				}
+			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", d.server, d.design, count(r),
-				count(limit(d.idle.cpu.a, d.idle.cpu.b+f*d.perWaiter.cpu.b, r, 1)),
-				count(limit(msgsA, msgsB, r, a.opsPerCore)),
-				count(limit(d.idle.bytes.a, d.idle.bytes.b+f*d.perWaiter.bytes.b, r, a.nicBytes)))
+				count(limit(get(2), r, 1)), count(limit(get(0), r, a.opsPerCore)), count(limit(get(1), r, a.nicBytes)))
 		}
 	}
+}
+
+// planeText writes p scaled by k as "a + b·N + c·w".
+func planeText(p plane, k float64, f string) string {
+	return fmt.Sprintf(f+" + "+f+"·N + "+f+"·w", p.a*k, p.b*k, p.c*k)
 }
 
 // count formats n for a table: 1,234 or 12.3k or 1.2M; "never" for +Inf.

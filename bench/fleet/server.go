@@ -169,6 +169,7 @@ type nodeStats struct {
 	netOut  int64   // total_net_output_bytes
 	cpu     float64 // used_cpu_sys + used_cpu_user, seconds
 	memory  int64   // used_memory
+	clMem   int64   // mem_clients_normal: client buffers, which come and go with traffic
 	clients int64   // connected_clients
 
 	// The server's tracking table (CLIENT TRACKING): keys some client
@@ -200,6 +201,9 @@ func info(ctx context.Context, nodes []*redis.Client) (nodeStats, error) {
 			case "used_memory":
 				n, _ := strconv.ParseInt(v, 10, 64)
 				st.memory += n
+			case "mem_clients_normal":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				st.clMem += n
 			case "connected_clients":
 				n, _ := strconv.ParseInt(v, 10, 64)
 				st.clients += n

@@ -10,7 +10,7 @@ import (
 func printMeasured(w io.Writer, pts []point) {
 	fmt.Fprintln(w, "Measured (2 shared cores: CPU and wake-up times are upper bounds; messages and bytes are counts)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| server | design | phase | N | writes | waiters/write | msgs/write | invalidations/write | server B/write | writer replies B/write | delivered B/write | msgs/s per process (mean / max) | server CPU µs/write | server KiB/process | wake p50 / p99 ms (samples; not waited) | bus msgs/write | near: holders per key; tracking items, B each | errors |")
+	fmt.Fprintln(w, "| server | design | phase | N | writes | waiters/write | msgs/write | invalidations/write | server B/write | command replies B/write | delivered B/write | msgs/s per process (mean / max) | server CPU µs/write | server KiB/process | wake p50 / p99 / max ms (samples; not waited) | bus msgs/write | near: holders per key; tracking items, B each | errors |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for i := range pts {
 		p := &pts[i]
@@ -18,7 +18,8 @@ func printMeasured(w io.Writer, pts []point) {
 		mean := float64(p.msgs()) / float64(p.N) / secs
 		wake := "–"
 		if len(p.Wake) > 0 || p.NotWaited > 0 {
-			wake = fmt.Sprintf("%.2f / %.2f (%d; %d)", msf(percentile(p.Wake, 50)), msf(percentile(p.Wake, 99)), len(p.Wake), p.NotWaited)
+			wake = fmt.Sprintf("%.2f / %.2f / %.1f (%d; %d)", msf(percentile(p.Wake, 50)), msf(percentile(p.Wake, 99)),
+				msf(percentile(p.Wake, 100)), len(p.Wake), p.NotWaited)
 		}
 		near := "–"
 		if p.Holders > 0 {
