@@ -135,11 +135,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// has counted already.
 		probe := new(peek.Probe)
 		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
-		if errors.Is(err, cache.ErrStale) && cached.RevalidateFrom != 0 && cached.matches(r) && cached.mustRevalidate(m.now()) {
-			// Kept past its stale window: never served without a
-			// revalidation, which one request in the cluster makes. (A
-			// value the cache holds as fresh is within its lifetime: the
-			// time kept is in the cache's stale window.)
+		if cached.RevalidateFrom != 0 && (errors.Is(err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
+			cached.matches(r) && cached.mustRevalidate(m.now()) {
+			// Kept past its stale window, or a no-cache response
+			// (RevalidateNoCache, never fresh): never served without a
+			// revalidation, which one request in the cluster makes. (Any
+			// other value the cache holds as fresh is within its
+			// lifetime: the time kept is in the cache's stale window.)
 			return m.revalidate(w, r, next, base, key, vary, route, &cached)
 		}
 		if err == nil && cached.matches(r) {
@@ -186,9 +188,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			continue
 		}
-		if resp.mustRevalidate(m.now()) {
+		if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
 			// GetOrLoad found it kept past its stale window (and served
-			// it, as the cache serves what it holds as stale).
+			// it, as the cache serves what it holds as stale). A no-cache
+			// response (never fresh) is the render this request waited
+			// for: it is as new as a revalidation.
 			return m.revalidate(w, r, next, base, key, resp.Vary, route, resp)
 		}
 		// This request did not render: a hit, even when it waited for

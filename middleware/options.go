@@ -71,6 +71,18 @@ type Options struct {
 	// least 1 minute and at most 1 hour.
 	RevalidateTTL time.Duration
 
+	// RevalidateNoCache stores responses with Cache-Control no-cache that
+	// have an ETag or Last-Modified, to be revalidated (see RevalidateTTL)
+	// on every use: each request for one makes a conditional render,
+	// shared by the requests that come meanwhile, and a 304 answers them
+	// with the stored body (RFC 9111 5.2.2.4). Off by default: an
+	// application may say no-cache meaning "do not store", and the body
+	// is then given to every requester the handler answers 304, which is
+	// right only where its validators identify the representation for
+	// every one of them. It does nothing with a negative RevalidateTTL.
+	// Default: false, no-cache responses are not stored.
+	RevalidateNoCache bool
+
 	// KeyFunc replaces the default key (method class, scheme, host, path
 	// as received, sorted query); ok false bypasses the cache for the
 	// request. The Vary headers of the response are still added to

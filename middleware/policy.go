@@ -110,7 +110,7 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		return "no-store", 0, 0, 0
 	case cc.private:
 		return "private", 0, 0, 0
-	case cc.noCache:
+	case cc.noCache && !m.revalidatesNoCache(h):
 		return "no-cache (would need revalidation)", 0, 0, 0
 	case len(h.Values("Set-Cookie")) > 0:
 		return "sets a cookie", 0, 0, 0
@@ -142,6 +142,11 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		// came through a cache which wrote one cannot say how old it is,
 		// so it is taken as stale, as the published caches do.
 		return "invalid Age (taken as stale)", 0, 0, 0
+	}
+	if cc.noCache {
+		// RevalidateNoCache: stored to be revalidated on every use, so
+		// never fresh and without a stale window (see revalidate.go).
+		return "", age, 0, 0
 	}
 	lifetime = m.o.TTL
 	heuristic := false

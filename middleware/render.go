@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -60,6 +61,11 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		// The client went away (or the load timed out) during the render;
 		// whatever the handler wrote then is no answer for anyone else.
 		reason = "the request ended during the render"
+	case lifetime <= 0 && !handlerETag && rec.header["Last-Modified"] == nil:
+		// A no-cache response (RevalidateNoCache) is stored only to be
+		// revalidated; storable saw an ETag, but a freshened one's may
+		// be the middleware's digest, which the handler does not know.
+		reason = "no-cache without a validator of the handler's"
 	}
 	if reason != "" {
 		rec.pass(reason) // out to the client, if there is one, and not stored
@@ -77,13 +83,13 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	resp := response{
 		Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
 		Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
-		Vary: vary, VaryValues: values, HandlerETag: handlerETag,
+		Vary: vary, VaryValues: values, HandlerETag: handlerETag, Version: rand.Uint64(),
 	}
 	if keep := m.keepFor(&resp, lifetime); keep > 0 && lifetime < century && stale < century {
 		// Kept past its stale window, to be revalidated and never served
 		// meanwhile without that (see serve).
 		resp.RevalidateFrom = born.Add(lifetime).Add(stale).UnixMilli()
-		stale = min(stale, math.MaxInt64-(lifetime-age)-keep) + keep // the entry lives fresh+stale: no overflow
+		stale = min(stale, math.MaxInt64-max(lifetime-age, 0)-keep) + keep // the entry lives fresh+stale: no overflow
 	}
 	return result{resp: resp, fresh: lifetime - age, stale: stale}
 }

@@ -36,6 +36,10 @@ type response struct {
 	// sends as If-None-Match, and not a digest of the body the middleware
 	// added (storedHeader).
 	HandlerETag bool
+	// Version is random, drawn for each render and each freshening: it
+	// names this stored response in its revalidation's key (see
+	// revalidate), which two versions never share, whatever their times.
+	Version uint64
 }
 
 // dropOnStore reports the headers that are not stored: hop-by-hop ones

@@ -66,6 +66,14 @@ func (m *Middleware) keepFor(resp *response, lifetime time.Duration) time.Durati
 	return min(max(lifetime, time.Minute), time.Hour)
 }
 
+// revalidatesNoCache reports whether a response with Cache-Control
+// no-cache and header h (canonical) is stored, to be revalidated on every
+// use: with RevalidateNoCache (and revalidation on), when it has an ETag
+// or Last-Modified.
+func (m *Middleware) revalidatesNoCache(h http.Header) bool {
+	return m.o.RevalidateNoCache && m.o.RevalidateTTL >= 0 && (h["Etag"] != nil || h["Last-Modified"] != nil)
+}
+
 // validators reports whether resp has a validator of the handler's to
 // revalidate with: its ETag (not a digest the middleware made), or a
 // Last-Modified.
@@ -133,7 +141,7 @@ func freshened(stored, h http.Header, responded time.Time) http.Header {
 func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next http.Handler, base, key string, vary []string, route string, prior *response) outcome {
 	// The revalidation of this version of the stored response: once it
 	// is stored again, its next revalidation has a key of its own.
-	rkey := key + "\nrevalidate " + strconv.FormatInt(prior.Stored, 36) + " " + strconv.FormatInt(prior.FreshUntil, 36)
+	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
 	l := m.look(r, next, rkey, base, vary, route, &revalidation{prior: prior, key: key})
 	defer l.cancel()
 	if l.job != nil {
@@ -149,7 +157,11 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 		// Another request revalidated it: read what it stored. (The cache
 		// counted this request once already, as a miss.)
 		cur, gerr := cache.Get[response](peek.With(r.Context(), new(peek.Probe)), m.c, key)
-		if gerr == nil && cur.matches(r) && cur.fresh(m.now()) {
+		done := &l.res.resp // the marker of what it stored
+		if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
+			(cur.fresh(m.now()) || cur.Version == done.Version) {
+			// Fresh, or the very response the revalidation this request
+			// waited for stored (a no-cache one is never fresh).
 			m.write(w, r, &cur, statusHit)
 			return outcome{kind: EventHit}
 		}
@@ -175,7 +187,7 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 // handler just confirmed.)
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
 	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
-	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Stored != rv.prior.Stored || cur.FreshUntil != rv.prior.FreshUntil {
+	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
 		return response{}, errNotStored{"the stored response changed during its revalidation"}
 	}
 	key := variantKey(base, res.resp.Vary, r)
@@ -192,5 +204,5 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 		_ = m.c.Delete(ctx, rv.key)
 	}
 	cache.Expire(ctx, m.wait, 0)
-	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
+	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: res.resp.Version}, nil
 }

@@ -470,3 +470,48 @@ func TestMiddleware_revalidateInStaleWindow(t *testing.T) {
 		t.Errorf("renders = %d, want 2", n)
 	}
 }
+
+// TestMiddleware_revalidateNoCache: with RevalidateNoCache a no-cache
+// response with a validator of the handler's is stored and revalidated on
+// every use, never served without that; without a validator, or without
+// the option, it is not stored.
+func TestMiddleware_revalidateNoCache(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name   string
+		etag   string
+		cc     string
+		option bool
+		stored bool
+	}{
+		{"no-cache", `"v1"`, "no-cache", true, true},
+		{"no-cache with max-age", `"v1"`, "max-age=100, no-cache", true, true},
+		{"without a validator", "", "no-cache", true, false},
+		{"option off", `"v1"`, "no-cache", false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &origin{etag: tt.etag, cc: tt.cc}
+			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{RevalidateNoCache: tt.option}})
+			if !tt.stored {
+				b.get(t, "/nc").check(t, 200, "BYPASS", "body-1")
+				b.waitGone(t, "/nc")
+				b.get(t, "/nc").check(t, 200, "BYPASS", "body-2")
+				return
+			}
+			b.get(t, "/nc").check(t, 200, "MISS", "body-1")
+			b.waitStored(t, "/nc", "body-1")
+			for i := range 3 {
+				mark := "use-" + strconv.Itoa(i)
+				o.set(func(o *origin) { o.extra = map[string]string{"X-Use": mark} })
+				b.get(t, "/nc").check(t, 200, "MISS", "body-1") // revalidated, not a HIT
+				if got := o.last().Get("If-None-Match"); got != `"v1"` {
+					t.Errorf("use %d sent If-None-Match %q, want the stored ETag", i, got)
+				}
+				b.waitStored(t, "/nc", mark) // the freshened response is stored
+			}
+			if n := o.renders.Load(); n != 4 {
+				t.Errorf("renders = %d, want 4", n)
+			}
+		})
+	}
+}

@@ -14,9 +14,10 @@
 # responses with explicit freshness are stored (-explicit), or with a
 # Last-Modified that gives them a tenth of its age, at most a day, as
 # heuristic freshness (-heuristic 0.1, RFC 9111 4.2.2), the origin's
-# Surrogate-Control is honoured (-surrogate-control), a request's no-cache is
-# honoured (-allow-no-cache) and requests with cookies are cached
-# (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
+# Surrogate-Control is honoured (-surrogate-control), responses with no-cache
+# and a validator are stored to be revalidated on every use
+# (-revalidate-no-cache), a request's no-cache is honoured (-allow-no-cache)
+# and requests with cookies are cached (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
 # and Go; Redis comes from scripts/provision.sh if it ran (STAMPEDE_REDIS8),
 # else redis-server on PATH, else the proxy's embedded server.
 # Results go to ${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}.
@@ -90,7 +91,7 @@ wait_port "$op"
 pp=$(free_port)
 flags=(-origin "http://127.0.0.1:$op" -listen "127.0.0.1:$pp" -namespace "cache-tests-$$")
 if [ $mode = shared ]; then
-	flags+=(-explicit -heuristic 0.1 -surrogate-control -allow-no-cache -cache-cookies)
+	flags+=(-explicit -heuristic 0.1 -surrogate-control -revalidate-no-cache -allow-no-cache -cache-cookies)
 else
 	flags+=(-explicit=false)
 fi

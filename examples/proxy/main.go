@@ -43,7 +43,7 @@ type config struct {
 	ttl, staleTTL, heuristicMax         time.Duration
 	heuristic                           float64
 	explicit, allowNoCache, cookies     bool
-	surrogate                           bool
+	surrogate, revalidateNoCache        bool
 	debug                               bool
 }
 
@@ -59,6 +59,7 @@ func main() {
 	flag.Float64Var(&cfg.heuristic, "heuristic", 0, "fraction of the time since Last-Modified a response without explicit freshness is fresh (0.1 is usual; 0: off)")
 	flag.DurationVar(&cfg.heuristicMax, "heuristic-max", 24*time.Hour, "the longest freshness -heuristic gives")
 	flag.BoolVar(&cfg.surrogate, "surrogate-control", false, "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness")
+	flag.BoolVar(&cfg.revalidateNoCache, "revalidate-no-cache", false, "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use")
 	flag.BoolVar(&cfg.allowNoCache, "allow-no-cache", false, "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)")
 	flag.BoolVar(&cfg.cookies, "cache-cookies", false, "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)")
 	flag.BoolVar(&cfg.debug, "debug", false, "log why requests bypassed the cache and responses were not stored")
@@ -121,6 +122,7 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 		HeuristicFreshness:       cfg.heuristic,
 		HeuristicMaxAge:          cfg.heuristicMax,
 		SurrogateControl:         cfg.surrogate,
+		RevalidateNoCache:        cfg.revalidateNoCache,
 		AllowNoCache:             cfg.allowNoCache,
 		CacheRequestsWithCookies: cfg.cookies,
 	}
