@@ -362,16 +362,19 @@ func (ct *controller) runPoint(ctx context.Context, design string, near bool, n 
 	return append(out, wait), nil
 }
 
-// holdKeys is how many keys of their own the holders read in the second
-// pass of hold, which measures the tracking table's memory per item.
-const holdKeys = 1000
+// holdItems is how many tracking items the second pass of hold adds,
+// to measure the tracking table's memory per item: enough that the
+// server's other allocations coming and going are noise.
+const holdItems = 20_000
 
 // hold has a share of the n processes read each written key into their
-// near caches (before is the server's state until then), then as many again read holdKeys other keys: the server's
-// memory growth in the second pass, whose reads find every connection
-// made, over the tracking items it adds is the table's cost per item.
+// near caches (before is the server's state until then). With one process
+// it then reads holdItems other keys: the server's memory growth in that
+// second pass, whose reads find every connection made, over the tracking
+// items it adds is the table's cost per item.
 func (ct *controller) hold(ctx context.Context, p *point, n int, before nodeStats) error {
 	p.Holders = min(n, max(1, int(math.Round(ct.cfg.holdFrac*float64(n)))))
+	holdKeys := (holdItems + p.Holders - 1) / p.Holders
 	if _, err := ct.ask(ctx, []int{0}, fmt.Sprintf("prefill x %d", holdKeys)); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
@@ -390,13 +393,19 @@ func (ct *controller) hold(ctx context.Context, p *point, n int, before nodeStat
 	if err != nil {
 		return err
 	}
+	// Items of processes closed before may linger: the server drops a
+	// key's items when the key is next written.
+	p.TrackItems, p.TrackPrefix = a.trackItems-before.trackItems, a.trackPrefixes
+	if n > 1 {
+		// With more processes the server's other allocations (their
+		// connections' state) move by more than the table grows: the
+		// memory per item is measured with one process only.
+		return nil
+	}
 	b, err := read("x", holdKeys)
 	if err != nil {
 		return err
 	}
-	// Items of processes closed before may linger: the server drops a
-	// key's items when the key is next written.
-	p.TrackItems, p.TrackPrefix = a.trackItems-before.trackItems, a.trackPrefixes
 	if d := b.trackItems - a.trackItems; d > 0 {
 		// Client buffers grow and shrink with traffic: left out.
 		p.TrackMem = float64((b.memory-b.clMem)-(a.memory-a.clMem)) / float64(d)

@@ -23,7 +23,10 @@ func printMeasured(w io.Writer, pts []point) {
 		}
 		near := "–"
 		if p.Holders > 0 {
-			near = fmt.Sprintf("%d; %d, %.0f", p.Holders, p.TrackItems, p.TrackMem)
+			near = fmt.Sprintf("%d; %d", p.Holders, p.TrackItems)
+			if p.TrackMem != 0 {
+				near += fmt.Sprintf(", %.0f", p.TrackMem)
+			}
 			if p.TrackPrefix > 0 {
 				near += fmt.Sprintf(" (%d BCAST prefixes)", p.TrackPrefix)
 			}

@@ -101,11 +101,20 @@ func (w *worker) command(f []string) error {
 		start := time.Now()
 		errs, first := w.writes(ctx, arg(1), float64(arg(2)), max(1, arg(3)))
 		w.say("done %d %d %q", time.Since(start).Nanoseconds(), errs, first)
-	case "prefill": // prefill <prefix> <keys>: Set keys prefix0, prefix1, ...
-		for k := range arg(2) {
-			if err := cache.Set(ctx, w.c, f[1]+strconv.Itoa(k), w.value); err != nil {
-				return err
-			}
+	case "prefill": // prefill <prefix> <keys>: Set keys prefix0, prefix1, ... (16 at a time)
+		keys := arg(2)
+		errs := make([]error, 16)
+		var wg sync.WaitGroup
+		for g := range errs {
+			wg.Go(func() {
+				for k := g; k < keys && errs[g] == nil; k += len(errs) {
+					errs[g] = cache.Set(ctx, w.c, f[1]+strconv.Itoa(k), w.value)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 		w.say("prefilled")
 	case "hold": // hold <prefix> <keys> <holders> <n> <i>: read the keys k with (k-i) mod n < holders
