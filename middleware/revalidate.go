@@ -35,6 +35,11 @@ import (
 // the freshened response. Within the stale window, the cache's background
 // refresh revalidates in the same way, and the cache stores its result.
 //
+// With RevalidateNoCache a no-cache response with such a validator is
+// stored never fresh (FreshUntil is Stored) and kept the same way, so
+// every use revalidates it; the requests that come while one does share
+// it.
+//
 // The conditions come from the stored response only: the client's own
 // conditional headers never reach a render for the cache (prepareRender),
 // and the middleware answers them from the stored response. The request
@@ -180,11 +185,15 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 // marker (the response's times and Vary, no body), which tells the
 // waiters to read the key, for as long as they may wait.
 //
-// It writes only if the key still holds prior: a key deleted meanwhile
-// (invalidation by a write, in any process) or stored again by another
-// render stays as it is. (The check and the write are two calls: a
-// deletion between them is undone by the write, with the response the
-// handler just confirmed.)
+// It writes only if the key still holds prior (its Version): a key
+// deleted meanwhile (invalidation by a write, in any process) or stored
+// again by another render stays as it is.
+//
+// NOTE: the check and the write are two calls (the cache has no
+// conditional Set): an invalidation that lands between them, a round trip
+// long, is undone by the write, with the response the handler just
+// confirmed (or rendered) for a request made before that write.
+// GetOrLoad's own writes are conditional and have no such window.
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
 	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
