@@ -13,6 +13,10 @@
 // an application. -heuristic 0.1 gives a response without explicit
 // freshness but with Last-Modified a tenth of the time since then (at most
 // -heuristic-max), as the published shared caches do (RFC 9111 4.2.2).
+// A stored response with the origin's ETag or Last-Modified is revalidated
+// once stale (If-None-Match / If-Modified-Since, and a 304 freshens it);
+// -revalidate-no-cache also stores no-cache responses, revalidated on
+// every use.
 // scripts/cache-tests.sh runs the public HTTP cache test
 // suite through this proxy.
 package main
