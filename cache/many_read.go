@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,18 +31,98 @@ type manyRead struct {
 
 // readMany reads the value keys ks in one round trip. Its error is
 // errCallerDone when ctx ended, else a failed server's.
+//
+// With targeted tracking the keys that fill the near cache are read
+// through their node's reader (see tracking): one pipeline per reader,
+// sent at once; the keys whose node has no reader now are read through
+// the caller's client without a fill.
 func (c *Cache) readMany(ctx context.Context, ks []keys) ([]manyRead, error) {
 	n := c.near
-	fill := n != nil && c.track.active()
-	var tickets []nearTicket
-	if fill {
-		tickets = make([]nearTicket, len(ks))
-		for i, k := range ks {
-			tickets[i] = n.begin(k.tag)
+	if n == nil || !c.track.active() {
+		return c.readVia(ctx, nil, ks, nil)
+	}
+	tickets := make([]nearTicket, len(ks))
+	for i, k := range ks {
+		tickets[i] = n.begin(k.tag)
+	}
+	type group struct {
+		src     *redis.Client // nil: the caller's client
+		fill    bool
+		idx     []int
+		tickets []nearTicket
+	}
+	var groups []*group
+	of := map[*redis.Client]*group{}
+	var plain *group // keys read without a fill
+	for i, k := range ks {
+		src, ok := c.track.fillSource(ctx, k.value)
+		if !ok {
+			n.finish(tickets[i], nil)
+			if plain == nil {
+				plain = &group{}
+				groups = append(groups, plain)
+			}
+			plain.idx = append(plain.idx, i)
+			continue
+		}
+		g := of[src]
+		if g == nil {
+			g = &group{src: src, fill: true}
+			of[src] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+		g.tickets = append(g.tickets, tickets[i])
+	}
+	if len(groups) == 1 && len(groups[0].idx) == len(ks) {
+		g := groups[0]
+		return c.readVia(ctx, g.src, ks, g.tickets)
+	}
+	rs := make([]manyRead, len(ks))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for gi, g := range groups {
+		wg.Go(func() {
+			sub := make([]keys, len(g.idx))
+			for j, i := range g.idx {
+				sub[j] = ks[i]
+			}
+			var ts []nearTicket
+			if g.fill {
+				ts = g.tickets
+			}
+			got, err := c.readVia(ctx, g.src, sub, ts)
+			errs[gi] = err
+			for j, i := range g.idx {
+				if err == nil {
+					rs[i] = got[j]
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
 	}
+	return rs, nil
+}
+
+// readVia reads ks in one pipeline on src (nil: the caller's client),
+// filling the near cache under tickets (one per key; nil: no fill). A
+// failed reader (closed by a reconnect, a slot moved) reads again through
+// the caller's client, without a fill.
+func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, tickets []nearTicket) ([]manyRead, error) {
+	n := c.near
+	fill := tickets != nil
 	sent := time.Now()
-	pipe := c.rc.Pipeline()
+	var pipe redis.Pipeliner
+	if src != nil {
+		pipe = src.Pipeline()
+	} else {
+		pipe = c.rc.Pipeline()
+	}
 	groups := c.slotGroups(ks)
 	mgets := make([]*redis.SliceCmd, len(groups))
 	gets := make([]*redis.StringCmd, 0)
@@ -109,6 +190,9 @@ func (c *Cache) readMany(ctx context.Context, ks []keys) ([]manyRead, error) {
 	if failed != nil {
 		if redisx.CallerDone(ctx) {
 			return nil, errCallerDone
+		}
+		if src != nil {
+			return c.readVia(ctx, nil, ks, nil)
 		}
 		return nil, failed
 	}

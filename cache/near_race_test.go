@@ -55,9 +55,13 @@ func (h *fillHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // setAndWait sets key to v in a and waits until b was told (b's own
-// earlier invalidation, arriving late, would drop what b reads next).
+// earlier invalidation, arriving late, would drop what b reads next). b
+// reads key first: the server tells a process of the keys it read.
 func setAndWait(t *testing.T, ctx context.Context, a, b *cache.Cache, key, v string) {
 	t.Helper()
+	if _, err := cache.Get[string](ctx, b, key); err != nil && !errors.Is(err, cache.ErrMiss) && !errors.Is(err, cache.ErrNotFound) && !errors.Is(err, cache.ErrStale) {
+		t.Fatal(err)
+	}
 	before := b.Stats().NearInvalidations
 	if err := cache.Set(ctx, a, key, v); err != nil {
 		t.Fatal(err)
@@ -91,7 +95,10 @@ func TestNear_invalidationDuringFillWins(t *testing.T) {
 				opts := nearOpts(t)
 				a := nearCache(t, s, opts)
 				h := &fillHook{}
-				b := newCacheOn(t, hookedClient(t, s, h), opts)
+				rc := s.NewClient()
+				t.Cleanup(func() { _ = rc.Close() })
+				b := newCacheOn(t, rc, opts)
+				cache.AddFillHook(b, rc, h)
 				redistest.WaitFor(t, ctx, "near cache active", b.NearActive)
 				setAndWait(t, ctx, a, b, "k", "v1")
 				w := tc.writer(a, b)

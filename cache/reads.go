@@ -157,12 +157,30 @@ func (c *Cache) fetch(ctx context.Context, k keys) read {
 		return read{raw: raw, err: err, done: time.Now()}
 	}
 	t := n.begin(k.tag)
+	src, ok := c.track.fillSource(ctx, k.value)
+	if !ok {
+		n.finish(t, nil)
+		raw, err := c.rc.Get(ctx, k.value).Bytes()
+		return read{raw: raw, err: err, done: time.Now()}
+	}
+	var pipe redis.Pipeliner
+	if src != nil {
+		pipe = src.Pipeline()
+	} else {
+		pipe = c.rc.Pipeline()
+	}
 	sent := time.Now()
-	pipe := c.rc.Pipeline()
 	get := pipe.Get(ctx, k.value)
 	ttl := pipe.PTTL(ctx, k.value)
 	_, _ = pipe.Exec(ctx)
 	raw, err := get.Bytes()
+	if src != nil && err != nil && !redisx.IsNil(err) && ctx.Err() == nil {
+		// The reader failed (closed by a reconnect, the slot moved):
+		// read without a fill.
+		n.finish(t, nil)
+		raw, err := c.rc.Get(ctx, k.value).Bytes()
+		return read{raw: raw, err: err, done: time.Now()}
+	}
 	if redisx.IsNoPerm(ttl.Err()) && n.pttlRefused.CompareAndSwap(false, true) {
 		c.log(slog.LevelWarn, "near cache not filled: the server refused PTTL; grant +pttl", "err", ttl.Err())
 	}

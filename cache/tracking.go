@@ -16,12 +16,25 @@ import (
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// Tracking: each process asks the server to send it the name of every key
-// under the namespace's prefix that changes (CLIENT TRACKING in BCAST
-// mode), on a connection of its own per node: under RESP2 that connection
-// enables tracking, redirected to itself, before it subscribes to
-// __redis__:invalidate. The connection is made with the caller's client
-// options (address, credentials, TLS), so it needs no configuration.
+// Tracking: each process asks the server for the names of the keys that
+// change, on a connection of its own per node (the tracker), subscribed to
+// __redis__:invalidate under RESP2. The connection is made with the
+// caller's client options (address, credentials, TLS), so it needs no
+// configuration.
+//
+// On a single server and a Redis Cluster tracking is targeted: the near
+// cache fills only from reads sent on the tracker's readers, connections
+// of the process's own to the same node with CLIENT TRACKING on,
+// redirected to the tracker, so the server sends the tracker the keys this
+// process read, when they change, and nothing else (the server remembers
+// who read what: its tracking table). A write is then delivered to the
+// processes that hold the key, not to all of them. When the tracker
+// connects again its readers are replaced: a reader redirecting to a
+// closed tracker would get no invalidations (see tracker.lost for the
+// order that keeps fills through an old reader out). On a Ring (whose
+// shard for a key is not exposed) tracking is broadcast: the tracker asks
+// for every key under the namespace's prefix (BCAST), and the near cache
+// fills from any read.
 //
 // The connection also carries pings, every lease/4; their answers are
 // what keeps the near cache trusted (nearCache.trusted). A connection
@@ -39,6 +52,13 @@ type tracking struct {
 	trackers map[string]*tracker
 	refused  error // the server refused tracking: the near cache stays off
 
+	// targeted: fills read through the trackers' readers (see above);
+	// otherwise tracking is BCAST on the prefix. cluster, if set, finds a
+	// key's master.
+	targeted bool
+	cluster  *redis.ClusterClient
+	hook     redis.Hook // added to every reader (tests); guarded by mu
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -52,6 +72,12 @@ type tracker struct {
 	alive  atomic.Int64 // send time (Unix ns) of the last answered ping; 0 until one after (re)connecting
 	ps     atomic.Pointer[redis.PubSub]
 	cancel context.CancelFunc
+
+	// Targeted tracking: id is the tracking connection's client ID (set on
+	// each connect), reader the client whose connections redirect their
+	// tracking to it; nil while there is none.
+	id     atomic.Int64
+	reader atomic.Pointer[redis.Client]
 
 	connects atomic.Uint64 // connections made (OnConnect calls)
 
@@ -68,15 +94,13 @@ func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, .
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	switch c := rc.(type) {
 	case *redis.Client:
+		t.targeted = true
 		t.set(map[string]*redis.Options{c.Options().Addr: c.Options()})
 	case *redis.ClusterClient:
-		// A client that reads from replicas may fill the near cache from
-		// one: its replicas are tracked too (a replica sends
-		// invalidations for the writes it applies from its master).
+		// Fills read from the masters, through the trackers' readers,
+		// whatever the client's own routing (replicas included).
+		t.targeted, t.cluster = true, c
 		each := c.ForEachMaster
-		if o := c.Options(); o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
-			each = c.ForEachShard
-		}
 		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
 			c.ReloadState(ctx)
 			return nodes(ctx, each)
@@ -166,9 +190,85 @@ func (t *tracking) start(addr string, o *redis.Options) *tracker {
 }
 
 func (tr *tracker) stop() {
+	tr.dropReader()
 	tr.cancel()
 	if ps := tr.ps.Load(); ps != nil {
 		_ = ps.Close()
+	}
+}
+
+// fillSource says where a fill of key reads: through c (the tracker's
+// reader for key's node), or, with c nil and ok true, through the
+// caller's client (broadcast tracking). ok false: no fill is possible now
+// (no reader, or the key's node is not tracked); read without one.
+//
+// Call it after nearCache.begin: a reader taken before a flush belongs to
+// a fill that the flush cancels (see tracker.lost).
+func (t *tracking) fillSource(ctx context.Context, key string) (c *redis.Client, ok bool) {
+	if !t.targeted {
+		return nil, true
+	}
+	addr := ""
+	if t.cluster != nil {
+		node, err := t.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, false
+		}
+		addr = node.Options().Addr
+	}
+	t.mu.Lock()
+	var tr *tracker
+	if t.cluster == nil {
+		for _, one := range t.trackers {
+			tr = one
+		}
+	} else {
+		tr = t.trackers[addr]
+	}
+	t.mu.Unlock()
+	if tr == nil {
+		return nil, false
+	}
+	c = tr.reader.Load()
+	return c, c != nil
+}
+
+// newReader makes the client whose connections redirect their tracking
+// to the tracking connection id: the caller's options, RESP2, a few
+// connections (a key read on several is tracked, and invalidated, once
+// per connection).
+func (tr *tracker) newReader(id int64) *redis.Client {
+	o := *tr.opts
+	user := o.OnConnect
+	o.Protocol = 2
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = readerConns, 0, readerConns
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
+	}
+	c := redis.NewClient(&o)
+	tr.t.mu.Lock()
+	if h := tr.t.hook; h != nil {
+		c.AddHook(h)
+	}
+	tr.t.mu.Unlock()
+	return c
+}
+
+// readerConns is the size of a reader's pool.
+const readerConns = 4
+
+// dropReader closes the reader, if any; fills then read without one until
+// the tracker has connected again.
+func (tr *tracker) dropReader() {
+	if c := tr.reader.Swap(nil); c != nil {
+		_ = c.Close()
 	}
 }
 
@@ -249,7 +349,15 @@ func (tr *tracker) run(ctx context.Context) {
 		tr.connects.Add(1)
 		id, err := cn.ClientID(ctx).Result()
 		if err == nil {
-			err = cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", prefix).Err()
+			tr.id.Store(id)
+			if tr.t.targeted {
+				// The readers track for this connection; tracking here
+				// too (it reads nothing) asks for the permission the
+				// readers need, so a refusal turns the near cache off.
+				err = cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
+			} else {
+				err = cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", prefix).Err()
+			}
 		}
 		if redisx.IsReply(err) {
 			refused.Store(&err) // the subscription goes on, and run sees this
@@ -287,6 +395,9 @@ func (tr *tracker) run(ctx context.Context) {
 // it meanwhile.
 func (tr *tracker) serve(ctx context.Context, ps *redis.PubSub, refused *atomic.Pointer[error]) error {
 	conn := tr.connects.Load() // Subscribe has connected
+	if tr.t.targeted && refused.Load() == nil {
+		tr.reader.Store(tr.newReader(tr.id.Load()))
+	}
 	tr.pmu.Lock()
 	tr.pending = tr.pending[:0]
 	tr.pmu.Unlock()
@@ -409,7 +520,12 @@ func (tr *tracker) pong(sent int64) bool {
 
 // lost records that the connection failed: nothing is served until a
 // ping on a new one is answered, and the near cache is flushed.
+//
+// The reader goes before the flush: a fill that took it (after its
+// nearCache.begin) began before the flush, which cancels it, so nothing
+// read through a reader whose invalidations may be lost is installed.
 func (tr *tracker) lost() {
+	tr.dropReader()
 	tr.alive.Store(0)
 	tr.t.n.flush()
 	tr.t.retrust()

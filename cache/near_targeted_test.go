@@ -1,0 +1,98 @@
+package cache_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// TestNear_targetedInvalidations: a write reaches the near caches of the
+// processes that read the key, and no other: a process with a near cache
+// that never read the written keys is told of none of them. (With
+// broadcast tracking every process was told of every write of the
+// namespace.)
+func TestNear_targetedInvalidations(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := nearOpts(t)
+		holder := nearCache(t, s, opts)
+		idle := nearCache(t, s, opts)
+		writer := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
+
+		// Keys in one slot, so that on a Cluster one tracking connection
+		// carries every message below, in order.
+		keys := sameSlot(t, s, 12)
+		held, barrier, others := keys[0], keys[1], keys[2:]
+		for _, k := range []string{held, barrier} {
+			if err := cache.Set(ctx, writer, k, "v0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := cache.Get[string](ctx, holder, held); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cache.Get[string](ctx, idle, barrier); err != nil {
+			t.Fatal(err)
+		}
+		holderBefore, idleBefore := holder.Stats().NearInvalidations, idle.Stats().NearInvalidations
+
+		for i, k := range append([]string{held}, others...) {
+			if err := cache.Set(ctx, writer, k, fmt.Sprint("v", i+1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := writer.Delete(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The barrier's invalidation comes after every message the
+		// writes above sent this process.
+		if err := cache.Set(ctx, writer, barrier, "v1"); err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, ctx, "the barrier's invalidation", func() bool {
+			return idle.Stats().NearInvalidations > idleBefore
+		})
+		redistest.WaitFor(t, ctx, "the held key's invalidation", func() bool {
+			return holder.Stats().NearInvalidations > holderBefore
+		})
+		if got := idle.Stats().NearInvalidations - idleBefore; got != 1 {
+			t.Errorf("the idle process was told of %d changes, want 1 (its own key's)", got)
+		}
+		if got := holder.Stats().NearInvalidations - holderBefore; got != 1 {
+			t.Errorf("the holder was told of %d changes, want 1 (its key's first change)", got)
+		}
+		if _, err := cache.Get[string](ctx, holder, held); err == nil {
+			t.Errorf("the holder still finds the deleted key")
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// sameSlot returns n keys whose entries share a hash slot (any keys on a
+// single server).
+func sameSlot(t *testing.T, s *redistest.Server, n int) []string {
+	t.Helper()
+	keys := []string{"k0"}
+	if s.Kind != redistest.Cluster {
+		for i := 1; i < n; i++ {
+			keys = append(keys, fmt.Sprint("k", i))
+		}
+		return keys
+	}
+	rc := s.Client(t)
+	ctx := testCtx(t)
+	want, err := rc.ClusterKeySlot(ctx, "{k0}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; len(keys) < n; i++ {
+		k := fmt.Sprint("k", i)
+		if got, err := rc.ClusterKeySlot(ctx, "{"+k+"}").Result(); err != nil {
+			t.Fatal(err)
+		} else if got == want {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
