@@ -41,7 +41,15 @@
 // Date is kept (one is added if it has none);
 // stale-while-revalidate and stale-if-error (RFC 5861) give the stale
 // window (none with must-revalidate or proxy-revalidate; with s-maxage,
-// only the response's own). Options.ExplicitFreshness stores only
+// only the response's own). A response with the handler's ETag or
+// Last-Modified is kept past its stale window for Options.RevalidateTTL and
+// then revalidated, never served without it: one render in the cluster
+// gets If-None-Match / If-Modified-Since from the stored response, and a
+// 304 freshens it (its fields replace the stored ones but those describing
+// the body, and the result passes the storage rules again); it is written
+// only if the key still holds the response that was revalidated.
+// Options.RevalidateNoCache stores no-cache responses with a validator to
+// revalidate them on every use. Options.ExplicitFreshness stores only
 // responses that state their freshness, of any final status but 206
 // and 5xx (501 aside), as a shared cache in front of an origin does;
 // Options.SurrogateControl honours Surrogate-Control. A response with
