@@ -321,35 +321,47 @@ func (l *logSink) waitLog(tb testing.TB, ctx context.Context, parts ...string) {
 }
 
 // TestACL_cache_channelDenied (issue 10, defect 18): a user without the
-// announcement channel (Redis 7's default for new users), or without
-// PUBLISH. The waiter still gets the value (by polling), and the refusal
-// is told: a warning naming the channel, Stats.AnnounceDenied, and
+// announcement channels (Redis 7's default for new users), or without the
+// command that publishes on them (SPUBLISH per key; PUBLISH with
+// Options.Broadcast). The waiter still gets the value (by polling), and the
+// refusal is told: a warning naming the channel, Stats.AnnounceDenied, and
 // Capabilities.AnnounceDenied.
 func TestACL_cache_channelDenied(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		drop string
+		name      string
+		broadcast bool
+		drop      string
 	}{
 		{name: "no channel", drop: "&"},
-		{name: "no publish", drop: "+publish"},
+		{name: "no publish", drop: "+spublish"},
+		{name: "broadcast, no channel", broadcast: true, drop: "&"},
+		{name: "broadcast, no publish", broadcast: true, drop: "+publish"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Shared(t, redistest.Redis7)
 			ctx := testCtx(t)
 			ns := namespace(t)
+			granted := redistest.CachePerms(s.Kind, ns)
+			if tc.broadcast {
+				granted = append(granted, redistest.CacheBroadcastPerms()...)
+			}
 			var perms []string
-			for _, p := range redistest.CachePerms(s.Kind, ns) {
+			for _, p := range granted {
 				if !strings.HasPrefix(p, tc.drop) {
 					perms = append(perms, p)
 				}
 			}
 			u := s.User(t, perms...)
 			logs := newLogSink()
-			opts := cache.Options{WaitTimeout: 5 * time.Minute, PollInterval: 20 * time.Millisecond, Logger: slog.New(logs)}
+			opts := cache.Options{WaitTimeout: 5 * time.Minute, PollInterval: 20 * time.Millisecond, Logger: slog.New(logs), Broadcast: tc.broadcast}
 			a := aclCache(t, u, ns, opts)
 			b := aclCache(t, u, ns, opts)
-			channel := ns + ":announce"
-			if tc.drop == "&" {
+			channel := ns + ":{K}:ann"
+			if tc.broadcast {
+				channel = ns + ":announce"
+			}
+			if tc.drop == "&" && tc.broadcast {
+				// Subscribed from New on.
 				logs.waitLog(t, ctx, "WARN", channel)
 			}
 
@@ -374,14 +386,14 @@ func TestACL_cache_channelDenied(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if tc.drop != "&" {
+			if tc.drop != "&" || !tc.broadcast {
 				logs.waitLog(t, ctx, "WARN", channel)
 			}
 			n := a.Stats().AnnounceDenied
 			if n == 0 {
 				t.Errorf("a: Stats.AnnounceDenied = 0")
 			}
-			if tc.drop == "+publish" {
+			if tc.drop != "&" {
 				// Set and Delete announce too.
 				if err := cache.Set(ctx, a, "k2", "v"); err != nil {
 					t.Fatal(err)

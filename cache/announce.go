@@ -2,20 +2,28 @@ package cache
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkv/stampede/internal/keysub"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
-// Announcements tell waiting processes that a rebuild ended. One channel
-// per namespace, one subscription per Cache (not per key); in a cluster,
-// PUBLISH reaches subscribers on every node. Messages are
+// Announcements tell waiting processes that a rebuild ended, or that a Set
+// or Delete changed the key. Each key has its own channel, NS:{K}:ann, in
+// the key's cluster slot (announcer.channel): the writer publishes there
+// (SPUBLISH where the server has sharded pub/sub, so that on a Redis
+// Cluster the message stays on the shard that owns the key; PUBLISH
+// otherwise), and a process subscribes to it only while one of its callers
+// waits for the key, and for announceLinger after (a hot key that expires
+// again soon is not subscribed anew). A write that nobody waits for costs
+// one publish that reaches nobody. With Options.Broadcast every
+// announcement goes to one channel per namespace, NS:announce, with
+// PUBLISH, and every Cache subscribes to it for its life (the design
+// before per-key channels). Messages are
 //
 //	'v' key [\0 token [\0 entry]]  a value was written (or the write lost a
 //	                               race): use entry if present, else read
@@ -45,175 +53,160 @@ type notice struct {
 // inlineMax is the largest entry sent along with its announcement.
 const inlineMax = 8 << 10
 
-// waiter receives the next notice for one key.
-type waiter struct{ ch chan notice }
+// announceLinger is how long a key's channel stays subscribed after the
+// last caller of the process stopped waiting for it.
+const announceLinger = 10 * time.Second
 
+// waiter receives the next notice for one key. Its subscription is taken
+// when it starts to wait (subscribe, prepare), not when it registers: most
+// callers that register find a value and never wait.
+type waiter struct {
+	ch   chan notice
+	sub  *keysub.Sub // nil until subscribe
+	dead bool        // nothing could be subscribed: only the poll helps
+}
+
+// drain drops a notice received before now.
+func (w *waiter) drain() {
+	select {
+	case <-w.ch:
+	default:
+	}
+}
+
+// announcer publishes a Cache's announcements and delivers those it
+// receives to the waiters of this process.
 type announcer struct {
-	rc      RedisClient
-	channel string
-	denied  func(op string, err error, first bool) // told of each refused SUBSCRIBE or PUBLISH
-	ok      func(op string)                        // told when op works again after a refusal
-	ctx     context.Context                        // ends when close is called
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the receive loop has ended
+	rc        RedisClient
+	ns        string
+	broadcast bool                                   // Options.Broadcast: one channel, ns:announce
+	denied    func(op string, err error, first bool) // told of each refused (S)SUBSCRIBE or (S)PUBLISH
+	ok        func(op string)                        // told when op works again after a refusal
+	hub       *keysub.Hub
+	whole     *keysub.Sub // with broadcast, the namespace channel's subscription, held until close
+	probe     keysub.Probe
 
-	psMu sync.Mutex    // guards ps
-	ps   *redis.PubSub // the current subscription; nil between them
+	// The server's last refusal of publishing; nil once it has worked
+	// since. Refusals of subscribing are the hub's.
+	pubRefused atomic.Pointer[string]
 
-	// The server's last refusal of SUBSCRIBE and of PUBLISH on the
-	// channel; nil once the command has worked since.
-	subRefused, pubRefused atomic.Pointer[string]
+	rechecks atomic.Uint64 // waits that read the key again once subscribed (see Cache.await), for tests
+
+	// beforeSubscribe, set only by tests before the Cache is used, runs
+	// when a waiter is about to subscribe, after its read of the key.
+	beforeSubscribe func(key string)
 
 	mu      sync.Mutex // guards waiters
 	waiters map[string]map[*waiter]struct{}
 }
 
-// Timings of the subscription. The health check stands in for go-redis's
-// (PubSub.Channel swallows every error, a refused SUBSCRIBE among them, so
-// the loop receives by itself): a connection silent for pingEvery gets a
-// PING, and one silent for another pingEvery is replaced.
-const (
-	pingEvery        = 3 * time.Second
-	resubscribeAfter = 100 * time.Millisecond // after a broken connection, doubling while it fails
-	resubscribeMax   = 2 * time.Second
-	retryDenied      = 10 * time.Second // after a refused SUBSCRIBE
-)
-
-func startAnnouncer(rc RedisClient, channel string, denied func(op string, err error, first bool), ok func(op string)) *announcer {
+func startAnnouncer(rc RedisClient, ns string, broadcast bool, denied func(op string, err error, first bool), ok func(op string)) *announcer {
 	a := &announcer{
-		rc:      rc,
-		channel: channel,
-		denied:  denied,
-		ok:      ok,
-		done:    make(chan struct{}),
-		waiters: map[string]map[*waiter]struct{}{},
+		rc:        rc,
+		ns:        ns,
+		broadcast: broadcast,
+		denied:    denied,
+		ok:        ok,
+		waiters:   map[string]map[*waiter]struct{}{},
 	}
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	// The first SUBSCRIBE is sent before New returns, as the waits that
-	// follow assume: an announcement published after New returned reaches
-	// this process (unless the connection fails). Its reply, a refusal
-	// included, is read by the loop.
-	ps := rc.Subscribe(a.ctx)
-	subErr := ps.Subscribe(a.ctx, channel)
-	a.ps = ps
-	go a.loop(ps, subErr)
+	sub := "SSUBSCRIBE"
+	if broadcast {
+		sub = "SUBSCRIBE"
+	}
+	cfg := keysub.Config{
+		Client:   rc,
+		Deliver:  func(_, payload string) { a.deliver(payload) },
+		Refused:  func(err error, first bool) { a.denied(sub, err, first) },
+		Restored: func() { a.ok(sub) },
+	}
+	if !broadcast {
+		cfg.Linger = announceLinger
+	}
+	a.hub = keysub.New(cfg)
+	if broadcast {
+		// Subscribed from the start, for the Cache's life: the waits that
+		// follow find it confirmed (until then they read the key again
+		// once it is, see await).
+		a.whole, _, _ = a.hub.Add(context.Background(), a.wholeChannel(), false)
+	}
 	return a
 }
 
-// loop subscribes and delivers messages until close, subscribing again
-// after a broken connection and, every retryDenied, after a refusal.
-//
-// ps is the first subscription, its SUBSCRIBE already sent (subErr is
-// what sending it returned).
-func (a *announcer) loop(ps *redis.PubSub, subErr error) {
-	defer close(a.done)
-	backoff := resubscribeAfter
-	for {
-		if ps == nil {
-			a.psMu.Lock()
-			if a.ctx.Err() != nil {
-				a.psMu.Unlock()
-				return
-			}
-			ps = a.rc.Subscribe(a.ctx)
-			a.ps = ps
-			a.psMu.Unlock()
-			// Outside psMu: close must not wait for a slow server. A close
-			// meanwhile closes ps, which fails this or the session's read.
-			subErr = ps.Subscribe(a.ctx, a.channel)
-		}
+// wholeChannel is the namespace's channel, used with Options.Broadcast.
+func (a *announcer) wholeChannel() string { return a.ns + ":announce" }
 
-		confirmed, err := a.session(ps, subErr)
-
-		a.psMu.Lock()
-		a.ps = nil
-		a.psMu.Unlock()
-		_ = ps.Close()
-		ps = nil
-
-		if confirmed {
-			backoff = resubscribeAfter
-		}
-		wait := backoff
-		backoff = min(2*backoff, resubscribeMax)
-		if redisx.IsNoPerm(err) {
-			a.refused("SUBSCRIBE", err)
-			wait = retryDenied
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-a.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+// channel returns the channel of the stored value key value (NS:{tag}),
+// and whether it is a shard channel.
+func (a *announcer) channel(ctx context.Context, value string) (string, bool) {
+	if a.broadcast {
+		return a.wholeChannel(), false
 	}
+	// The probe's empty message goes to a channel nobody subscribes to.
+	return value + ":ann", a.probe.Sharded(ctx, a.rc, a.ns+":probe")
 }
 
-// session reads the reply to ps's SUBSCRIBE and delivers its messages until the connection
-// fails, the server refuses the subscription, or close. confirmed reports
-// whether the server confirmed the subscription.
-func (a *announcer) session(ps *redis.PubSub, subErr error) (confirmed bool, err error) {
-	if subErr != nil {
-		return false, subErr
+// publish queues the announcement msg about the value key value on pipe
+// (SPUBLISH or PUBLISH) and returns its command.
+func (a *announcer) publish(ctx context.Context, pipe redis.Pipeliner, value, msg string) *redis.IntCmd {
+	ch, sharded := a.channel(ctx, value)
+	if sharded {
+		return pipe.SPublish(ctx, ch, msg)
 	}
-	pinged := false
-	for {
-		msg, err := ps.ReceiveTimeout(a.ctx, pingEvery)
-		var ne net.Error
-		switch {
-		case err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged && a.ctx.Err() == nil:
-			pinged = true
-			if err := ps.Ping(a.ctx); err != nil {
-				return confirmed, err
-			}
-			continue
-		case err != nil:
-			return confirmed, err
+	return pipe.Publish(ctx, ch, msg)
+}
+
+// shardPublisher is what publishOne prefers of a client; every go-redis
+// UniversalClient has it.
+type shardPublisher interface {
+	SPublish(ctx context.Context, channel string, message any) *redis.IntCmd
+}
+
+// publishOne sends the announcement msg about the value key value.
+func (a *announcer) publishOne(ctx context.Context, value, msg string) error {
+	ch, sharded := a.channel(ctx, value)
+	if !sharded {
+		return a.rc.Publish(ctx, ch, msg).Err()
+	}
+	if sp, ok := a.rc.(shardPublisher); ok {
+		return sp.SPublish(ctx, ch, msg).Err()
+	}
+	return a.rc.Do(ctx, "spublish", ch, msg).Err()
+}
+
+// pubOp names the publishing command, for reports. It is called after a
+// publish, when the probe has answered.
+func (a *announcer) pubOp() string {
+	if !a.broadcast && a.probe.Sharded(context.Background(), a.rc, a.ns+":probe") {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
+// published records the outcome of a publish: a refusal is counted and
+// reported (refusal reports whether err was one).
+func (a *announcer) published(err error) (refusal bool) {
+	switch {
+	case redisx.IsNoPerm(err):
+		msg := err.Error()
+		first := a.pubRefused.Swap(&msg) == nil
+		a.denied(a.pubOp(), err, first)
+		return true
+	case err == nil:
+		if a.pubRefused.Load() != nil && a.pubRefused.Swap(nil) != nil {
+			a.ok(a.pubOp())
 		}
-		pinged = false
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				confirmed = true
-				a.worked("SUBSCRIBE")
-			}
-		case *redis.Message:
-			a.deliver(m.Payload)
-		}
 	}
+	return false
 }
 
-func (a *announcer) state(op string) *atomic.Pointer[string] {
-	if op == "PUBLISH" {
-		return &a.pubRefused
-	}
-	return &a.subRefused
-}
-
-// refused records that the server refused op (SUBSCRIBE or PUBLISH) on the
-// channel and tells the Cache, saying whether it is the first refusal
-// since op last worked.
-func (a *announcer) refused(op string, err error) {
-	msg := err.Error()
-	first := a.state(op).Swap(&msg) == nil
-	a.denied(op, err, first)
-}
-
-// worked records that op worked, telling the Cache if it had been refused.
-func (a *announcer) worked(op string) {
-	if a.state(op).Load() != nil && a.state(op).Swap(nil) != nil {
-		a.ok(op)
-	}
-}
-
-// refusal returns the server's last refusal of the channel, "" if none
-// stands.
+// refusal returns the server's last refusal of the announcements, "" if
+// none stands.
 func (a *announcer) refusal() string {
-	for _, p := range []*atomic.Pointer[string]{&a.subRefused, &a.pubRefused} {
-		if m := p.Load(); m != nil {
-			return *m
-		}
+	if m := a.hub.Refusal(); m != "" {
+		return m
+	}
+	if m := a.pubRefused.Load(); m != nil {
+		return *m
 	}
 	return ""
 }
@@ -235,8 +228,8 @@ func (a *announcer) deliver(p string) {
 	for w := range a.waiters[key] {
 		// The newest notice wins: a waiter with an older one pending
 		// (perhaps from a rebuild it did not see claim the key) gets
-		// this one instead. Only this loop sends, so the second send
-		// cannot block.
+		// this one instead. Only the hub's loop for this channel sends,
+		// and always under mu, so the second send cannot block.
 		select {
 		case w.ch <- n:
 		default:
@@ -250,6 +243,8 @@ func (a *announcer) deliver(p string) {
 	a.mu.Unlock()
 }
 
+// register makes w receive the notices for the value key from now on, as
+// far as this process is subscribed to them (see subscribe).
 func (a *announcer) register(key string) *waiter {
 	w := &waiter{ch: make(chan notice, 1)}
 	a.mu.Lock()
@@ -263,6 +258,60 @@ func (a *announcer) register(key string) *waiter {
 	return w
 }
 
+// subscribe makes sure this process is subscribed to the channel of w's
+// key, the value key, for as long as w is registered, and returns what a
+// waiter whose read of the key was sent at sent must wait for besides
+// notices and its poll:
+//
+//   - nil if the server had confirmed the subscription before that read
+//     was sent: every announcement of a write the read did not see reaches
+//     w (unless the connection fails; the poll covers that);
+//   - nil too where nothing can be subscribed (the client cannot, or the
+//     server refuses): only the poll helps;
+//   - otherwise a channel closed once the server confirms the
+//     subscription: an announcement published between the read and that
+//     moment reached nobody here, so the waiter must read the key once
+//     more then (see Cache.await).
+func (a *announcer) subscribe(ctx context.Context, key string, w *waiter, sent time.Time) <-chan struct{} {
+	if w.sub == nil && !w.dead {
+		if a.beforeSubscribe != nil {
+			a.beforeSubscribe(key)
+		}
+		ch, sharded := a.channel(ctx, key)
+		var live bool
+		w.sub, _, live = a.hub.Add(ctx, ch, sharded)
+		w.dead = !live
+	}
+	if w.dead {
+		return nil
+	}
+	ready, at := a.hub.State(w.sub)
+	if ready == nil || !at.IsZero() && at.Before(sent) {
+		return nil
+	}
+	return ready
+}
+
+// prepare subscribes w before its first read, for a caller that found
+// another process's claim on the key and so will most likely wait, and
+// waits at most d (or until ctx ends) for the server to confirm it. Then
+// every announcement of the rebuild reaches w, which matters for those the
+// key keeps no trace of: a failed load ('e'), whose waiters would
+// otherwise find the key free on their next read and load themselves.
+func (a *announcer) prepare(ctx context.Context, key string, w *waiter, d time.Duration) {
+	ready := a.subscribe(ctx, key, w, time.Now())
+	if ready == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 func (a *announcer) unregister(key string, w *waiter) {
 	a.mu.Lock()
 	if set := a.waiters[key]; set != nil {
@@ -272,16 +321,18 @@ func (a *announcer) unregister(key string, w *waiter) {
 		}
 	}
 	a.mu.Unlock()
+	if w.sub != nil {
+		a.hub.Remove(w.sub)
+		w.sub = nil
+	}
 }
 
+// counts returns how many messages this Cache has received and how many
+// channel subscriptions it sent on open connections, for tests.
+func (a *announcer) counts() (delivered, subscribes uint64) { return a.hub.Counts() }
+
 func (a *announcer) close() {
-	a.psMu.Lock()
-	a.cancel()
-	if a.ps != nil {
-		_ = a.ps.Close() // ends a receive in progress
-	}
-	a.psMu.Unlock()
-	<-a.done
+	a.hub.Close()
 }
 
 func message(kind byte, key, token, text string) string {

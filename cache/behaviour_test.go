@@ -374,7 +374,7 @@ func TestGetOrLoad_staleWhileOneRefreshes(t *testing.T) {
 					}
 				}
 				lockKey := valueKey(opts.Namespace, "k") + ":lock"
-				announced := recs[0].signalOn("publish", opts.Namespace+":announce")
+				announced := signalAnnounced(recs[0], opts.Namespace, "k")
 				var tried []<-chan struct{}
 				for _, r := range recs[1:] {
 					tried = append(tried, r.signalOn("set", lockKey))
@@ -471,7 +471,7 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 		}
 		redistest.Recv(t, ctx, atLock, "cache 1's refresh to reach the lock")
 		// Cache 0 serves stale too and refreshes the value completely.
-		announced := rec0.signalOn("publish", opts.Namespace+":announce")
+		announced := signalAnnounced(rec0, opts.Namespace, "k")
 		if v, err := cache.GetOrLoad(ctx, c0, "k", load); err != nil || v != 1 {
 			t.Fatalf("cache 0 while stale: %d, %v", v, err)
 		}
@@ -545,7 +545,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 		boom := errors.New("database down")
 		var fails atomic.Int32
 		failing := func(context.Context) (string, error) { fails.Add(1); return "", boom }
-		announced := rec.signalOn("publish", ns+":announce")
+		announced := signalAnnounced(rec, ns, "k")
 		if v, err := cache.GetOrLoad(ctx, a, "k", failing); err != nil || v != "v1" {
 			t.Fatalf("stale call: %q, %v; want v1", v, err)
 		}
@@ -962,7 +962,7 @@ func TestGetOrLoad_earlyRefresh(t *testing.T) {
 				if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != 1 {
 					t.Fatalf("first call: %d, %v", v, err)
 				}
-				announced := rec.signalOn("publish", ns+":announce")
+				announced := signalAnnounced(rec, ns, "k")
 				rec.reset()
 				const hits = 20
 				for i := range hits {

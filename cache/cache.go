@@ -58,8 +58,9 @@ type outcome struct {
 	seen  time.Time
 }
 
-// New returns a Cache using rc. It subscribes to the namespace's
-// announcement channel in the background; it makes no other server call.
+// New returns a Cache using rc. It makes no server call (with
+// Options.Broadcast it subscribes to the namespace's announcement channel
+// in the background).
 // A nil rc, including a nil *redis.Client, is an error.
 func New(rc RedisClient, opts *Options) (*Cache, error) {
 	if redisx.IsNilClient(rc) {
@@ -79,7 +80,7 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 		locks: locks,
 		s:     s,
 	}
-	c.ann = startAnnouncer(rc, s.ns+":announce", c.announceRefused, c.announceRestored)
+	c.ann = startAnnouncer(rc, s.ns, s.broadcast, c.announceRefused, c.announceRestored)
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if s.near != nil {
 		coarseStart()
@@ -308,11 +309,9 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	// than wait for the announcement of a rebuild that the Delete overtook
 	// (they would not take its value, but would wait for it). A lost
 	// notice costs them that wait, never correctness.
-	pub := pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
+	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
 	_, _ = pipe.Exec(ctx)
-	if redisx.IsNoPerm(pub.Err()) {
-		c.ann.refused("PUBLISH", pub.Err())
-	}
+	c.ann.published(pub.Err())
 	if err := del.Err(); err != nil {
 		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
 	}
@@ -434,11 +433,9 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	val, ttl := c.entry(it, payload, false, 0)
 	pipe := c.rc.Pipeline()
 	set := pipe.Set(ctx, k.value, val, ttl)
-	pub := pipe.Publish(ctx, c.ann.channel, message(noticeValue, k.value, "", ""))
+	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
 	_, _ = pipe.Exec(ctx)
-	if redisx.IsNoPerm(pub.Err()) {
-		c.ann.refused("PUBLISH", pub.Err())
-	}
+	c.ann.published(pub.Err())
 	if err := set.Err(); err != nil {
 		return fmt.Errorf("cache: set %q: %w", key, redisx.Denied("set", err, ""))
 	}

@@ -13,14 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestCluster_announcementsCrossNodes: a waiter subscribed through a
-// ClusterClient is woken by an announcement published on any node, as
-// happens when the rebuilding process talks to another node.
+// TestCluster_announcementsCrossNodes: with Options.Broadcast, a waiter
+// subscribed through a ClusterClient is woken by an announcement published
+// on any node, as happens when the rebuilding process talks to another
+// node (classic PUBLISH crosses the cluster bus).
 func TestCluster_announcementsCrossNodes(t *testing.T) {
 	s := redistest.Shared(t, redistest.Cluster)
 	ctx := testCtx(t)
 	ns := namespace(t)
-	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute})
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute, Broadcast: true})
 	locks, err := lock.New(rc, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,9 +13,12 @@
 // Within a process, concurrent calls for a key share one flight. Across
 // processes, the first to find the key missing claims it by writing a
 // short-lived lock where the value goes (SET NX PX); it loads, replaces the
-// claim with the value (SET ... IFEQ claim) and announces it on one pub/sub
-// channel per namespace. The others wait for the announcement (a poll is
-// the safety net) and take the value from it. A claim whose owner died
+// claim with the value (SET ... IFEQ claim) and announces it on the key's
+// own pub/sub channel (SPUBLISH in the key's slot where the server has
+// sharded pub/sub), to which only processes waiting for the key subscribe
+// (Options.Broadcast: one channel per namespace that every process hears).
+// The others wait for the announcement (a poll is the safety net) and take
+// the value from it. A claim whose owner died
 // expires after LockTTL and is taken over; the claim is kept alive while
 // the loader runs.
 //

@@ -706,8 +706,10 @@ func TestGetOrLoad_faults_lostAnnouncement(t *testing.T) {
 					waiterRC = &splitClient{UniversalClient: direct, sub: proxied, pub: direct}
 					witnessRC = proxied
 				}
-				w := newCacheOn(t, waiterRC, &cache.Options{Namespace: ns, WaitTimeout: wait, PollInterval: poll})
-				r := newCacheOn(t, rebuilderRC, &cache.Options{Namespace: ns})
+				// Broadcast: the namespace channel that every Cache holds is
+				// what the fault cuts (TestAnnounce_faults covers per-key).
+				w := newCacheOn(t, waiterRC, &cache.Options{Namespace: ns, WaitTimeout: wait, PollInterval: poll, Broadcast: true})
+				r := newCacheOn(t, rebuilderRC, &cache.Options{Namespace: ns, Broadcast: true})
 				witness := witnessRC.Subscribe(ctx, channel)
 				t.Cleanup(func() { _ = witness.Close() })
 				if _, err := witness.Receive(ctx); err != nil { // the subscription's confirmation

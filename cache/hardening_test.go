@@ -257,7 +257,7 @@ func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
 		publishing := make(chan struct{}, 1)
 		announce, letAnnounce := gate(t)
 		recA.onBefore(func(args []string) {
-			if args[0] == "publish" && args[1] == ns+":announce" {
+			if isAnnouncement(args, ns) {
 				publishing <- struct{}{}
 				<-announce
 			}
@@ -361,7 +361,7 @@ func TestDelete_wakesWaitersElsewhere(t *testing.T) {
 		publishing := make(chan struct{}, 1)
 		announce, letAnnounce := gate(t)
 		recA.onBefore(func(args []string) {
-			if args[0] == "publish" && args[1] == ns+":announce" {
+			if isAnnouncement(args, ns) {
 				publishing <- struct{}{}
 				<-announce
 			}

@@ -151,13 +151,8 @@ func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, t
 		// do not pay a second timeout; the waiters' poll finds the result.
 		return
 	}
-	err := c.rc.Publish(ctx, c.ann.channel, message(kind, k.value, l.Token(), text)).Err()
-	switch {
-	case redisx.IsNoPerm(err):
-		c.ann.refused("PUBLISH", err) // counted and logged there, not as a failed server
-	case err != nil:
+	err := c.ann.publishOne(ctx, k.value, message(kind, k.value, l.Token(), text))
+	if !c.ann.published(err) && err != nil { // a refusal is counted and logged there, not as a failed server
 		c.serverError(k.user, err)
-	default:
-		c.ann.worked("PUBLISH")
 	}
 }

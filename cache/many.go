@@ -382,7 +382,7 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 			// Stored but not usable (undecodable, of another type, an
 			// expired not-found): replaced under the rebuild lock.
 			t := t
-			fn = func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad) }
+			fn = func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, false) }
 		default:
 			fn = b.member(t.k, single, t.w, t.sent)
 		}
@@ -456,7 +456,7 @@ func (m *many[V]) refreshStale(ctx context.Context) {
 func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, claim string, sent time.Time) (outcome, error) {
 	waitStart := time.Now()
 	c.n.waits.Add(1)
-	n, err := c.await(ctx, w, min(it.wait, c.s.poll))
+	n, err := c.await(ctx, k, w, min(it.wait, c.s.poll), sent)
 	c.ann.unregister(k.value, w)
 	if err != nil {
 		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
@@ -464,7 +464,7 @@ func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load lo
 	if h := c.heard(k, n, waitFor(claim, sent), waitStart); h.next == answered {
 		return h.res, h.err
 	}
-	return c.fill(ctx, k, it, load, nil)
+	return c.fillFrom(ctx, k, it, load, nil, true, waitStart)
 }
 
 // encodedOne is the loader of one key through a batch loader: the key

@@ -81,7 +81,7 @@ func (b *batch) member(k keys, single loader.Func[[]byte], w *waiter, sent time.
 				c.ann.unregister(k.value, w)
 			}
 			if r.fill {
-				return c.fill(ctx, k, b.it, single, nil)
+				return c.fill(ctx, k, b.it, single, nil, false)
 			}
 			return r.res, r.err
 		case <-ctx.Done():
@@ -472,20 +472,18 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	pipe := c.rc.Pipeline()
 	cmds := make([]*redis.IntCmd, len(notes))
 	for i, a := range notes {
-		cmds[i] = pipe.Publish(ctx, c.ann.channel, message(a.kind, a.k.value, a.token, a.text))
+		cmds[i] = c.ann.publish(ctx, pipe, a.k.value, message(a.kind, a.k.value, a.token, a.text))
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range cmds {
-		switch err := cmd.Err(); {
-		case redisx.IsNoPerm(err):
-			c.ann.refused("PUBLISH", err)
-			return
-		case err != nil:
-			c.serverError(notes[i].k.user, err)
+		if err := cmd.Err(); err != nil {
+			if !c.ann.published(err) {
+				c.serverError(notes[i].k.user, err)
+			}
 			return
 		}
 	}
-	c.ann.worked("PUBLISH")
+	c.ann.published(nil)
 }
 
 // refreshMany starts one background refresh of the stale values stale,

@@ -562,7 +562,7 @@ func TestGetOrLoadMany_remoteFailure(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		ns := namespace(t)
-		c, rc := newCache(t, s, &cache.Options{Namespace: ns, PollInterval: time.Minute, WaitTimeout: time.Minute})
+		c, rc := newCache(t, s, &cache.Options{Namespace: ns, PollInterval: time.Minute, WaitTimeout: time.Minute, Broadcast: true}) // the test publishes on NS:announce
 		locks, err := lock.New(rc, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -838,7 +838,7 @@ func TestGetOrLoadMany_claimTakenMeanwhile(t *testing.T) {
 		rc := s.NewClient()
 		t.Cleanup(func() { _ = rc.Close() })
 		rec := record(rc)
-		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, PollInterval: time.Minute, WaitTimeout: time.Minute})
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, PollInterval: time.Minute, WaitTimeout: time.Minute, Broadcast: true}) // the test publishes on NS:announce
 		other := s.Client(t)
 		locks, err := lock.New(other, nil)
 		if err != nil {
@@ -854,6 +854,9 @@ func TestGetOrLoadMany_claimTakenMeanwhile(t *testing.T) {
 				claims <- l
 			}
 		})
+		// Subscribed before the batch reads: it then has no reason to
+		// read k2 again once its subscription is confirmed.
+		redistest.WaitFor(t, ctx, "c's subscription", func() bool { return numSub(t, ctx, other, ns+":announce") == 1 })
 		l := newBatchLoader("v:")
 		done := make(chan error, 1)
 		var got map[string]string

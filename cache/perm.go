@@ -12,8 +12,8 @@ import (
 
 // Capabilities returns what the cache found its server to offer and the
 // strategies in use (see lock.Capabilities), probing the server on the
-// first call (on a key in the Namespace), together with what it found of its announcement channel:
-// AnnounceDenied is the server's refusal of SUBSCRIBE or PUBLISH on it,
+// first call (on a key in the Namespace), together with what it found of its announcement channels:
+// AnnounceDenied is the server's refusal of (S)SUBSCRIBE or (S)PUBLISH on them,
 // empty while both work (or have not been refused yet). It is safe for
 // concurrent use.
 func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
@@ -29,23 +29,33 @@ func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 }
 
 // announceRefused is told by the announcer of each refusal of the
-// announcement channel: it counts it and, the first time since the
-// command last worked, warns, naming the channel and what to grant.
+// announcement channels: it counts it and, the first time since the
+// command last worked, warns, naming the channels and what to grant.
 func (c *Cache) announceRefused(op string, err error, first bool) {
 	c.n.announceDenied.Add(1)
 	c.emit(EventServerError, "", 0, err)
 	if first {
-		channel := c.s.ns + ":announce"
+		channel, grant := c.announceChannels()
 		c.log(slog.LevelWarn, "announcement channel refused by the server; processes waiting for a rebuild will poll every PollInterval instead of being told",
 			"channel", channel, "command", op, "err", err,
-			"fix", "grant the user &"+channel+" and +"+strings.ToLower(op))
+			"fix", "grant the user "+grant+" and +"+strings.ToLower(op))
 	}
+}
+
+// announceChannels names the announcement channels, and the ACL channel
+// rule that grants them.
+func (c *Cache) announceChannels() (channel, grant string) {
+	if c.s.broadcast {
+		return c.s.ns + ":announce", "&" + c.s.ns + ":announce"
+	}
+	return c.s.ns + ":{K}:ann (one per key)", "&" + c.s.ns + ":*"
 }
 
 // announceRestored is told when a refused command on the channel works
 // again.
 func (c *Cache) announceRestored(op string) {
-	c.log(slog.LevelInfo, "announcement channel works again", "channel", c.s.ns+":announce", "command", op)
+	channel, _ := c.announceChannels()
+	c.log(slog.LevelInfo, "announcement channel works again", "channel", channel, "command", op)
 }
 
 // permitted returns ErrPermission (a *redisx.PermissionError) when a

@@ -152,7 +152,7 @@ func TestGetOrLoad_announcementOfAnotherClaimIsNotTaken(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	ns := namespace(t)
-	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond})
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond, Broadcast: true}) // the test publishes on NS:announce
 	locks, err := lock.New(rc, nil)
 	if err != nil {
 		t.Fatal(err)

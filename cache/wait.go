@@ -37,7 +37,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, load, bad)
+		return c.fill(ctx, k, it, load, bad, obs.claim != "")
 	})
 	if shared && first {
 		c.n.coalesced.Add(1)
@@ -53,20 +53,35 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 // key per process at a time, on a background context.
 //
 // bad is a stored value the caller found but could not decode: finding it
-// again means replacing it, not returning it.
-func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) (outcome, error) {
-	var waitStart time.Time // zero until the first wait; WaitTimeout counts from it
+// again means replacing it, not returning it. claimed says that the
+// caller found another process's claim on the key: it will most likely
+// wait, so it subscribes to the key's announcements before reading (see
+// announcer.prepare).
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, claimed bool) (outcome, error) {
+	return c.fillFrom(ctx, k, it, load, bad, claimed, time.Time{})
+}
+
+// fillFrom is fill for a caller that has been waiting since waitStart
+// already (zero if it has not): its wait goes on, counted once.
+func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, claimed bool, waitStart time.Time) (outcome, error) {
+	// waitStart is zero until the first wait; WaitTimeout counts from it.
+	// Registered before the first read, so that an announcement sent
+	// between a read and the wait that follows is not missed (as far as
+	// the subscription reaches: see await).
+	w := c.ann.register(k.value)
+	defer c.ann.unregister(k.value, w)
+	if claimed && !c.down() {
+		c.ann.prepare(ctx, k.value, w, c.s.poll)
+	}
 	for {
 		if c.down() {
 			return c.loadAlone(ctx, k, load)
 		}
-		// Register before reading, so that an announcement sent between the
-		// read and the wait is not missed.
-		w := c.ann.register(k.value)
+		w.drain() // a notice from before this read: the read is newer
+		sent := time.Now()
 		v := c.step(ctx, k, it, load, bad)
 		switch v.next {
 		case answered:
-			c.ann.unregister(k.value, w)
 			if !waitStart.IsZero() {
 				// The wait ended by reading the key (a value too large to
 				// come with the announcement, a lost announcement, a poll)
@@ -75,7 +90,6 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 			}
 			return v.res, v.err
 		case readAgain:
-			c.ann.unregister(k.value, w)
 			continue
 		}
 		if waitStart.IsZero() {
@@ -84,11 +98,9 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 		}
 		left := it.wait - time.Since(waitStart)
 		if left <= 0 {
-			c.ann.unregister(k.value, w)
 			return c.waitTimedOut(ctx, k, it, load, v.claim, waitStart)
 		}
-		n, err := c.await(ctx, w, min(left, c.s.poll))
-		c.ann.unregister(k.value, w)
+		n, err := c.await(ctx, k, w, min(left, c.s.poll), sent)
 		if err != nil {
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
@@ -98,14 +110,32 @@ func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.F
 	}
 }
 
-// await waits for a notice for w, at most d. A zero notice means the poll
-// interval passed: read the key again.
-func (c *Cache) await(ctx context.Context, w *waiter, d time.Duration) (notice, error) {
+// await waits for a notice for w, at most d. A zero notice means: read
+// the key again (the poll interval passed, or see below).
+//
+// Only now does this process subscribe to the key's channel (most callers
+// that register find a value and never wait), or join the subscription of
+// another waiter of the key in this process. The read of the key that
+// found the rebuild to wait for was sent at sent. If the server had
+// confirmed the subscription before that, every announcement of a write
+// the read did not see reaches w. Otherwise an announcement published
+// between the read and the subscription reached nobody here, so once the
+// server confirms the subscription the key is read once more: a write
+// made before the confirmation is found by that read, one made after it
+// is announced to w (both on the key's own server: its shard with sharded
+// pub/sub, which is where the key is read). So a write is never learnt
+// later than one confirmation's round trip after it, whatever the poll;
+// the poll remains for lost messages (a broken connection, a failover).
+func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, sent time.Time) (notice, error) {
+	ready := c.ann.subscribe(ctx, k.value, w, sent)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case n := <-w.ch:
 		return n, nil
+	case <-ready: // nil when covered, or when nothing can be subscribed (poll only)
+		c.ann.rechecks.Add(1)
+		return notice{}, nil // subscribed after the read: read again
 	case <-t.C:
 		return notice{}, nil // poll: read again
 	case <-ctx.Done():

@@ -54,7 +54,7 @@ func (c *Client) wakeHub() *keysub.Hub {
 // only then, or after one back-off step: a hand-off announced before the
 // subscription would reach nobody.
 func (c *Client) wakerAdd(ctx context.Context, channel string, sharded bool, token string) (wake chan struct{}, ready <-chan struct{}) {
-	sub, ready := c.wakeHub().Add(ctx, channel, sharded)
+	sub, ready, _ := c.wakeHub().Add(ctx, channel, sharded)
 	wake = make(chan struct{}, 1)
 	w := &c.waker
 	w.mu.Lock()

@@ -99,7 +99,8 @@ type Sub struct {
 	s       *session // nil when not subscribed anywhere (the client cannot)
 	refs    int      // Adds not yet Removed
 	ready   chan struct{}
-	pending int // (S)SUBSCRIBEs sent on s.ps and not yet confirmed
+	at      time.Time // when ready was closed by a confirmation; zero while unconfirmed
+	pending int       // (S)SUBSCRIBEs sent on s.ps and not yet confirmed
 	linger  *time.Timer
 	gen     uint64 // counts Adds, so that a linger timer knows it is stale
 	gone    bool   // no longer the Hub's subscription of the channel
@@ -175,8 +176,9 @@ func (h *Hub) targetFor(ctx context.Context, channel string, sharded bool) (targ
 // reaches this process (unless the connection fails). ready is closed at
 // once where the Hub cannot subscribe (the client cannot, the Hub is
 // closed, or the server refused the last subscription): then only a poll
-// finds what was published. Every Add needs one Remove.
-func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, ready <-chan struct{}) {
+// finds what was published, and live is false. Every Add needs one
+// Remove.
+func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, ready <-chan struct{}, live bool) {
 	h.mu.Lock()
 	sub = h.subs[channel]
 	h.mu.Unlock()
@@ -224,10 +226,23 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 		sub.linger.Stop()
 		sub.linger = nil
 	}
-	if h.denied {
-		return sub, closed
+	if h.denied || sub.ready == closed {
+		return sub, closed, false
 	}
-	return sub, sub.ready
+	return sub, sub.ready, true
+}
+
+// State returns sub's current confirmation signal (a new one after its
+// connection failed) and when the confirmation arrived, zero if it has
+// not; ready is nil when sub no longer subscribes anything (its slot moved,
+// its connection ended for good): only a poll helps then.
+func (h *Hub) State(sub *Sub) (ready <-chan struct{}, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sub.gone || sub.s == nil {
+		return nil, time.Time{}
+	}
+	return sub.ready, sub.at
 }
 
 // Remove undoes one Add of sub.
@@ -390,7 +405,7 @@ func (h *Hub) loop(s *session) {
 			case <-sub.ready:
 				// Confirmed on a connection that is gone: whoever Adds
 				// from now on waits for this one's confirmation.
-				sub.ready = make(chan struct{})
+				sub.ready, sub.at = make(chan struct{}), time.Time{}
 			default:
 			}
 		}
@@ -404,6 +419,15 @@ func (h *Hub) loop(s *session) {
 
 		h.mu.Lock()
 		s.ps = nil
+		for _, sub := range s.subs {
+			select {
+			case <-sub.ready:
+				// Confirmed on the connection that is gone: messages
+				// are lost until the next one is confirmed.
+				sub.ready, sub.at = make(chan struct{}), time.Time{}
+			default:
+			}
+		}
 		// No channel left: stop, whether the connection idled or broke (a
 		// closed client ends here too); the next Add starts a new loop.
 		done := stop() || errors.Is(err, redis.ErrClosed)
@@ -501,6 +525,7 @@ func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) 
 						case <-sub.ready:
 						default:
 							close(sub.ready)
+							sub.at = time.Now()
 						}
 					}
 				}

@@ -106,10 +106,13 @@ func LockPerms(kind Kind, keyPattern string) []string {
 }
 
 // CachePerms are what package cache (and the middleware on it) needs on
-// kind for the namespace ns: keys ns:*, the channel ns:announce.
+// kind for the namespace ns: keys ns:*, the channels ns:* (each key's
+// announcement channel, ns:{K}:ann, with sharded pub/sub, which every kind
+// here has). cache.Options.Broadcast needs CacheBroadcastPerms instead of
+// the pub/sub commands here.
 func CachePerms(kind Kind, ns string) []string {
-	p := append(ConnPerms(kind), "~"+ns+":*", "&"+ns+":announce",
-		"+get", "+set", "+del", "+publish", "+subscribe", "+ping")
+	p := append(ConnPerms(kind), "~"+ns+":*", "&"+ns+":*",
+		"+get", "+set", "+del", "+spublish", "+ssubscribe", "+sunsubscribe", "+ping")
 	switch kind {
 	case Redis8, Cluster:
 		p = append(p, "+delex", "+digest")
@@ -123,12 +126,17 @@ func CachePerms(kind Kind, ns string) []string {
 	return p
 }
 
+// CacheBroadcastPerms are the pub/sub commands of cache.Options.Broadcast
+// (one channel, ns:announce, covered by CachePerms' channel rule), in
+// place of CachePerms' +spublish +ssubscribe +sunsubscribe.
+func CacheBroadcastPerms() []string { return []string{"+publish", "+subscribe"} }
+
 // NearPerms are what cache.Options.Near adds to CachePerms on every kind:
 // the tracking connection asks its own id, turns tracking on, and
 // subscribes to the invalidation channel; a read that fills the near cache
 // asks the key's expiry too.
 func NearPerms() []string {
-	return []string{"+pttl", "+client|id", "+client|tracking", "&__redis__:invalidate"}
+	return []string{"+pttl", "+client|id", "+client|tracking", "+subscribe", "&__redis__:invalidate"}
 }
 
 // FencePerms are what ObtainOptions.Fencing adds to LockPerms on every

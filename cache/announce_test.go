@@ -1,0 +1,539 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The tests of per-key announcements (issue 13): a write is delivered to
+// the processes waiting for its key, not to every process of the
+// namespace, and on a Cluster it stays on the key's shard.
+
+// signalAnnounced returns a channel that receives once per announcement
+// about key that r's client published, on the key's channel (SPUBLISH or
+// PUBLISH) or, with Options.Broadcast, on the namespace's.
+func signalAnnounced(r *recorder, ns, key string) <-chan struct{} {
+	ch := make(chan struct{}, 64)
+	own, whole := valueKey(ns, key)+":ann", ns+":announce"
+	r.onAfter(func(args []string, _ error) {
+		if len(args) > 1 && (args[0] == "spublish" || args[0] == "publish") && (args[1] == own || args[1] == whole) {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	return ch
+}
+
+// isAnnouncement reports whether the command args (as the recorder has
+// them) publishes an announcement of namespace ns: on a key's channel or,
+// with Options.Broadcast, on the namespace's.
+func isAnnouncement(args []string, ns string) bool {
+	if len(args) < 2 || args[0] != "spublish" && args[0] != "publish" {
+		return false
+	}
+	return args[1] == ns+":announce" || strings.HasPrefix(args[1], ns+":{") && strings.HasSuffix(args[1], ":ann")
+}
+
+// mustNotLoad is the loader of a waiter: it fails the call if it runs.
+func mustNotLoad(context.Context) (string, error) { return "", errors.New("the waiter must not load") }
+
+// receivers is a client hook that adds up the replies of the client's
+// (S)PUBLISHes of announcements: how many subscribers each reached.
+type receivers struct {
+	mu        sync.Mutex
+	published int   // announcements published
+	reached   int64 // subscribers they reached, in all
+}
+
+func countReceivers(rc redis.UniversalClient) *receivers {
+	r := &receivers{}
+	rc.AddHook(r)
+	return r
+}
+
+func (r *receivers) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *receivers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		r.add(cmd)
+		return err
+	}
+}
+
+func (r *receivers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			r.add(cmd)
+		}
+		return err
+	}
+}
+
+func (r *receivers) add(cmd redis.Cmder) {
+	name := strings.ToLower(cmd.Name())
+	args := cmd.Args()
+	if name != "publish" && name != "spublish" || len(args) < 3 {
+		return
+	}
+	if msg, _ := args[2].(string); len(msg) < 2 {
+		return // the probe's empty message
+	}
+	var n int64
+	switch c := cmd.(type) {
+	case *redis.IntCmd:
+		n = c.Val()
+	case *redis.Cmd:
+		n, _ = c.Int64()
+	}
+	r.mu.Lock()
+	r.published++
+	r.reached += n
+	r.mu.Unlock()
+}
+
+// take returns the counts so far and starts again from zero.
+func (r *receivers) take() (published int, reached int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	published, reached = r.published, r.reached
+	r.published, r.reached = 0, 0
+	return published, reached
+}
+
+// onMasters runs fn on every master of s (the one server if it is not a
+// cluster).
+func onMasters(tb testing.TB, ctx context.Context, rc redis.UniversalClient, fn func(n redis.UniversalClient)) {
+	tb.Helper()
+	cc, ok := rc.(*redis.ClusterClient)
+	if !ok {
+		fn(rc)
+		return
+	}
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(n)
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// numsub returns how many subscribers channel has on the servers of rc:
+// classic ones (PUBSUB NUMSUB) and shard ones (PUBSUB SHARDNUMSUB), added
+// up over the masters of a cluster.
+func numsub(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string) (classic, shard int64) {
+	tb.Helper()
+	onMasters(tb, ctx, rc, func(n redis.UniversalClient) {
+		for _, sub := range []string{"NUMSUB", "SHARDNUMSUB"} {
+			r, err := n.Do(ctx, "PUBSUB", sub, channel).Slice()
+			if err != nil || len(r) != 2 {
+				tb.Fatalf("PUBSUB %s %s: %v, %v", sub, channel, r, err)
+			}
+			c, _ := r[1].(int64)
+			if sub == "NUMSUB" {
+				classic += c
+			} else {
+				shard += c
+			}
+		}
+	})
+	return classic, shard
+}
+
+// TestAnnounce_idleCacheHearsNothing: a Cache that waits for no key
+// receives no message for another Cache's Set, Delete or rebuild, and
+// those writes reach no subscriber at all (one (S)PUBLISH to nobody);
+// a Cache waiting for the key is reached by exactly the rebuild's notice.
+// With Options.Broadcast (the design before issue 13), every Cache hears
+// every write: the same assertions fail, which the broadcast case checks.
+func TestAnnounce_idleCacheHearsNothing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, broadcast := range []bool{false, true} {
+			name := "per-key"
+			if broadcast {
+				name = "broadcast"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := testCtx(t)
+				ns := namespace(t)
+				opts := &cache.Options{Namespace: ns, Broadcast: broadcast, WaitTimeout: time.Minute, PollInterval: time.Minute}
+				rcA := s.Client(t)
+				pubs := countReceivers(rcA)
+				a := newCacheOn(t, rcA, opts)
+				idle := []*cache.Cache{newCacheOn(t, s.Client(t), opts), newCacheOn(t, s.Client(t), opts)}
+				if broadcast {
+					redistest.WaitFor(t, ctx, "every Cache subscribed to the namespace channel", func() bool {
+						n, _ := numsub(t, ctx, rcA, ns+":announce")
+						return n == 3
+					})
+				}
+
+				// Writes nobody waits for.
+				if err := cache.Set(ctx, a, "k1", "v"); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Delete(ctx, "k1"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cache.GetOrLoad(ctx, a, "k2", func(context.Context) (string, error) { return "v", nil }); err != nil {
+					t.Fatal(err)
+				}
+				writes, reached := pubs.take()
+				if writes != 3 {
+					t.Fatalf("%d announcements published, want 3", writes)
+				}
+				var heard uint64
+				for i, c := range idle {
+					if broadcast {
+						// Delivered before the next PING's reply; wait for them.
+						redistest.WaitFor(t, ctx, "the idle Caches to hear the writes", func() bool {
+							d, _, _ := cache.AnnounceCounts(c)
+							return d >= 3
+						})
+					}
+					d, _, _ := cache.AnnounceCounts(c)
+					t.Logf("idle Cache %d received %d messages for %d writes", i, d, writes)
+					heard += d
+				}
+				t.Logf("%s: %d writes nobody waits for reached %d subscribers (%.2f per write)", name, writes, reached, float64(reached)/float64(writes))
+				if !broadcast && (reached != 0 || heard != 0) {
+					t.Errorf("writes nobody waits for reached %d subscribers, idle Caches received %d messages: want 0", reached, heard)
+				}
+				// A classic PUBLISH on a Cluster counts only the subscribers
+				// of the node it was sent to, though it reaches every node.
+				if broadcast && (reached < 3*int64(writes) && s.Kind != redistest.Cluster || heard < 2*uint64(writes)) {
+					t.Errorf("broadcast: %d subscribers reached, %d messages received by the idle Caches: want every Cache to hear every write", reached, heard)
+				}
+
+				// A rebuild that one idle Cache waits for.
+				started, release := make(chan struct{}), make(chan struct{})
+				resA, resB := make(chan error, 1), make(chan error, 1)
+				go func() {
+					_, err := cache.GetOrLoad(ctx, a, "k3", heldLoader(started, release, "v3"))
+					resA <- err
+				}()
+				redistest.Recv(t, ctx, started, "a's load to start")
+				b := idle[0]
+				go func() {
+					v, err := cache.GetOrLoad(ctx, b, "k3", mustNotLoad)
+					if err == nil && v != "v3" {
+						err = errors.New("waiter got " + v)
+					}
+					resB <- err
+				}()
+				if !broadcast {
+					redistest.WaitFor(t, ctx, "b to subscribe to the key's channel", func() bool {
+						_, n := numsub(t, ctx, rcA, valueKey(ns, "k3")+":ann")
+						return n == 1
+					})
+				} else {
+					redistest.WaitFor(t, ctx, "b to wait", func() bool { return b.Stats().Waits > 0 })
+				}
+				close(release)
+				for _, ch := range []chan error{resA, resB} {
+					if err := redistest.Recv(t, ctx, ch, "the loader and the waiter"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				writes, reached = pubs.take()
+				t.Logf("%s: a rebuild one Cache waits for reached %d subscribers", name, reached)
+				if !broadcast && (writes != 1 || reached != 1) {
+					t.Errorf("the rebuild's announcements: %d, reaching %d subscribers; want 1 reaching the waiter", writes, reached)
+				}
+				if d, _, _ := cache.AnnounceCounts(idle[1]); !broadcast && d != 0 {
+					t.Errorf("the other idle Cache received %d messages, want 0", d)
+				}
+			})
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestAnnounce_clusterShardOnly: on the 3-master Cluster, a waiter's
+// subscription exists only on the master that owns the key's slot, the
+// announcements of a rebuild, a Set and a Delete of the key are published
+// with SPUBLISH (the waiter, and only it, is reached; it is woken by the
+// announcement, the poll being a minute), and no node sees a classic
+// message: a pattern subscriber to the namespace on every node receives
+// none (a classic PUBLISH is forwarded to every node, SPUBLISH never
+// reaches pattern subscribers).
+func TestAnnounce_clusterShardOnly(t *testing.T) {
+	s := redistest.Shared(t, redistest.Cluster)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	opts := &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute}
+	rcA := s.Client(t)
+	pubs := countReceivers(rcA)
+	a := newCacheOn(t, rcA, opts)
+	b := newCacheOn(t, s.Client(t), opts)
+	channel := valueKey(ns, "k") + ":ann"
+
+	// A pattern subscriber on every node.
+	var watchers []*redis.PubSub
+	for _, addr := range s.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = n.Close() })
+		ps := n.PSubscribe(ctx, ns+":*")
+		t.Cleanup(func() { _ = ps.Close() })
+		if _, err := ps.Receive(ctx); err != nil { // the confirmation
+			t.Fatal(err)
+		}
+		watchers = append(watchers, ps)
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	resA, resB := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := cache.GetOrLoad(ctx, a, "k", heldLoader(started, release, "v"))
+		resA <- err
+	}()
+	redistest.Recv(t, ctx, started, "a's load to start")
+	go func() {
+		v, err := cache.GetOrLoad(ctx, b, "k", mustNotLoad)
+		if err == nil && v != "v" {
+			err = errors.New("waiter got " + v)
+		}
+		resB <- err
+	}()
+	redistest.WaitFor(t, ctx, "b to subscribe", func() bool { _, n := numsub(t, ctx, rcA, channel); return n == 1 })
+	owner, err := rcA.(*redis.ClusterClient).MasterForKey(ctx, channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range s.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		r, err := n.Do(ctx, "PUBSUB", "SHARDNUMSUB", channel).Slice()
+		n.Close()
+		if err != nil || len(r) != 2 {
+			t.Fatalf("%s: PUBSUB SHARDNUMSUB: %v, %v", addr, r, err)
+		}
+		want := int64(0)
+		if addr == owner.Options().Addr {
+			want = 1
+		}
+		if got, _ := r[1].(int64); got != want {
+			t.Errorf("%s (owner %s): %d shard subscribers of %s, want %d", addr, owner.Options().Addr, got, channel, want)
+		}
+	}
+	close(release)
+	for _, ch := range []chan error{resA, resB} {
+		if err := redistest.Recv(t, ctx, ch, "the loader and the waiter"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cache.Set(ctx, a, "k", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if writes, reached := pubs.take(); writes != 3 || reached != 3 {
+		// b's subscription lingers after its wait: it hears the Set and the
+		// Delete too.
+		t.Errorf("%d announcements reaching %d subscribers, want 3 reaching b each", writes, reached)
+	}
+	redistest.WaitFor(t, ctx, "b to receive the three messages", func() bool { d, _, _ := cache.AnnounceCounts(b); return d >= 3 })
+
+	// A marker published from every node, after the writes: each watcher
+	// must receive the three markers and nothing before them.
+	for _, addr := range s.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		err := n.Publish(ctx, ns+":marker", addr).Err()
+		n.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ps := range watchers {
+		for range s.Addrs() {
+			m, err := ps.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Channel != ns+":marker" {
+				t.Errorf("node %s received %q on %s: a message left the key's shard", s.Addrs()[i], m.Payload, m.Channel)
+			}
+		}
+	}
+}
+
+// TestAnnounce_writeBeforeSubscribe: a write made after a waiter read the
+// key's claim but before its subscription was confirmed is announced to
+// nobody (the test checks that the announcement reached no subscriber),
+// yet the waiter learns of it at once, not by its poll (an hour here).
+// GetOrLoadMany subscribes after its read found the claim: it reads the
+// key again once the server confirms the subscription. GetOrLoad, whose
+// first read found the claim, subscribes before it reads the key again to
+// wait, so that read finds the value.
+func TestAnnounce_writeBeforeSubscribe(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		get     func(ctx context.Context, c *cache.Cache) (string, error)
+		recheck bool // the waiter reads the key again after its subscription is confirmed
+	}{
+		{name: "GetOrLoadMany", recheck: true, get: func(ctx context.Context, c *cache.Cache) (string, error) {
+			m, err := cache.GetOrLoadMany(ctx, c, []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+				return nil, errors.New("the waiter must not load")
+			})
+			return m["k"], err
+		}},
+		{name: "GetOrLoad", get: func(ctx context.Context, c *cache.Cache) (string, error) {
+			return cache.GetOrLoad(ctx, c, "k", mustNotLoad)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+				ctx := testCtx(t)
+				ns := namespace(t)
+				opts := &cache.Options{Namespace: ns, WaitTimeout: time.Hour, PollInterval: time.Hour}
+				rcA := s.Client(t)
+				pubs := countReceivers(rcA)
+				a := newCacheOn(t, rcA, opts)
+				b := newCacheOn(t, s.Client(t), opts)
+
+				started, release := make(chan struct{}), make(chan struct{})
+				resA, resB := make(chan error, 1), make(chan error, 1)
+				go func() {
+					_, err := cache.GetOrLoad(ctx, a, "k", heldLoader(started, release, "v"))
+					resA <- err
+				}()
+				redistest.Recv(t, ctx, started, "a's load to start")
+				var once atomic.Bool
+				cache.BeforeSubscribe(b, func(string) {
+					if once.CompareAndSwap(false, true) {
+						// b has read a's claim: a writes and announces now.
+						close(release)
+						resA <- redistest.Recv(t, ctx, resA, "a's rebuild")
+					}
+				})
+				go func() {
+					v, err := tc.get(ctx, b)
+					if err == nil && v != "v" {
+						err = errors.New("waiter got " + v)
+					}
+					resB <- err
+				}()
+				if err := redistest.Recv(t, ctx, resB, "the waiter"); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-resA; err != nil {
+					t.Fatal(err)
+				}
+				if !once.Load() {
+					t.Fatal("b never subscribed")
+				}
+				if writes, reached := pubs.take(); writes != 1 || reached != 0 {
+					t.Errorf("the rebuild's announcements: %d reaching %d subscribers, want 1 reaching nobody", writes, reached)
+				}
+				if _, _, rechecks := cache.AnnounceCounts(b); (rechecks > 0) != tc.recheck {
+					t.Errorf("b read the key again after subscribing %d times, want that to be %v", rechecks, tc.recheck)
+				}
+				if st := b.Stats(); st.Loads != 0 {
+					t.Errorf("b: stats %+v, want no load", st)
+				}
+			}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+		})
+	}
+}
+
+// shardSplitClient sends SSUBSCRIBE over a client of its own (through a
+// fault proxy) and everything else over the embedded client, so that a
+// fault can cut a waiter's per-key subscription alone.
+type shardSplitClient struct {
+	redis.UniversalClient
+	sub redis.UniversalClient
+}
+
+func (c *shardSplitClient) SSubscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return c.sub.SSubscribe(ctx, channels...)
+}
+
+// TestAnnounce_faults: the connection of a waiter's per-key subscription
+// is black-holed, or reset with reconnects refused, while it waits; the
+// rebuild's announcement is lost (the waiter receives no message), and the
+// poll still wakes it long before WaitTimeout, without loading. On the
+// Cluster the subscription is the one on the key's master.
+func TestAnnounce_faults(t *testing.T) {
+	const (
+		wait = 30 * time.Second
+		poll = 100 * time.Millisecond
+	)
+	tests := []struct {
+		name   string
+		fault  func(p faultproxy.Faults)
+		closes bool // the fault ends the subscription on the server
+	}{
+		{name: "black-holed", fault: func(p faultproxy.Faults) { p.BlackHole() }},
+		{name: "reset", fault: func(p faultproxy.Faults) { p.Refuse(); p.Reset() }, closes: true},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := testCtx(t)
+				ns := namespace(t)
+				proxied, p := faultyClient(t, s, faultTimeouts)
+				direct := s.Client(t)
+				pubs := countReceivers(direct)
+				w := newCacheOn(t, &shardSplitClient{UniversalClient: s.Client(t), sub: proxied},
+					&cache.Options{Namespace: ns, WaitTimeout: wait, PollInterval: poll})
+				r := newCacheOn(t, direct, &cache.Options{Namespace: ns})
+				channel := valueKey(ns, "k") + ":ann"
+
+				started := make(chan struct{})
+				release, open := gate(t)
+				rebuilder := goGetOrLoad(ctx, r, "k", func(context.Context) (string, error) {
+					close(started)
+					<-release
+					return "rebuilt", nil
+				})
+				redistest.Recv(t, ctx, started, "the rebuilder to claim the key")
+				var calls atomic.Int32
+				waiter := goGetOrLoad(ctx, w, "k", neverLoad[string](&calls))
+				redistest.WaitFor(t, ctx, "the waiter to wait, subscribed", func() bool {
+					_, n := numsub(t, ctx, direct, channel)
+					return w.Stats().Waits == 1 && n == 1
+				})
+				tt.fault(p)
+				if tt.closes {
+					redistest.WaitFor(t, ctx, "the server to drop the subscription", func() bool {
+						_, n := numsub(t, ctx, direct, channel)
+						return n == 0
+					})
+				}
+				opened := time.Now()
+				open()
+				if res := redistest.Recv(t, ctx, waiter, "the waiter"); res.err != nil || res.v != "rebuilt" {
+					t.Errorf("waiter: %q, %v; want the rebuilt value", res.v, res.err)
+				}
+				woke := time.Since(opened)
+				if res := redistest.Recv(t, ctx, rebuilder, "the rebuilder"); res.err != nil || res.v != "rebuilt" {
+					t.Errorf("rebuilder: %q, %v", res.v, res.err)
+				}
+				writes, reached := pubs.take()
+				if d, _, _ := cache.AnnounceCounts(w); d != 0 {
+					t.Errorf("the waiter received %d messages: the announcement was not lost, the test proves nothing", d)
+				}
+				if st := w.Stats(); st.Loads != 0 || st.WaitTimeouts != 0 || calls.Load() != 0 || woke > wait/6 {
+					t.Errorf("waiter woke after %v with stats %+v; want it woken by a poll (every %v), long before WaitTimeout %v, without loading", woke, st, poll, wait)
+				}
+				t.Logf("%d announcements reaching %d subscribers; the waiter woke by its poll after %v", writes, reached, woke)
+				p.Resume()
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}

@@ -1,0 +1,15 @@
+package cache
+
+// AnnounceCounts returns how many announcement messages c has received,
+// how many channel subscriptions it sent on open connections, and how many
+// waits read the key again because their subscription was confirmed after
+// their read (see Cache.await).
+func AnnounceCounts(c *Cache) (delivered, subscribes, rechecks uint64) {
+	d, s := c.ann.counts()
+	return d, s, c.ann.rechecks.Load()
+}
+
+// BeforeSubscribe makes c run fn when one of its waiters, having read
+// the stored value key (NS:{K}), is about to subscribe to its channel.
+// Call it before c is used.
+func BeforeSubscribe(c *Cache, fn func(valueKey string)) { c.ann.beforeSubscribe = fn }
