@@ -379,6 +379,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 		return zero, ErrMiss
 	}
 	c.countGet(ctx, key, found, false)
+	peekFound(ctx, raw)
 	if st == stateStale {
 		return v, ErrStale
 	}
@@ -406,6 +407,7 @@ func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, 
 		return v, nil, false
 	}
 	c.countGet(ctx, key, found, true)
+	peekFound(ctx, ne.raw)
 	if found == EventStale {
 		return v, ErrStale, true
 	}
@@ -431,6 +433,9 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	}
 	k := c.keys(key)
 	val, ttl := c.entry(it, payload, false, 0)
+	if old, ok := expected(ctx); ok {
+		return c.setIfUnchanged(ctx, k, string(old), val, ttl)
+	}
 	pipe := c.rc.Pipeline()
 	set := pipe.Set(ctx, k.value, val, ttl)
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))

@@ -187,20 +187,27 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 //
 // It writes only if the key still holds prior (its Version): a key
 // deleted meanwhile (invalidation by a write, in any process) or stored
-// again by another render stays as it is.
-//
-// NOTE: the check and the write are two calls (the cache has no
-// conditional Set): an invalidation that lands between them, a round trip
-// long, is undone by the write, with the response the handler just
-// confirmed (or rendered) for a request made before that write.
-// GetOrLoad's own writes are conditional and have no such window.
+// again by another render stays as it is. The write under prior's key is
+// conditional on the server (peek.Expect: SET IFEQ the entry read here),
+// so an invalidation that lands between the read and the write wins too.
+// A new response that varies on other headers than prior goes under
+// another key, which cannot be written on the condition of this one: it
+// is written after the read, a round trip apart.
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
-	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
+	probe := new(peek.Probe)
+	cur, err := cache.Get[response](peek.With(ctx, probe), m.c, rv.key)
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
 		return response{}, errNotStored{"the stored response changed during its revalidation"}
 	}
 	key := variantKey(base, res.resp.Vary, r)
-	if err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
+	wctx := ctx
+	if key == rv.key && probe.Stored() != nil {
+		wctx = peek.Expect(ctx, probe.Stored())
+	}
+	if err := cache.Set(wctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
+		if errors.Is(err, peek.ErrChanged) {
+			return response{}, errNotStored{"the stored response changed during its revalidation"}
+		}
 		return response{}, err
 	}
 	if len(res.resp.Vary) > 0 {

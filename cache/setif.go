@@ -1,0 +1,47 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// setIfUnchanged is Set on a context from peek.Expect (package
+// middleware's revalidation): it writes val only if the value key still
+// holds old, the entry a Get found, in one conditional write (SET IFEQ,
+// or a script where the server has no SET IFEQ), so a Delete or Set that
+// came after that Get wins. It returns peek.ErrChanged when the key holds
+// something else, or nothing.
+func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl time.Duration) error {
+	wrote, err := c.conn.SetIfEqual(ctx, k.value, old, val, ttl)
+	if err != nil {
+		return fmt.Errorf("cache: set %q: %w", k.user, redisx.Denied("set", err, ""))
+	}
+	if !wrote {
+		return peek.ErrChanged
+	}
+	c.announceSet(ctx, k)
+	c.flights.Forget(k.value) // as in Set
+	c.nearDrop(k)
+	return nil
+}
+
+// announceSet wakes the processes waiting for k after a Set, as Set's
+// own pipeline does.
+func (c *Cache) announceSet(ctx context.Context, k keys) {
+	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
+}
+
+// peekFound records raw, the entry a Get found, on the peek.Probe ctx carries.
+func peekFound(ctx context.Context, raw []byte) {
+	if p := peek.From(ctx); p != nil {
+		p.Found(raw)
+	}
+}
+
+// expected returns the entry a Set on ctx must find to write (see
+// peek.Expect).
+func expected(ctx context.Context) ([]byte, bool) { return peek.Expected(ctx) }

@@ -1,0 +1,100 @@
+package cache_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// TestSet_expect: a Set on a context from peek.Expect (the middleware's
+// revalidation) writes only if the key still holds the entry a Get saw,
+// in one conditional write: a Set or Delete after that Get wins, however
+// the two calls interleave.
+func TestSet_expect(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, near := range []bool{false, true} {
+			if near && s.Kind == redistest.Miniredis {
+				continue
+			}
+			name := "server"
+			if near {
+				name = "near"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := testCtx(t)
+				opts := &cache.Options{Namespace: namespace(t)}
+				var c *cache.Cache
+				if near {
+					opts = nearOpts(t)
+					c = nearCache(t, s, opts)
+				} else {
+					c = newCacheOn(t, s.Client(t), opts)
+				}
+				other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
+				seen := func() []byte {
+					t.Helper()
+					p := new(peek.Probe)
+					if _, err := cache.Get[string](peek.With(ctx, p), c, "k"); err != nil {
+						t.Fatal(err)
+					}
+					if p.Stored() == nil {
+						t.Fatal("Get recorded no stored entry")
+					}
+					return p.Stored()
+				}
+				get := func(want string) {
+					t.Helper()
+					v, err := cache.Get[string](ctx, other, "k")
+					if want == "" {
+						if !errors.Is(err, cache.ErrMiss) {
+							t.Fatalf("Get = %q, %v; want a miss", v, err)
+						}
+						return
+					}
+					if err != nil || v != want {
+						t.Fatalf("Get = %q, %v; want %q", v, err, want)
+					}
+				}
+
+				if err := cache.Set(ctx, c, "k", "v1"); err != nil {
+					t.Fatal(err)
+				}
+				old := seen()
+				if err := cache.Set(ctx, other, "k", "v2"); err != nil {
+					t.Fatal(err)
+				}
+				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v3"); !errors.Is(err, peek.ErrChanged) {
+					t.Fatalf("Set after another Set: %v; want peek.ErrChanged", err)
+				}
+				get("v2")
+
+				if near {
+					redistest.WaitFor(t, ctx, "the near cache to hold v2", func() bool {
+						v, err := cache.Get[string](ctx, c, "k")
+						return err == nil && v == "v2" && c.Stats().NearHits > 0
+					})
+				}
+				old = seen()
+				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v3"); err != nil {
+					t.Fatalf("Set on an unchanged key: %v", err)
+				}
+				get("v3")
+				if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v3" {
+					t.Fatalf("the writer's Get = %q, %v; want v3", v, err)
+				}
+
+				old = seen()
+				if err := other.Delete(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v4"); !errors.Is(err, peek.ErrChanged) {
+					t.Fatalf("Set after a Delete: %v; want peek.ErrChanged", err)
+				}
+				get("")
+			})
+		}
+	})
+}
