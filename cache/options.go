@@ -156,10 +156,13 @@ type Options struct {
 //
 // An entry leaves every process's near cache when its value changes on
 // the server, whoever changed it (a rebuild, a refresh, Set, Delete, the
-// server's expiry or eviction, or any other client): each process asks the
-// server for invalidations of the namespace's keys (CLIENT TRACKING in
-// BCAST mode on a connection of its own, one per node on a Cluster or
-// Ring). Fresh, stale and missing are decided from the entry's own times,
+// server's expiry or eviction, or any other client): each process fills
+// its near cache through connections of its own with CLIENT TRACKING on,
+// redirected to a tracking connection per node, so the server tells it of
+// the keys it read, and of no others (on a Ring, whose shard for a key is
+// not exposed, it is told of every key of the namespace: BCAST). Fill
+// reads do not go through the client given to New: its hooks do not see
+// them. Fresh, stale and missing are decided from the entry's own times,
 // as for values read from the server, so a stale entry still triggers the
 // one cluster-wide refresh and is served meanwhile.
 //
