@@ -29,8 +29,11 @@ func (p plane) at(n, w float64) float64 { return p.a + p.b*n + p.c*w }
 // ys). A cost cannot fall as the fleet or the waiters grow: a negative
 // coefficient (noise, or a term the points cannot tell apart from the
 // other) is dropped and the rest fitted again.
-func fitPlane(ns, ws, ys []float64) plane {
-	useB, useC := true, true
+func fitPlane(ns, ws, ys []float64) plane { return fitTerms(ns, ws, ys, true) }
+
+// fitTerms is fitPlane, with the N term only if withN.
+func fitTerms(ns, ws, ys []float64, withN bool) plane {
+	useB, useC := withN, true
 	for {
 		p := solve(ns, ws, ys, useB, useC)
 		switch {
@@ -146,6 +149,7 @@ func fitModel(pts []point) model {
 	}
 	for i := range m {
 		d := &m[i]
+		d.near = slices.ContainsFunc(pts, func(p point) bool { return p.Server == d.server && p.Design == d.design && p.Holders > 0 })
 		maxN := 0
 		var items []float64
 		for _, phase := range []string{"idle", "wait"} {
@@ -162,14 +166,15 @@ func fitModel(pts []point) model {
 				if p.N >= maxN {
 					maxN, d.memPerProc = p.N, p.MemPerProc
 				}
-				if p.Holders > 0 {
-					d.near = true
-					if p.TrackMem > 0 {
-						items = append(items, p.TrackMem)
-					}
+				if p.TrackMem > 0 {
+					items = append(items, p.TrackMem)
 				}
 			}
-			c := costs{fitPlane(ns, ws, msgs), fitPlane(ns, ws, bytes), fitPlane(ns, ws, cpu)}
+			// With the near cache the holders are a share of N, so the
+			// two cannot be told apart; tracking is targeted, so a
+			// process that holds nothing costs nothing: w only.
+			withN := !d.near
+			c := costs{fitTerms(ns, ws, msgs, withN), fitTerms(ns, ws, bytes, withN), fitTerms(ns, ws, cpu, withN)}
 			if phase == "idle" {
 				d.idle = c
 			} else {
@@ -193,11 +198,27 @@ func median(xs []float64) float64 {
 // perWrite returns d's costs per write in a fleet of n instances: a
 // rebuild that the fraction a.waitFrac of them waits for, or with the near
 // cache a write to a key the fraction a.holdFrac of them holds.
+//
+// In the near phase a holder does not read the key again, so it is told
+// of the key's first write only; the model has every holder told of every
+// write (as holders of a hot key that read it again are), at the cost per
+// invalidation measured: the holders' slope over the invalidations'.
 func (d *designModel) perWrite(n float64, a assumptions) (msgs, bytes, cpu float64) {
-	if d.near {
-		return d.idle.at(n, a.holdFrac*n)
+	if !d.near {
+		return d.wait.at(n, a.waitFrac*n)
 	}
-	return d.wait.at(n, a.waitFrac*n)
+	h := a.holdFrac * n
+	perB, perCPU := d.perInvalidation()
+	return d.idle.msgs.a + h, math.Max(0, d.idle.bytes.a) + h*perB, math.Max(0, d.idle.cpu.a) + h*perCPU
+}
+
+// perInvalidation returns the near cache's cost of one invalidation:
+// bytes and server CPU seconds.
+func (d *designModel) perInvalidation() (bytes, cpu float64) {
+	if d.idle.msgs.c <= 0 {
+		return 0, 0
+	}
+	return d.idle.bytes.c / d.idle.msgs.c, d.idle.cpu.c / d.idle.msgs.c
 }
 
 // limit returns the fleet size at which a cost per write of y(N), growing
@@ -231,7 +252,8 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 		for _, ph := range phases {
 			track := "–"
 			if d.near {
-				track = fmt.Sprintf("%.0f", d.trackItem)
+				b, c := d.perInvalidation()
+				track = fmt.Sprintf("%.0f (per invalidation: %.0f B, %.1f µs)", d.trackItem, b, c*1e6)
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f | %s |\n", d.server, d.design, ph.name,
 				planeText(ph.c.msgs, 1, "%.2f"), planeText(ph.c.bytes, 1, "%.1f"), planeText(ph.c.cpu, 1e6, "%.2f"), d.memPerProc/1024, track)
@@ -256,8 +278,9 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 	fmt.Fprintln(w)
 
 	rate := a.rates[0]
-	fmt.Fprintf(w, "Modelled fleets: %.0f rebuilds/s across the fleet, each awaited by %.2f%% of the instances (near: %.1f%% hold each written key, %.0f keys held per instance);\n",
-		rate, a.waitFrac*100, a.holdFrac*100, a.held)
+	fmt.Fprintf(w, "Modelled fleets: %.0f rebuilds/s across the fleet, each awaited by %.2f%% of the instances (near: writes at the same rate to keys %.1f%% of the instances hold,\n",
+		rate, a.waitFrac*100, a.holdFrac*100)
+	fmt.Fprintf(w, "each holder told of each write; %.0f tracking items per instance: keys held, times the reader connections that read them);\n", a.held)
 	fmt.Fprintln(w, "CPU from this shared 2-core machine (an upper bound)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| server | design | instances | msgs/write | msgs/s at the server | msgs/s per instance | bytes/s on the wire | server CPU (cores) | server memory for the fleet's connections | tracking table |")
