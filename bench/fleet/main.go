@@ -58,6 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 		rounds   = fs.Int("rounds", 150, "wait phase: rebuilds per fleet size, each with its waiters (0: no wait phase)")
 		waiters  = fs.Int("waiters", 4, "wait phase: processes waiting for each rebuilt key (at most N-1)")
 		load     = fs.Duration("load", 20*time.Millisecond, "wait phase: the rebuild's loader time (waiters start meanwhile)")
+		quiet    = fs.Duration("quiet", 2*time.Second, "quiet phase: how long each fleet is measured without writes (0: none)")
 		value    = fs.Int("value", 100, "bytes of each value")
 		near     = fs.Bool("near", true, "also measure the last design (the default) with the near cache on in every process")
 		hold     = fs.Float64("hold-frac", 0.25, "with -near: fraction of the processes holding each key in their near cache before the writes (at least one)")
@@ -82,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 	if fs.NArg() > 0 {
 		return config{}, assumptions{}, "", fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg := config{writes: *writes, rate: *rate, keys: *keys, rounds: *rounds, waiters: *waiters, load: *load,
+	cfg := config{writes: *writes, rate: *rate, keys: *keys, rounds: *rounds, waiters: *waiters, load: *load, quiet: *quiet,
 		value: *value, near: *near, holdFrac: *hold, cluster: *cluster}
 	for _, s := range strings.Split(*procs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -152,6 +153,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "server: Redis 8.6 (%s), %d node(s); idle phase: %d writes at %d/s over %d keys, values of %d B; wait phase: %d rebuilds, loader %v, %d processes waiting for each (fewer if N is smaller); near: %.0f%% of the processes hold each written key\n\n",
 		serverKind(cfg.cluster), len(ct.srv.addrs), cfg.writes, cfg.rate, cfg.keys, cfg.value, cfg.rounds, cfg.load, cfg.waiters, cfg.holdFrac*100)
 	printMeasured(stdout, pts)
+	fmt.Fprintln(stdout)
+	printQuiet(stdout, pts)
 	fmt.Fprintln(stdout)
 	printBaseline(stdout, pts)
 	fmt.Fprintln(stdout)

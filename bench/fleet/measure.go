@@ -17,6 +17,7 @@ type config struct {
 	rounds   int           // wait phase: rebuilds, each with its waiters
 	waiters  int           // wait phase: processes waiting for each rebuilt key (at most N-1)
 	load     time.Duration // wait phase: the rebuild's loader time
+	quiet    time.Duration // quiet phase: how long the fleet is measured without writes (0: no quiet phase)
 	value    int           // bytes of each value
 	designs  []string
 	near     bool    // also measure the last design with the near cache on in every process
@@ -28,7 +29,7 @@ type config struct {
 type point struct {
 	Server  string // "redis" or "cluster"
 	Design  string // a design; "+near" when every process has the near cache on
-	Phase   string // "idle": one writer, the others neither hold nor wait; "wait": rebuilds with waiters
+	Phase   string // "idle": one writer, the others neither hold nor wait; "wait": rebuilds with waiters; "quiet": no writes
 	N       int    // processes, the writer included
 	Writes  int
 	Elapsed time.Duration
@@ -124,6 +125,23 @@ func (ct *controller) runPoint(ctx context.Context, design string, near bool, n 
 		return nil, fmt.Errorf("idle phase: %w", err)
 	}
 	out := []point{idle}
+	if ct.cfg.quiet > 0 {
+		// No writes at all: what the fleet costs the server by itself
+		// (pings, the near cache's watch of a Cluster's nodes).
+		quiet := point{Server: srvName, Design: name, Phase: "quiet", N: n, MemPerProc: memPer}
+		err = ct.measure(ctx, &quiet, ws, func() error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(ct.cfg.quiet):
+				return nil
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("quiet phase: %w", err)
+		}
+		out = append(out, quiet)
+	}
 	if near || ct.cfg.rounds == 0 {
 		return out, nil // the near cache changes nothing for waiters
 	}

@@ -134,6 +134,7 @@ type designModel struct {
 	wait           costs   // rebuilds with w waiters (not measured with near)
 	memPerProc     float64 // server memory per open process, bytes (at the largest measured N)
 	trackItem      float64 // near: server memory per tracking-table item, bytes; 0 if none was measured
+	bgBytes, bgCPU float64 // without writes, per process and second: server bytes, server CPU seconds
 }
 
 // model is the designs' models, in the order they were measured.
@@ -182,6 +183,18 @@ func fitModel(pts []point) model {
 			}
 		}
 		d.trackItem = median(items)
+		// Without writes: the server's bytes and CPU per second as a line
+		// in N; its slope is each process's share (the server's own
+		// housekeeping is the intercept).
+		var ns, zero, bgB, bgC []float64
+		for _, p := range pts {
+			if p.Server == d.server && p.Design == d.design && p.Phase == "quiet" && p.Elapsed > 0 {
+				secs := p.Elapsed.Seconds()
+				ns, zero = append(ns, float64(p.N)), append(zero, 0)
+				bgB, bgC = append(bgB, float64(p.ServerBytes)/secs), append(bgC, p.CPU/secs)
+			}
+		}
+		d.bgBytes, d.bgCPU = fitPlane(ns, zero, bgB).b, fitPlane(ns, zero, bgC).b
 	}
 	return m
 }
@@ -265,6 +278,9 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 	fmt.Fprintln(w, "| server | design | phase | N | w | msgs/write measured / model | B/write measured / model | CPU µs/write measured / model |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, p := range pts {
+		if p.Phase == "quiet" {
+			continue
+		}
 		i := slices.IndexFunc(m, func(d designModel) bool { return d.server == p.Server && d.design == p.Design })
 		c := m[i].idle
 		if p.Phase == "wait" {
@@ -283,8 +299,8 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 	fmt.Fprintf(w, "each holder told of each write; %.0f tracking items per instance: keys held, times the reader connections that read them);\n", a.held)
 	fmt.Fprintln(w, "CPU from this shared 2-core machine (an upper bound)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| server | design | instances | msgs/write | msgs/s at the server | msgs/s per instance | bytes/s on the wire | server CPU (cores) | server memory for the fleet's connections | tracking table |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| server | design | instances | msgs/write | msgs/s at the server | msgs/s per instance | bytes/s on the wire | server CPU (cores) | without writes: bytes/s, cores | server memory for the fleet's connections | tracking table |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, d := range m {
 		for _, n := range a.sizes {
 			msgs, bytes, cpu := d.perWrite(float64(n), a)
@@ -292,8 +308,9 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 			if d.near {
 				track = size(float64(n) * a.held * d.trackItem)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s/s | %.2f | %s | %s |\n", d.server, d.design, count(float64(n)), count(msgs),
-				count(rate*msgs), count(rate*msgs/float64(n)), size(rate*bytes), rate*cpu, size(float64(n)*d.memPerProc), track)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s/s | %.2f | %s/s, %.2f | %s | %s |\n", d.server, d.design, count(float64(n)), count(msgs),
+				count(rate*msgs), count(rate*msgs/float64(n)), size(rate*bytes), rate*cpu,
+				size(float64(n)*d.bgBytes), float64(n)*d.bgCPU, size(float64(n)*d.memPerProc), track)
 		}
 	}
 	fmt.Fprintln(w)

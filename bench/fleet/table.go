@@ -14,6 +14,9 @@ func printMeasured(w io.Writer, pts []point) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for i := range pts {
 		p := &pts[i]
+		if p.Phase == "quiet" {
+			continue // printQuiet
+		}
 		secs := p.Elapsed.Seconds()
 		mean := float64(p.msgs()) / float64(p.N) / secs
 		wake := "–"
@@ -67,3 +70,20 @@ func printBaseline(w io.Writer, pts []point) {
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// printQuiet writes what each fleet cost the server without any write,
+// per process and second.
+func printQuiet(w io.Writer, pts []point) {
+	fmt.Fprintln(w, "Quiet fleet: no writes, per second (pings, the near cache's watch of a Cluster's nodes); the model takes each process's share as the slope in N")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| server | design | N | seconds | server B/s per process | of which command replies | msgs/s per process | server CPU µs/s, all |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, p := range pts {
+		if p.Phase != "quiet" {
+			continue
+		}
+		per := func(v float64) float64 { return v / p.Elapsed.Seconds() / float64(p.N) }
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.0f | %.0f | %.2f | %.1f |\n", p.Server, p.Design, p.N, p.Elapsed.Seconds(),
+			per(float64(p.ServerBytes)), per(float64(p.Delta.CmdBytes)), per(float64(p.msgs()+p.Delta.Invals)), p.CPU*1e6/p.Elapsed.Seconds())
+	}
+}
