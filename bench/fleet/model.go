@@ -234,6 +234,28 @@ func (d *designModel) perInvalidation() (bytes, cpu float64) {
 	return d.idle.bytes.c / d.idle.msgs.c, d.idle.cpu.c / d.idle.msgs.c
 }
 
+// Tracking-table constants the run does not measure: the server's
+// default bound on the keys it tracks (tracking-table-max-keys; beyond it
+// it evicts keys from the table by invalidating them), and the memory of
+// each further process that read a key already in the table (an entry in
+// the key's set of client IDs, per the Redis source).
+const (
+	trackMaxKeys   = 1_000_000
+	trackPerReader = 8
+)
+
+// trackingMemory returns the server's tracking-table memory for n
+// instances each holding a.held keys, each key held by a.holdFrac of them
+// (at least one): perKey (measured with one reader per key) for each
+// distinct key, up to trackMaxKeys, and trackPerReader for each further
+// reader of a key.
+func trackingMemory(n float64, a assumptions, perKey float64) float64 {
+	items := n * a.held
+	keys := math.Min(items/math.Max(1, a.holdFrac*n), trackMaxKeys)
+	items = math.Min(items, keys*math.Max(1, a.holdFrac*n))
+	return keys*perKey + (items-keys)*trackPerReader
+}
+
 // limit returns the fleet size at which a cost per write of y(N), growing
 // with N, at rate writes per second reaches capacity per second; +Inf if
 // it never does.
@@ -296,7 +318,8 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 	rate := a.rates[0]
 	fmt.Fprintf(w, "Modelled fleets: %.0f rebuilds/s across the fleet, each awaited by %.2f%% of the instances (near: writes at the same rate to keys %.1f%% of the instances hold,\n",
 		rate, a.waitFrac*100, a.holdFrac*100)
-	fmt.Fprintf(w, "each holder told of each write; %.0f tracking items per instance: keys held, times the reader connections that read them);\n", a.held)
+	fmt.Fprintf(w, "each holder told of each write; %.0f keys held per instance, so %s distinct keys, at most %s tracked: the tracking table is the measured bytes per key\n", a.held, count(a.held/math.Max(a.holdFrac, 1e-9)), count(trackMaxKeys))
+	fmt.Fprintf(w, "with one reader, plus %d B per further reader (the Redis source), a reader being one of a process's reader connections);\n", trackPerReader)
 	fmt.Fprintln(w, "CPU from this shared 2-core machine (an upper bound)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| server | design | instances | msgs/write | msgs/s at the server | msgs/s per instance | bytes/s on the wire | server CPU (cores) | without writes: bytes/s, cores | server memory for the fleet's connections | tracking table |")
@@ -306,7 +329,7 @@ func printModel(w io.Writer, m model, pts []point, a assumptions) {
 			msgs, bytes, cpu := d.perWrite(float64(n), a)
 			track := "–"
 			if d.near {
-				track = size(float64(n) * a.held * d.trackItem)
+				track = size(trackingMemory(float64(n), a, d.trackItem))
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s/s | %.2f | %s/s, %.2f | %s | %s |\n", d.server, d.design, count(float64(n)), count(msgs),
 				count(rate*msgs), count(rate*msgs/float64(n)), size(rate*bytes), rate*cpu,
