@@ -173,9 +173,15 @@ func fitModel(pts []point) model {
 			}
 			// With the near cache the holders are a share of N, so the
 			// two cannot be told apart; tracking is targeted, so a
-			// process that holds nothing costs nothing: w only.
+			// process that holds nothing costs nothing: w only. Bytes
+			// and CPU grow with N only where the messages do: on this
+			// shared machine the CPU wanders by a few µs per write with
+			// or without a fleet, which a free N term would extrapolate
+			// to thousands of instances.
 			withN := !d.near
-			c := costs{fitTerms(ns, ws, msgs, withN), fitTerms(ns, ws, bytes, withN), fitTerms(ns, ws, cpu, withN)}
+			mf := fitTerms(ns, ws, msgs, withN)
+			withN = withN && mf.b > 0.01
+			c := costs{mf, fitTerms(ns, ws, bytes, withN), fitTerms(ns, ws, cpu, withN)}
 			if phase == "idle" {
 				d.idle = c
 			} else {
