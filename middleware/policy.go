@@ -148,7 +148,6 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		// never fresh and without a stale window (see revalidate.go).
 		return "", age, 0, 0
 	}
-	lifetime = m.o.TTL
 	heuristic := false
 	switch {
 	case sc.hasMaxAge:
