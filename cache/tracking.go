@@ -58,6 +58,7 @@ type tracking struct {
 	targeted bool
 	cluster  *redis.ClusterClient
 	hook     redis.Hook // added to every reader (tests); guarded by mu
+	kick     chan struct{} // asks watch to look at the nodes now; nil without watch
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -100,13 +101,16 @@ func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, .
 		// Fills read from the masters, through the trackers' readers,
 		// whatever the client's own routing (replicas included).
 		t.targeted, t.cluster = true, c
-		each := c.ForEachMaster
-		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
-			c.ReloadState(ctx)
-			return nodes(ctx, each)
+		// ForEachMaster reloads the Cluster's state (CLUSTER SLOTS): every
+		// clusterWatch, and when a fill finds its key's master untracked
+		// (fillSource). Nothing depends on it for coherence: a key is
+		// filled only through its master's reader, and a master that goes
+		// away ends its tracker, which flushes.
+		t.watch(clusterWatch, func(ctx context.Context) (map[string]*redis.Options, error) {
+			return nodes(ctx, c.ForEachMaster)
 		})
 	case *redis.Ring:
-		t.watch(func(ctx context.Context) (map[string]*redis.Options, error) {
+		t.watch(n.lease/2, func(ctx context.Context) (map[string]*redis.Options, error) {
 			return nodes(ctx, c.ForEachShard)
 		})
 	default:
@@ -129,12 +133,20 @@ func nodes(ctx context.Context, forEach func(context.Context, func(context.Conte
 	return m, err
 }
 
+// clusterWatch is how often the trackers of a Cluster are checked against
+// its masters, besides when a fill finds an untracked master. Each check
+// reloads the client's view of the Cluster: every Lease/2 that was 1.2 to
+// 1.5 KB/s per process at the servers (bench/fleet).
+const clusterWatch = 10 * time.Second
+
 // watch keeps the trackers in step with the nodes list returns: every
-// lease/2, and at once. A change of nodes flushes the near cache: a key
-// may have moved to a node that was not tracked.
-func (t *tracking) watch(list func(context.Context) (map[string]*redis.Options, error)) {
+// period, at once, and when kicked (see fillSource). A change of nodes
+// flushes the near cache: a key may have moved to a node that was not
+// tracked.
+func (t *tracking) watch(period time.Duration, list func(context.Context) (map[string]*redis.Options, error)) {
+	t.kick = make(chan struct{}, 1)
 	t.wg.Go(func() {
-		tick := time.NewTicker(t.n.lease / 2)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			ctx, cancel := context.WithTimeout(t.ctx, t.n.lease)
@@ -147,6 +159,14 @@ func (t *tracking) watch(list func(context.Context) (map[string]*redis.Options, 
 			case <-t.ctx.Done():
 				return
 			case <-tick.C:
+			case <-t.kick:
+				// At most one look a second for fills: a master not
+				// tracked yet only costs those fills until then.
+				select {
+				case <-t.ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
 			}
 		}
 	})
@@ -227,6 +247,12 @@ func (t *tracking) fillSource(ctx context.Context, key string) (c *redis.Client,
 	}
 	t.mu.Unlock()
 	if tr == nil {
+		if t.kick != nil {
+			select {
+			case t.kick <- struct{}{}: // a master not tracked yet
+			default:
+			}
+		}
 		return nil, false
 	}
 	c = tr.reader.Load()
