@@ -81,6 +81,10 @@ func Start(tb testing.TB, kind Kind) *Server {
 	return s
 }
 
+// Launch starts a server of the given kind outside a test (for tools such
+// as bench/fleet), its files under dir; Stop ends it.
+func Launch(kind Kind, dir string) (*Server, error) { return start(kind, dir) }
+
 // errMissing marks a server binary that is not installed.
 var errMissing = errors.New("not installed")
 
