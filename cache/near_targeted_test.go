@@ -1,6 +1,7 @@
 package cache_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -143,4 +144,63 @@ func TestNear_clusterStateReads(t *testing.T) {
 	if got := stateReads() - before; got > 10 {
 		t.Errorf("%d reads of the Cluster's state in 25 leases; want a few (one per %v)", got, 10*time.Second)
 	}
+}
+
+// TestNear_readerConnectionKilled: the server forgets what a connection
+// read when the connection ends, and with it the invalidations of those
+// keys. A reader connection the server dropped (CLIENT KILL here, a reset
+// or a restart of a proxy in life) empties the near cache within a
+// Lease: its ping fails, go-redis closes it, and that flushes. Before,
+// the old value was served until its TTL.
+func TestNear_readerConnectionKilled(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := nearOpts(t)
+		opts.Near.Lease = 200 * time.Millisecond
+		c := nearCache(t, s, opts)
+		other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
+		if err := cache.Set(ctx, other, "k", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, ctx, "a near hit of v1", func() bool {
+			before := c.Stats().NearHits
+			v, err := cache.Get[string](ctx, c, "k")
+			return err == nil && v == "v1" && c.Stats().NearHits > before
+		})
+
+		// The readers: connections with tracking on that redirect to
+		// another connection.
+		admin := s.Client(t)
+		list, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed := 0
+		for _, line := range strings.Split(list, "\n") {
+			f := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					f[k] = v
+				}
+			}
+			if strings.Contains(f["flags"], "t") && f["redir"] != "" && f["redir"] != "-1" && f["redir"] != f["id"] {
+				if err := admin.Do(ctx, "CLIENT", "KILL", "ID", f["id"]).Err(); err != nil {
+					t.Fatal(err)
+				}
+				killed++
+			}
+		}
+		if killed == 0 {
+			t.Fatalf("no reader connection in CLIENT LIST:\n%s", list)
+		}
+		if err := cache.Set(ctx, other, "k", "v2"); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 20*opts.Near.Lease)
+		defer cancel()
+		redistest.WaitFor(t, short, "v2 in the process whose reader was killed", func() bool {
+			v, err := cache.Get[string](ctx, c, "k")
+			return err == nil && v == "v2"
+		})
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey)
 }

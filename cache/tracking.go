@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,7 +58,7 @@ type tracking struct {
 	// key's master.
 	targeted bool
 	cluster  *redis.ClusterClient
-	hook     redis.Hook // added to every reader (tests); guarded by mu
+	hook     redis.Hook    // added to every reader (tests); guarded by mu
 	kick     chan struct{} // asks watch to look at the nodes now; nil without watch
 
 	ctx    context.Context
@@ -263,22 +264,31 @@ func (t *tracking) fillSource(ctx context.Context, key string) (c *redis.Client,
 // to the tracking connection id: the caller's options, RESP2, a few
 // connections (a key read on several is tracked, and invalidated, once
 // per connection).
+//
+// The server forgets what a connection read when the connection ends: the
+// invalidations of those keys are lost. So the reader has one connection,
+// pinged before every ping of the tracking connection (see ping): a
+// reader connection that ends, on either side, is closed by go-redis at
+// the latest when that ping fails, and its close flushes the near cache
+// (readerConn). Entries read through a connection the server dropped are
+// served at most until then: a quarter of a Lease, plus the ping.
 func (tr *tracker) newReader(id int64) *redis.Client {
-	o := *tr.opts
-	user := o.OnConnect
-	o.Protocol = 2
-	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = readerConns, 0, readerConns
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
-	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if user != nil {
-			if err := user(ctx, cn); err != nil {
-				return err
-			}
-		}
+	o := connOptions(tr.opts, func(ctx context.Context, cn *redis.Conn) error {
 		return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
+	})
+	o.PoolSize, o.MaxIdleConns = 1, 1
+	dial := o.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(o)
 	}
-	c := redis.NewClient(&o)
+	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &readerConn{Conn: cn, closed: tr.t.n.flush}, nil
+	}
+	c := redis.NewClient(o)
 	tr.t.mu.Lock()
 	if h := tr.t.hook; h != nil {
 		c.AddHook(h)
@@ -287,8 +297,42 @@ func (tr *tracker) newReader(id int64) *redis.Client {
 	return c
 }
 
-// readerConns is the size of a reader's pool.
-const readerConns = 4
+// readerConn is a connection of a reader: closing it flushes the near
+// cache (see newReader).
+type readerConn struct {
+	net.Conn
+	once   sync.Once
+	closed func()
+}
+
+func (c *readerConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.closed)
+	return err
+}
+
+// connOptions returns the options of a connection of the near cache's own
+// made from the caller's client options o: RESP2 (invalidations as
+// pub/sub messages, redirected to a connection), a pool of one, none of
+// the caller's client-side features (they need RESP3), and on connecting
+// the caller's OnConnect, then onConnect.
+func connOptions(o *redis.Options, onConnect func(context.Context, *redis.Conn) error) *redis.Options {
+	c := *o
+	user := c.OnConnect
+	c.Protocol = 2
+	c.PoolSize, c.MinIdleConns, c.MaxIdleConns = 1, 0, 0
+	c.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c.ClientSideCacheConfig, c.ClientSideCache = nil, nil
+	c.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return onConnect(ctx, cn)
+	}
+	return &c
+}
 
 // dropReader closes the reader, if any; fills then read without one until
 // the tracker has connected again.
@@ -357,21 +401,9 @@ func (t *tracking) close() {
 
 // run keeps a tracking connection to the node up until ctx ends.
 func (tr *tracker) run(ctx context.Context) {
-	o := *tr.opts
 	var refused atomic.Pointer[error]
-	user := o.OnConnect
 	prefix := tr.t.n.prefix
-	o.Protocol = 2 // invalidations as pub/sub messages on the connection itself
-	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
-	// Nothing of the caller's client-side features: they need RESP3.
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
-	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if user != nil {
-			if err := user(ctx, cn); err != nil {
-				return err
-			}
-		}
+	o := connOptions(tr.opts, func(ctx context.Context, cn *redis.Conn) error {
 		tr.connects.Add(1)
 		id, err := cn.ClientID(ctx).Result()
 		if err == nil {
@@ -390,8 +422,8 @@ func (tr *tracker) run(ctx context.Context) {
 			return nil
 		}
 		return err
-	}
-	client := redis.NewClient(&o)
+	})
+	client := redis.NewClient(o)
 	defer client.Close()
 	for ctx.Err() == nil {
 		ps := client.Subscribe(ctx, invalidateChannel)
@@ -486,10 +518,25 @@ func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struc
 			_ = ps.Close()
 			return
 		}
+		pctx, cancel := context.WithTimeout(ctx, lease)
+		// The reader's connection first: a tracking ping answered says
+		// the reader was there too (see newReader). A failed reader ping
+		// sends no tracking ping this round; the reader's connection was
+		// closed, which flushed, and the next round dials a new one.
+		if r := tr.reader.Load(); r != nil && r.Ping(pctx).Err() != nil {
+			cancel()
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			continue
+		}
 		tr.pmu.Lock()
 		tr.pending = append(tr.pending, now)
 		tr.pmu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, lease)
 		err := ps.Ping(pctx, strconv.FormatInt(now, 10))
 		cancel()
 		if err != nil {
