@@ -518,28 +518,7 @@ func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struc
 			_ = ps.Close()
 			return
 		}
-		pctx, cancel := context.WithTimeout(ctx, lease)
-		// The reader's connection first: a tracking ping answered says
-		// the reader was there too (see newReader). A failed reader ping
-		// sends no tracking ping this round; the reader's connection was
-		// closed, which flushed, and the next round dials a new one.
-		if r := tr.reader.Load(); r != nil && r.Ping(pctx).Err() != nil {
-			cancel()
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			continue
-		}
-		tr.pmu.Lock()
-		tr.pending = append(tr.pending, now)
-		tr.pmu.Unlock()
-		err := ps.Ping(pctx, strconv.FormatInt(now, 10))
-		cancel()
-		if err != nil {
+		if !tr.pingOnce(ctx, ps, now) {
 			_ = ps.Close() // the connection failed; run connects again
 			return
 		}
@@ -551,6 +530,25 @@ func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struc
 		case <-tick.C:
 		}
 	}
+}
+
+// pingOnce pings the reader, then, if it answered, ps with the send time
+// now; it reports false when ps failed.
+//
+// The reader's connection comes first: a tracking ping answered says the
+// reader was there too (see newReader). A failed reader ping sends no
+// tracking ping this round; the reader's connection was closed, which
+// flushed, and the next round dials a new one.
+func (tr *tracker) pingOnce(ctx context.Context, ps *redis.PubSub, now int64) bool {
+	pctx, cancel := context.WithTimeout(ctx, tr.t.n.lease)
+	defer cancel()
+	if r := tr.reader.Load(); r != nil && r.Ping(pctx).Err() != nil {
+		return true
+	}
+	tr.pmu.Lock()
+	tr.pending = append(tr.pending, now)
+	tr.pmu.Unlock()
+	return ps.Ping(pctx, strconv.FormatInt(now, 10)) == nil
 }
 
 var (
