@@ -276,7 +276,9 @@ func (tr *tracker) newReader(id int64) *redis.Client {
 	o := connOptions(tr.opts, func(ctx context.Context, cn *redis.Conn) error {
 		return cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id).Err()
 	})
-	o.PoolSize, o.MaxIdleConns = 1, 1
+	// One connection, pipelines included (go-redis gives them a pool of their
+	// own by default, and dials past PoolSize without MaxActiveConns).
+	o.PoolSize, o.MaxActiveConns, o.MaxIdleConns, o.PipelinePoolSize = 1, 1, 0, -1
 	dial := o.Dialer
 	if dial == nil {
 		dial = redis.NewDialer(o)
