@@ -13,6 +13,7 @@ import (
 	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/lockx"
+	"github.com/hotkv/stampede/internal/peek"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -433,7 +434,7 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	}
 	k := c.keys(key)
 	val, ttl := c.entry(it, payload, false, 0)
-	if old, ok := expected(ctx); ok {
+	if old, ok := peek.Expected(ctx); ok {
 		return c.setIfUnchanged(ctx, k, string(old), val, ttl)
 	}
 	pipe := c.rc.Pipeline()

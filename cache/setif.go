@@ -23,16 +23,11 @@ func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl
 	if !wrote {
 		return peek.ErrChanged
 	}
-	c.announceSet(ctx, k)
+	// Waiters are woken as after Set (whose pipeline carries this too).
+	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
 	c.flights.Forget(k.value) // as in Set
 	c.nearDrop(k)
 	return nil
-}
-
-// announceSet wakes the processes waiting for k after a Set, as Set's
-// own pipeline does.
-func (c *Cache) announceSet(ctx context.Context, k keys) {
-	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
 }
 
 // peekFound records raw, the entry a Get found, on the peek.Probe ctx carries.
@@ -41,7 +36,3 @@ func peekFound(ctx context.Context, raw []byte) {
 		p.Found(raw)
 	}
 }
-
-// expected returns the entry a Set on ctx must find to write (see
-// peek.Expect).
-func expected(ctx context.Context) ([]byte, bool) { return peek.Expected(ctx) }
