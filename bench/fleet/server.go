@@ -61,6 +61,15 @@ type nodeStats struct {
 // (through one client per node) and sums them.
 func info(ctx context.Context, nodes []*redis.Client) (nodeStats, error) {
 	var st nodeStats
+	counters := map[string]*int64{
+		"total_net_output_bytes":  &st.netOut,
+		"used_memory":             &st.memory,
+		"mem_clients_normal":      &st.clMem,
+		"connected_clients":       &st.clients,
+		"tracking_total_keys":     &st.trackKeys,
+		"tracking_total_items":    &st.trackItems,
+		"tracking_total_prefixes": &st.trackPrefixes,
+	}
 	for _, c := range nodes {
 		txt, err := c.Info(ctx, "stats", "cpu", "memory", "clients").Result()
 		if err != nil {
@@ -71,31 +80,12 @@ func info(ctx context.Context, nodes []*redis.Client) (nodeStats, error) {
 			if !ok {
 				continue
 			}
-			switch k {
-			case "total_net_output_bytes":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.netOut += n
-			case "used_cpu_sys", "used_cpu_user":
+			if k == "used_cpu_sys" || k == "used_cpu_user" {
 				f, _ := strconv.ParseFloat(v, 64)
 				st.cpu += f
-			case "used_memory":
+			} else if p := counters[k]; p != nil {
 				n, _ := strconv.ParseInt(v, 10, 64)
-				st.memory += n
-			case "mem_clients_normal":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.clMem += n
-			case "connected_clients":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.clients += n
-			case "tracking_total_keys":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.trackKeys += n
-			case "tracking_total_items":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.trackItems += n
-			case "tracking_total_prefixes":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				st.trackPrefixes += n
+				*p += n
 			}
 		}
 	}
