@@ -24,15 +24,16 @@ import (
 // configuration.
 //
 // On a single server and a Redis Cluster tracking is targeted: the near
-// cache fills only from reads sent on the tracker's readers, connections
-// of the process's own to the same node with CLIENT TRACKING on,
-// redirected to the tracker, so the server sends the tracker the keys this
-// process read, when they change, and nothing else (the server remembers
-// who read what: its tracking table). A write is then delivered to the
-// processes that hold the key, not to all of them. When the tracker
-// connects again its readers are replaced: a reader redirecting to a
-// closed tracker would get no invalidations (see tracker.lost for the
-// order that keeps fills through an old reader out). On a Ring (whose
+// cache fills only from reads sent on the tracker's reader, one
+// connection of the process's own to the same node with CLIENT TRACKING
+// on, redirected to the tracker, so the server sends the tracker the keys
+// this process read, when they change, and nothing else (the server
+// remembers who read what: its tracking table). A write is then delivered
+// to the processes that hold the key, not to all of them. When the
+// tracker connects again its reader is replaced: a reader redirecting to
+// a closed tracker would get no invalidations (see tracker.lost for the
+// order that keeps fills through an old reader out), and a reader
+// connection that ends flushes (see newReader). On a Ring (whose
 // shard for a key is not exposed) tracking is broadcast: the tracker asks
 // for every key under the namespace's prefix (BCAST), and the near cache
 // fills from any read.
