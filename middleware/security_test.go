@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -740,4 +741,73 @@ func TestSecurity_invalidationFromRequest(t *testing.T) {
 	b.get(t, "/page", "Host", victim).check(t, 200, "HIT", "GET 1 host="+victim)
 	b.do(t, "POST", "/page?ok=1&next=/page", "Host", victim).check(t, 303, "BYPASS", fmt.Sprintf("POST %d host=%s", n+2, victim))
 	b.get(t, "/page", "Host", victim).check(t, 200, "MISS", fmt.Sprintf("GET %d host=%s", n+3, victim))
+}
+
+// TestSecurity_revalidationAndRange: per-user variants with validators,
+// revalidated and answered in ranges. Whatever If-None-Match or Range a
+// client sends, it gets its own variant or a part of it, a revalidation
+// sends the handler the stored variant's own ETag (never the client's),
+// and a 304 answers only the client whose variant it matched.
+func TestSecurity_revalidationAndRange(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		var renders atomic.Int32
+		var mu sync.Mutex
+		var conds []string // the If-None-Match of each render
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			renders.Add(1)
+			user := r.Header.Get("X-User")
+			etag := `"` + user + `-v"`
+			mu.Lock()
+			conds = append(conds, r.Header.Get("If-None-Match"))
+			mu.Unlock()
+			w.Header().Set("Vary", "X-User")
+			w.Header().Set("Cache-Control", "max-age=10")
+			w.Header().Set("ETag", etag)
+			if r.Header.Get("If-None-Match") == etag {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			fmt.Fprintf(w, "secret of %-8s", user)
+		}), &bedOptions{procs: 2})
+		lastCond := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return conds[len(conds)-1]
+		}
+		b.get(t, "/r", procHeader, "0", "X-User", "alice").check(t, 200, "MISS", "secret of alice   ")
+		b.get(t, "/r", procHeader, "0", "X-User", "bob").check(t, 200, "MISS", "secret of bob     ")
+		b.waitStored(t, "/r", "X-User")
+
+		// Another user's ETag as a condition: mallory's own render, whole.
+		r := b.get(t, "/r", procHeader, "1", "X-User", "mallory", "If-None-Match", `"alice-v"`)
+		r.check(t, 200, "MISS", "secret of mallory ")
+		if got := lastCond(); got != "" {
+			t.Errorf("a render for the cache got the client's If-None-Match %q", got)
+		}
+		// Ranges come from the client's own variant only.
+		r = b.get(t, "/r", procHeader, "1", "X-User", "bob", "Range", "bytes=10-12")
+		r.check(t, 206, "HIT", "bob")
+		r = b.get(t, "/r", procHeader, "1", "X-User", "bob", "Range", "bytes=0-", "If-None-Match", `"alice-v"`)
+		r.check(t, 206, "HIT", "secret of bob     ")
+		r = b.get(t, "/r", procHeader, "0", "X-User", "alice", "If-None-Match", `"bob-v"`)
+		r.check(t, 200, "HIT", "secret of alice   ")
+
+		// Stale: each revalidation sends the stored variant's own ETag.
+		b.clock.Advance(11 * time.Second)
+		n := renders.Load()
+		r = b.get(t, "/r", procHeader, "1", "X-User", "bob", "If-None-Match", `"alice-v"`)
+		if r.status != 200 || r.body != "secret of bob     " {
+			t.Errorf("bob after a revalidation: %v", r)
+		}
+		if got := lastCond(); renders.Load() != n+1 || got != `"bob-v"` {
+			t.Errorf("renders %d (want %d), If-None-Match %q (want bob's stored ETag)", renders.Load(), n+1, got)
+		}
+		r = b.get(t, "/r", procHeader, "0", "X-User", "alice", "If-None-Match", `"alice-v"`)
+		if r.status != http.StatusNotModified || r.body != "" {
+			t.Errorf("alice's own ETag after her variant's revalidation: %v, want 304", r)
+		}
+		if got := lastCond(); got != `"alice-v"` {
+			t.Errorf("alice's revalidation sent If-None-Match %q", got)
+		}
+	}, redistest.Redis8, redistest.Cluster)
 }
