@@ -116,6 +116,12 @@ func FuzzMiddleware(f *testing.F) {
 		{"/vf", "max-age=60", "x-user, X-USER", "bob", "bob", formLowerCase},
 		{"/sm", "s-maxage=5, stale-if-error=10, stale-while-revalidate=5", "", "alice", "bob", 0},
 		{"/mu", "must-understand, no-store, max-age=60", "X-User", "alice", "bob", 0},
+		// Issue 15, phase 2: responses kept to be revalidated (validators
+		// from the client must never reach a render), no-cache with a
+		// validator, must-revalidate past freshness.
+		{"/rk", "max-age=1, must-revalidate", "X-User", "alice", "bob", formValidators},
+		{"/rn", "no-cache", "x-user", "alice", "bob", formValidators | formLowerCase},
+		{"/rs", "s-maxage=1, proxy-revalidate", "", "alice", "bob", formValidators | formSetCookie},
 	} {
 		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}
