@@ -372,16 +372,8 @@ func (h *Hub) loop(s *session) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.mu.Lock()
-			s.running, s.ps = false, nil
-			if h.sessions[s.t.name] == s {
-				delete(h.sessions, s.t.name)
-			}
-			for ch, sub := range s.subs {
-				sub.gone = true
-				if h.subs[ch] == sub {
-					delete(h.subs, ch)
-				}
-			}
+			s.ps = nil
+			h.endLocked(s)
 			h.mu.Unlock()
 			if h.cfg.Panicked != nil {
 				h.cfg.Panicked(r)
@@ -432,17 +424,7 @@ func (h *Hub) loop(s *session) {
 		// closed client ends here too); the next Add starts a new loop.
 		done := stop() || errors.Is(err, redis.ErrClosed)
 		if done {
-			s.running = false
-			if h.sessions[s.t.name] == s {
-				delete(h.sessions, s.t.name)
-			}
-			for ch, sub := range s.subs {
-				// Left to their poll; the next Add subscribes anew.
-				sub.gone = true
-				if h.subs[ch] == sub {
-					delete(h.subs, ch)
-				}
-			}
+			h.endLocked(s)
 		}
 		h.mu.Unlock()
 		_ = ps.Close()
@@ -557,6 +539,22 @@ func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) 
 				h.cfg.Deliver(m.Channel, m.Payload)
 			}
 		case *redis.Pong:
+		}
+	}
+}
+
+// endLocked ends session s: its loop is no longer running, the hub
+// forgets it, and its subscriptions are gone (their waiters are left to
+// their poll; the next Add subscribes anew). h.mu must be held.
+func (h *Hub) endLocked(s *session) {
+	s.running = false
+	if h.sessions[s.t.name] == s {
+		delete(h.sessions, s.t.name)
+	}
+	for ch, sub := range s.subs {
+		sub.gone = true
+		if h.subs[ch] == sub {
+			delete(h.subs, ch)
 		}
 	}
 }
