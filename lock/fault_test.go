@@ -263,7 +263,8 @@ var storeModel = porcupine.Model{
 // history records what the holders did, with times from one monotonic
 // clock. It is safe for concurrent use.
 type history struct {
-	start time.Time
+	start  time.Time
+	stalls *redistest.Stalls // this process's scheduler stalls, which excuse a late notice
 
 	mu     sync.Mutex // guards everything below
 	ops    []porcupine.Operation
@@ -289,9 +290,14 @@ type loss struct {
 	held   bool          // the key still held this holder's token
 	left   time.Duration // its remaining TTL
 	err    error
+	// stalled is how long this process was not scheduled from a margin
+	// before the work was cancelled until Inspect answered.
+	stalled time.Duration
 }
 
-func newHistory() *history { return &history{start: time.Now()} }
+func newHistory(tb testing.TB) *history {
+	return &history{start: time.Now(), stalls: redistest.MeasureStalls(tb)}
+}
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
 
@@ -367,6 +373,7 @@ func (r *rig) section(holder int, p plan) func(context.Context) error {
 			defer close(inspected)
 			mu.Lock()
 			cancelled = r.hist.now()
+			cancelledAt := time.Now()
 			skip := !errors.Is(context.Cause(work), lock.ErrLost) || returned && !lostByReturn
 			mu.Unlock()
 			if skip {
@@ -375,9 +382,10 @@ func (r *rig) section(holder int, p plan) func(context.Context) error {
 			ctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
 			info, err := r.direct.Inspect(ctx, r.key)
 			cancel()
+			stalled := r.hist.stalls.Within(cancelledAt.Add(-lossMargin(r.ttl)), time.Now())
 			r.hist.mu.Lock()
 			r.hist.losses = append(r.hist.losses, loss{holder: holder, fence: l.Fence(),
-				held: err == nil && info.Token == l.Token(), left: info.TTL, err: err})
+				held: err == nil && info.Token == l.Token(), left: info.TTL, err: err, stalled: stalled})
 			r.hist.mu.Unlock()
 		})
 		defer func() {
@@ -476,15 +484,28 @@ func checkSpans(tb testing.TB, spans []span) {
 	}
 }
 
+// lossMargin is how long before a lock of ttl expires Do cancels its work
+// when the keep-alive cannot renew it (lock/do.go).
+func lossMargin(ttl time.Duration) time.Duration { return min(ttl/10, 100*time.Millisecond) }
+
 // checkLosses fails tb unless every holder told it lost the lock was told
-// while the key still held its token.
-func checkLosses(tb testing.TB, losses []loss) (minLeft time.Duration) {
+// while the key still held its token. A late notice is excused only when
+// this process was stalled for half the margin or more between the
+// moment Do meant to act and Inspect's answer (a busy machine that did not
+// run the process cannot be beaten by any client); it is logged, and a
+// late notice without such a stall fails.
+func checkLosses(tb testing.TB, losses []loss, ttl time.Duration) (minLeft time.Duration) {
 	tb.Helper()
 	minLeft = time.Hour
 	for _, l := range losses {
 		if !l.held || l.err != nil {
-			tb.Errorf("holder %d (fence %d) was told it lost the lock only after it had: Inspect = %v, token held %t",
-				l.holder, l.fence, l.err, l.held)
+			if l.err == nil && l.stalled >= lossMargin(ttl)/2 {
+				tb.Logf("holder %d (fence %d) was told late, excused: the process was stalled %v of the %v margin",
+					l.holder, l.fence, l.stalled.Round(time.Millisecond), lossMargin(ttl))
+				continue
+			}
+			tb.Errorf("holder %d (fence %d) was told it lost the lock only after it had: Inspect = %v, token held %t, process stalled %v",
+				l.holder, l.fence, l.err, l.held, l.stalled.Round(time.Millisecond))
 			continue
 		}
 		minLeft = min(minLeft, l.left)
@@ -514,7 +535,7 @@ func TestDo_faults_keepAliveLossBeforeExpiry(t *testing.T) {
 				lc, p := faultClient(t, s, tt.opts())
 				direct, _ := newClient(t, s, nil)
 				r := &rig{key: redistest.Key(t, "lock"), ttl: faultTTL, store: &fencedStore{},
-					hist: newHistory(), direct: direct, ctx: ctx}
+					hist: newHistory(t), direct: direct, ctx: ctx}
 
 				working := make(chan struct{})
 				var holed atomic.Int64
@@ -544,7 +565,7 @@ func TestDo_faults_keepAliveLossBeforeExpiry(t *testing.T) {
 				if len(r.hist.losses) != 1 {
 					t.Fatalf("%d losses recorded, want 1", len(r.hist.losses))
 				}
-				left := checkLosses(t, r.hist.losses)
+				left := checkLosses(t, r.hist.losses, r.ttl)
 				sp := r.hist.spans[0]
 				t.Logf("work cancelled %v after the black hole began, %v before the lock would have expired",
 					time.Duration(sp.end-holed.Load()), left)
@@ -580,7 +601,7 @@ func TestDo_faults_lateWrite(t *testing.T) {
 			lcB, _ := faultClient(t, s, shortTimeouts())
 			direct, _ := newClient(t, s, nil)
 			r := &rig{key: redistest.Key(t, "lock"), ttl: faultTTL, store: &fencedStore{mode: tt.mode},
-				hist: newHistory(), direct: direct, ctx: ctx}
+				hist: newHistory(t), direct: direct, ctx: ctx}
 
 			aRead, bRead, aWrote := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			wait := func(ch <-chan struct{}) {
@@ -638,7 +659,7 @@ func TestDo_faults_lateWrite(t *testing.T) {
 				t.Errorf("%d writes accepted, n=%d; want both accepted and one increment lost", accepted, n)
 			}
 			checkSpans(t, r.hist.spans)
-			if checkLosses(t, r.hist.losses); len(r.hist.losses) != 1 || r.hist.losses[0].holder != 0 {
+			if checkLosses(t, r.hist.losses, r.ttl); len(r.hist.losses) != 1 || r.hist.losses[0].holder != 0 {
 				t.Errorf("losses %+v, want A's alone", r.hist.losses)
 			}
 		})
@@ -860,7 +881,7 @@ func TestDo_faults_mutualExclusion(t *testing.T) {
 
 			direct, _ := newClient(t, s, nil)
 			r := &rig{key: redistest.Key(t, "lock"), ttl: faultTTL, store: &fencedStore{},
-				hist: newHistory(), direct: direct, ctx: ctx}
+				hist: newHistory(t), direct: direct, ctx: ctx}
 			hs := make([]*faultHolder, holders)
 			for i := range hs {
 				opts := shortTimeouts()
@@ -920,7 +941,7 @@ func TestDo_faults_mutualExclusion(t *testing.T) {
 				total.ok, total.lost, total.notObtained, total.failed, len(r.hist.spans))
 			t.Logf("store: n=%d, %d writes accepted, %d rejected, %d reads refused; %d late writes, %d rejected",
 				n, accepted, rejected, refused, late, lateRejected)
-			minLeft := checkLosses(t, r.hist.losses)
+			minLeft := checkLosses(t, r.hist.losses, r.ttl)
 			t.Logf("keep-alive losses: %d, each told with at least %v of the lock left", len(r.hist.losses), minLeft)
 			t.Logf("faults: %+v; proxies: %d conns accepted, %d refused, %d dropped, %d reset, %d chunks spiked",
 				fc, ps.Accepted, ps.Refused, ps.Dropped, ps.Reset, ps.Spikes)

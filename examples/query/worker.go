@@ -65,9 +65,13 @@ func worker(id int) error {
 	}
 	defer db.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The requests have no deadline of their own: how long 64 concurrent
+	// queries take depends on the machine (seconds on a busy one), and the
+	// parent bounds the whole run, killing workers it stops waiting for.
+	ctx := context.Background()
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := rdb.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
 
