@@ -81,7 +81,7 @@ func run() error {
 		return err
 	}
 	defer closeAll()
-	fmt.Printf("4 worker processes (a, b, c, d), one order of %s, server %s\n", money(price), url)
+	fmt.Printf("4 worker processes (a, b, c, d), one order of %s, server %s\n", money(price), embedded.Redacted(url))
 
 	// Keys are unique to this run, so that runs sharing a real server do
 	// not see each other's orders.

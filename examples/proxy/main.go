@@ -106,7 +106,7 @@ func run(ctx context.Context, cfg config) error {
 		defer cancel()
 		srv.Shutdown(shut)
 	}()
-	fmt.Printf("proxy: http://%s -> %s, cache on %s\n", ln.Addr(), origin, redisURL)
+	fmt.Printf("proxy: http://%s -> %s, cache on %s\n", ln.Addr(), origin, embedded.Redacted(redisURL))
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -122,7 +122,7 @@ func run(procs, goroutines, rows int) error {
 	}
 	want := digest(answer)
 
-	fmt.Printf("%d worker processes x %d goroutines, one request each, server %s\n", procs, goroutines, url)
+	fmt.Printf("%d worker processes x %d goroutines, one request each, server %s\n", procs, goroutines, embedded.Redacted(url))
 	fmt.Printf("database: %d orders, %d customers, %.1f MB, filled in %v\n",
 		rows, max(rows/20, 1), float64(size)/(1<<20), filled.Round(time.Millisecond))
 	fmt.Printf("the query alone: %v\n\n", alone.Round(time.Millisecond))

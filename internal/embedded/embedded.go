@@ -6,7 +6,9 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"time"
 
@@ -76,11 +78,18 @@ func (s *Server) Close() {
 // server has answered a PING (bounded by ctx). It also returns the address
 // worker processes should use (a URL) and a function that closes the
 // client and stops the embedded server.
+//
+// NOTE: the URL may carry a password; print Redacted(url), never url.
 func Open(ctx context.Context) (rdb *redis.Client, url string, closeAll func(), err error) {
 	if url = os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("embedded: REDIS_URL: %w", err)
+			// net/url's errors quote the URL, password and all: keep
+			// only what was wrong with it.
+			if ue := (*neturl.Error)(nil); errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, "", nil, fmt.Errorf("embedded: REDIS_URL %s: %w", Redacted(url), err)
 		}
 		rdb = redis.NewClient(opts)
 		closeAll = func() { rdb.Close() }
@@ -95,7 +104,17 @@ func Open(ctx context.Context) (rdb *redis.Client, url string, closeAll func(), 
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		closeAll()
-		return nil, "", nil, fmt.Errorf("server %s: %w", url, err)
+		return nil, "", nil, fmt.Errorf("server %s: %w", Redacted(url), err)
 	}
 	return rdb, url, closeAll, nil
+}
+
+// Redacted returns raw, a server URL, fit to print: its password, if it
+// has one, replaced by "xxxxx"; a URL that does not parse is not shown.
+func Redacted(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
 }

@@ -133,3 +133,30 @@ func TestOpen(t *testing.T) {
 		}
 	})
 }
+
+// A password in REDIS_URL is never printed: not by Redacted, not in
+// Open's error when the server cannot be reached.
+func TestRedacted_password(t *testing.T) {
+	tests := []struct{ name, raw, want string }{
+		{"password", "redis://:s3cret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		{"user and password", "rediss://app:s3cret@cache.internal:6380", "rediss://app:xxxxx@cache.internal:6380"},
+		{"no password", "redis://127.0.0.1:6379", "redis://127.0.0.1:6379"},
+		{"does not parse", "redis://:s3cret@[::1", "(a URL that does not parse)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := embedded.Redacted(tt.raw); got != tt.want {
+				t.Errorf("Redacted(%q) = %q, want %q", tt.raw, got, tt.want)
+			}
+		})
+	}
+	for _, raw := range []string{"redis://:s3cret@127.0.0.1:1/0", "redis://:s3cret@[::1", "http://:s3cret@127.0.0.1:1"} {
+		t.Setenv("REDIS_URL", raw)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, _, _, err := embedded.Open(ctx)
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open with REDIS_URL %q: error %v; want one without the password", raw, err)
+		}
+	}
+}

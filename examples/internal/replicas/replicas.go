@@ -82,7 +82,7 @@ func run(s Setup) error {
 	}
 	defer closeAll()
 	rdb.Del(context.Background(), s.Key)
-	fmt.Printf("%d instances, one job per second for %d seconds, server %s\n\n", s.Instances, s.Ticks, url)
+	fmt.Printf("%d instances, one job per second for %d seconds, server %s\n\n", s.Instances, s.Ticks, embedded.Redacted(url))
 
 	start := time.Now().Truncate(time.Second).Add(2 * time.Second) // first tick, shared by all
 	var (
