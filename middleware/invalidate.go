@@ -21,8 +21,8 @@ import (
 // This file holds invalidation (RFC 9111 4.4): a request with a method
 // not known to be safe whose response is a success (2xx) or a redirect
 // (3xx) deletes the stored responses of its target URL and of the
-// Location and Content-Location URLs of its response on the same host,
-// in every process (cache.Delete), with every Vary variant the cache has
+// Location and Content-Location URLs of its response on the same origin
+// (scheme, host and port), in every process (cache.Delete), with every Vary variant the cache has
 // registered for them (see registerVariant).
 
 // safeMethod reports whether RFC 9110 9.2.1 defines method as safe; every
@@ -131,9 +131,9 @@ func (iv *invalidator) decide(code int) {
 }
 
 // invalidate deletes the stored responses for r's target URL and for the
-// Location and Content-Location URLs in h that are on r's host (RFC 9111
-// 4.4: never another host's, so that one origin cannot evict another's
-// pages). Keys are those a GET of each URL would have, with r's own
+// Location and Content-Location URLs in h that are on r's origin (RFC
+// 9111 4.4: never another origin's, so that one origin cannot evict
+// another's pages), relative ones resolved against r's target. Keys are those a GET of each URL would have, with r's own
 // header values where the key has any (KeyHeaders); every registered Vary
 // variant goes too. Failures are logged: the entries then expire as they
 // would have.
@@ -149,7 +149,12 @@ func (m *Middleware) invalidate(r *http.Request, h http.Header) {
 	if r.TLS != nil {
 		scheme = "https"
 	}
+	// Relative references resolve against the URL the client asked for
+	// (RFC 9110 10.2.2, 8.7), as the client resolves them.
 	target := &url.URL{Scheme: scheme, Host: r.Host, Path: "/"}
+	if u := requestedURL(r); u != nil {
+		target.Path, target.RawPath, target.RawQuery = u.Path, u.RawPath, u.RawQuery
+	}
 	for _, name := range []string{"Location", "Content-Location"} {
 		v := first(h, name)
 		if v == "" {
@@ -174,16 +179,28 @@ func (m *Middleware) invalidate(r *http.Request, h http.Header) {
 	wg.Wait()
 }
 
+// requestedURL is r's target as the client sent it (r.RequestURI; r.URL
+// for a request without one, or whose target does not parse), before
+// any rewrite such as http.StripPrefix, as the key has it.
+func requestedURL(r *http.Request) *url.URL {
+	if r.RequestURI != "" {
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+			return u
+		}
+	}
+	return r.URL
+}
+
 // keyFor is the base key of a GET of ref (a Location or Content-Location
-// value, resolved against target, which has r's scheme and host), or ok
-// false if ref does not parse, is not http or https, or names another
-// host (or port) than r's.
+// value, resolved against target, which has r's scheme, host and
+// target), or ok false if ref does not parse, is not http or https, or
+// is not on r's origin: another scheme, host or port (RFC 9111 4.4).
 func (m *Middleware) keyFor(get *http.Request, target *url.URL, ref string) (string, bool) {
 	u, err := target.Parse(strings.TrimSpace(ref))
 	if err != nil || u.Opaque != "" || u.User != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return "", false
 	}
-	if keyHost(u.Host, u.Scheme) != keyHost(target.Host, target.Scheme) {
+	if u.Scheme != target.Scheme || keyHost(u.Host, u.Scheme) != keyHost(target.Host, target.Scheme) {
 		return "", false
 	}
 	lr := get.WithContext(get.Context())

@@ -1,13 +1,17 @@
 package middleware_test
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/middleware"
 )
 
@@ -117,4 +121,73 @@ func TestMiddleware_invalidation(t *testing.T) {
 		b.do(t, "POST", "/n").check(t, 200, "BYPASS", "POST 2")
 		b.get(t, "/n").check(t, 200, "HIT", "GET 1")
 	})
+}
+
+// TestMiddleware_invalidationRelative: a relative Location or
+// Content-Location is resolved against the URL the client asked for (RFC
+// 9110 10.2.2, 8.7), as the client resolves it. Before, it was resolved
+// against "/": "POST /items/" answered "Location: 42" evicted /42 and
+// left /items/42.
+func TestMiddleware_invalidationRelative(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, invalidationHandler(&renders), nil)
+	paths := []string{"/items/42", "/42", "/items/b", "/b", "/items?x=2", "/?x=2"}
+	for _, path := range paths {
+		r := b.get(t, path)
+		b.waitStored(t, path, r.body)
+	}
+	b.do(t, "POST", "/items/", "X-Test-Status", "201", "X-Test-Location", "42").check(t, 201, "BYPASS", "POST 7")
+	b.do(t, "PUT", "/items/a/", "X-Test-Content-Location", "../b").check(t, 200, "BYPASS", "PUT 8")
+	b.do(t, "POST", "/items?x=1", "X-Test-Status", "303", "X-Test-Location", "?x=2").check(t, 303, "BYPASS", "POST 9")
+	for i, path := range paths {
+		evicted := i%2 == 0 // the first of each pair is the resolved URL
+		if got := b.stored(t, path); got == evicted {
+			t.Errorf("%s: stored = %v, want %v", path, got, !evicted)
+		}
+	}
+}
+
+// TestMiddleware_invalidationScheme: a Location or Content-Location
+// evicts only on the request's own origin: scheme, host and port (RFC
+// 9111 4.4). Before, an http POST answered with "Location:
+// https://same-host/p" evicted the https entry for /p (and an https one
+// the http entry), since only host and port were compared.
+func TestMiddleware_invalidationScheme(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, invalidationHandler(&renders), &bedOptions{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Test-Tls") != "" {
+				r.TLS = &tls.ConnectionState{} // as if it came over TLS
+			}
+			h.ServeHTTP(w, r)
+		})
+	}})
+	host := strings.TrimPrefix(b.srv.URL, "http://")
+	httpsStored := func() bool {
+		n, err := b.rc.Exists(t.Context(), b.ns+":{"+redisx.Tag("GET https://"+host+"/p")+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	b.get(t, "/p", "X-Test-Tls", "1").check(t, 200, "MISS", "GET 1")
+	redistest.WaitFor(t, testContext(t, 10*time.Second), "the https entry", httpsStored)
+	b.get(t, "/p").check(t, 200, "MISS", "GET 2")
+	b.waitStored(t, "/p", "GET 2")
+
+	b.do(t, "POST", "/q", "X-Test-Location", "https://"+host+"/p").check(t, 200, "BYPASS", "POST 3")
+	b.do(t, "POST", "/q", "X-Test-Tls", "1", "X-Test-Content-Location", "http://"+host+"/p").check(t, 200, "BYPASS", "POST 4")
+	if !httpsStored() || !b.stored(t, "/p") {
+		t.Errorf("another scheme's write evicted an entry: https stored %v, http stored %v", httpsStored(), b.stored(t, "/p"))
+	}
+	b.get(t, "/p", "X-Test-Tls", "1").check(t, 200, "HIT", "GET 1")
+	b.get(t, "/p").check(t, 200, "HIT", "GET 2")
+
+	// The request's own scheme still evicts.
+	b.do(t, "POST", "/q", "X-Test-Tls", "1", "X-Test-Location", "https://"+host+"/p").check(t, 200, "BYPASS", "POST 5")
+	if httpsStored() {
+		t.Error("an https write left the https entry of its Location")
+	}
 }
