@@ -30,3 +30,14 @@ func detachRoute(ctx context.Context) context.Context {
 	}
 	return ctx
 }
+
+// routeMethod returns the method chi routes r by: "" before chi has
+// routed it (the middleware in the router's own r.Use), or without chi.
+// It is "GET" for a HEAD that chi's GetHead sent to a GET route.
+func routeMethod(r *http.Request) string {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return ""
+	}
+	return rctx.RouteMethod
+}

@@ -58,7 +58,7 @@ func (h *handoff) close() *job {
 // set the render revalidates rv.prior (see revalidate.go).
 func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string, rv *revalidation) func(context.Context) (response, error) {
 	var prior *response
-	if rv != nil {
+	if rv != nil && rv.prior.validators() {
 		prior = rv.prior
 	}
 	return func(ctx context.Context) (response, error) {
@@ -114,8 +114,23 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 // under the key as before: it is served only to requests it matches.
 //
 // A revalidation's render (rv with a key) is stored by storeRevalidated.
+//
+// A refresh of a stored response (rv set) whose answer ends it (see
+// endsStored) ends it: within its stale window the loader says so with
+// cache.ErrNotFound, on which the cache deletes the entry if it still
+// holds the stale response (or, with the cache's NegativeTTL, stores
+// that nothing is there); a kept response's revalidation deletes it
+// (endRevalidated).
 func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, rv *revalidation, res result) (response, error) {
-	if res.err != nil {
+	var ends errEndsStored
+	switch {
+	case res.err != nil && rv != nil && errors.As(res.err, &ends):
+		if rv.key != "" {
+			m.endRevalidated(ctx, rv)
+			return res.resp, res.err
+		}
+		return res.resp, errors.Join(cache.ErrNotFound, res.err)
+	case res.err != nil:
 		return res.resp, res.err
 	}
 	if rv != nil && rv.key != "" {

@@ -155,8 +155,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// refresh, whose job may reach us before that answer does.
 		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
 		var rv *revalidation
-		if stale && cached.validators() {
-			rv = &revalidation{prior: &cached} // the refresh revalidates it; the cache stores the result
+		if stale {
+			// The refresh revalidates it (if it has validators); the cache
+			// stores the result, or ends it (see toStore).
+			rv = &revalidation{prior: &cached}
 		}
 
 		l := m.look(r, next, key, base, vary, route, rv)

@@ -138,8 +138,9 @@ type Options struct {
 	WaitTimeout time.Duration
 
 	// Statuses are the status codes that may be stored (a 304 or 412 never
-	// is: it answers one request's conditions; a 5xx other than 501 never
-	// is, so that a failure is not served beyond its own request).
+	// is: it answers one request's conditions; a 206 never is: it is a
+	// part of a response; a 5xx other than 501 never is, so that a failure
+	// is not served beyond its own request).
 	// Default: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501
 	// (with ExplicitFreshness, see there).
 	Statuses []int
@@ -148,7 +149,7 @@ type Options struct {
 	// with this status and header may be stored. The rules a shared cache
 	// must follow (no-store, private, Set-Cookie, Vary: *; never a 5xx
 	// other than 501, nor a 304 or 412, which answer one request's
-	// conditions) apply either way.
+	// conditions, nor a 206) apply either way.
 	ShouldCache func(status int, header http.Header) bool
 
 	// SurrogateControl honours the response's Surrogate-Control field (as

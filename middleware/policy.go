@@ -98,6 +98,10 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		// Answers to this request's conditions, not a response that other
 		// requests (without them) may be given.
 		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0, 0
+	case rec.status == http.StatusPartialContent:
+		// A part of a response, never one for other requests, whatever
+		// Statuses or ShouldCache say.
+		return "status 206 (a partial response)", 0, 0, 0
 	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
 		return "ShouldCache said no", 0, 0, 0
 	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):

@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -17,27 +20,22 @@ import (
 // revalidates it: the handler gets prior's validators as conditions
 // (and nothing else of the client's, see prepareRender), and a 304
 // freshens prior (see freshened), which then goes through the same rules
-// as a new response. Any other answer is a new response.
+// as a new response; a 304 that names another representation (see
+// selects) makes it render again without conditions. Any other answer
+// is a new response.
 func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response) result {
-	rr := r.Clone(r.Context())
-	if rr.Method == http.MethodHead {
-		rr.Method = http.MethodGet // store the body, for GETs too
-	}
-	m.prepareRender(rr)
-	if prior != nil {
-		conditions(rr.Header, prior)
-	}
-	rec := newRecorder(w, m.limit)
-	rec.revalidating = prior != nil
-	rec.onPass = func(h http.Header) {
-		m.setStatus(h, statusBypass)
-		giveToClient(rr.Context()) // the response is its client's alone now
-	}
-	requested := m.now()
-	next.ServeHTTP(rec, rr)
-	responded := m.now()
-	if rec.status == 0 {
-		rec.status = http.StatusOK
+	// A HEAD routed to a handler of its own (a HEAD route) is rendered by
+	// that handler, whatever the render's method: its answer has no body
+	// and never answers a GET (see routedAsHead).
+	headRoute := r.Method == http.MethodHead && routedAsHead(r)
+	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
+	if rec.held() && !selects(prior, rec.header) {
+		// The 304 names another representation than prior's (RFC 9111
+		// 4.3.4: none is selected, nothing is freshened): ask again
+		// without conditions, for the current one. The held 304 sent
+		// nothing to the client.
+		prior = nil
+		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
 	}
 	freshening := rec.held()
 	if freshening {
@@ -57,6 +55,20 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	case reason != "":
 	case rec.passing:
 		reason = rec.reason
+	case headRoute:
+		reason = "a HEAD route's render"
+	case r.Method == http.MethodHead && !freshening && rec.body.Len() == 0:
+		// A router that dispatches by method before the middleware runs
+		// (one the middleware cannot ask) gives a HEAD to its HEAD
+		// handler, which writes no body: an empty render for a HEAD may
+		// be that, so it answers no GET.
+		reason = "an empty render for a HEAD request"
+	case !freshening && !completeBody(rec.header, rec.body.Len()):
+		// RFC 9111 3.4: an incomplete response is not a complete one.
+		// Passed through with the handler's Content-Length, its client
+		// is not told otherwise either: net/http ends the connection
+		// short of the length declared.
+		reason = "a body of another length than its Content-Length"
 	case rr.Context().Err() != nil:
 		// The client went away (or the load timed out) during the render;
 		// whatever the handler wrote then is no answer for anyone else.
@@ -68,7 +80,10 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		reason = "no-cache without a validator of the handler's"
 	}
 	if reason != "" {
-		rec.pass(reason) // out to the client, if there is one, and not stored
+		rec.pass(reason)                                      // out to the client, if there is one, and not stored
+		if !headRoute && endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
+			return result{err: errEndsStored{errNotStored{reason}}}
+		}
 		return result{err: errNotStored{reason}}
 	}
 	body := append([]byte(nil), rec.body.Bytes()...)
@@ -93,6 +108,118 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	return result{resp: resp, fresh: lifetime - age, stale: stale}
 }
+
+// run renders r once, through a recorder, on a request for the cache (see
+// prepareRender): a GET, but for a HEAD route's, with prior's validators
+// as conditions when prior is set.
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time) {
+	rr := r.Clone(r.Context())
+	if rr.Method == http.MethodHead && !headRoute {
+		rr.Method = http.MethodGet // store the body, for GETs too
+	}
+	m.prepareRender(rr)
+	if prior != nil {
+		conditions(rr.Header, prior)
+	}
+	rec := newRecorder(w, m.limit)
+	rec.revalidating = prior != nil
+	rec.onPass = func(h http.Header) {
+		m.setStatus(h, statusBypass)
+		giveToClient(rr.Context()) // the response is its client's alone now
+	}
+	requested := m.now()
+	next.ServeHTTP(rec, rr)
+	responded := m.now()
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	return rr, rec, requested, responded
+}
+
+// routedAsHead reports whether r was routed as a HEAD before the
+// middleware ran (it is mounted on a route): a net/http ServeMux pattern
+// for HEAD ("HEAD /x"), or chi's routing method (r.With(m.Handler).Head,
+// or a sub-router's r.Use, whose routing follows the method its parent
+// routed by). The handler then is the HEAD route's, whatever method the
+// render has.
+func routedAsHead(r *http.Request) bool {
+	if method, _, ok := strings.Cut(r.Pattern, " "); ok && method == http.MethodHead {
+		return true
+	}
+	return routeMethod(r) == http.MethodHead
+}
+
+// completeBody reports whether a body of n bytes is as long as the
+// Content-Length of h (canonical) says, as net/http reads it: the first
+// value, if it is a non-negative integer (net/http drops any other, and
+// the body is then as long as it is). Values that disagree leave the
+// length unknown, which is not complete either.
+func completeBody(h http.Header, n int) bool {
+	vs := h["Content-Length"]
+	if len(vs) == 0 {
+		return true
+	}
+	for _, v := range vs[1:] {
+		if v != vs[0] {
+			return false
+		}
+	}
+	declared, err := strconv.ParseInt(vs[0], 10, 64)
+	return err != nil || declared < 0 || declared == int64(n)
+}
+
+// selects reports whether a 304 with header h (the handler's) selects
+// prior for update (RFC 9111 4.3.4): its ETag, if it has one, matches
+// prior's (by the strong comparison when it is strong, the weak one when
+// it is weak; prior's must be the handler's, not a digest of the body),
+// and its Vary, if it has one, names the fields prior's does.
+func selects(prior *response, h http.Header) bool {
+	canonicalHeader(h)
+	if etag := strings.TrimSpace(first(h, "Etag")); etag != "" {
+		stored := ""
+		if prior.HandlerETag {
+			stored = strings.TrimSpace(first(prior.Header, "Etag"))
+		}
+		weak, ok := strings.CutPrefix(etag, "W/")
+		switch {
+		case stored == "":
+			return false
+		case ok && strings.TrimPrefix(stored, "W/") != weak:
+			return false
+		case !ok && stored != etag:
+			return false
+		}
+	}
+	if h["Vary"] != nil {
+		names, star := parseVary(h)
+		if star || !slices.Equal(names, prior.Vary) {
+			return false
+		}
+	}
+	return true
+}
+
+// endsStored reports whether a response with this status and header
+// (canonical), which may not be stored, also ends the stored response
+// that its render refreshed: the handler now says the resource is not to
+// be shared (no-store, private, a cookie, Vary: *), so what was stored
+// must not be served again, stale or not. A server error does not:
+// serving stale through errors is what stale-if-error is for.
+func endsStored(status int, h http.Header) bool {
+	if status >= 500 {
+		return false
+	}
+	cc := parseCacheControl(h.Values("Cache-Control"))
+	_, star := parseVary(h)
+	return cc.noStore || cc.private || len(h.Values("Set-Cookie")) > 0 || star
+}
+
+// errEndsStored is the error of a render whose response may not be stored
+// and ends the stored response the render refreshed (see endsStored). It
+// is an errNotStored too.
+type errEndsStored struct{ errNotStored }
+
+func (e errEndsStored) Unwrap() error { return e.errNotStored }
 
 // century bounds the lifetimes and stale windows a response is kept past
 // to be revalidated: beyond it (options set huge for "forever") there is

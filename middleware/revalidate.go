@@ -222,3 +222,17 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 	cache.Expire(ctx, m.wait, 0)
 	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: res.resp.Version}, nil
 }
+
+// endRevalidated deletes rv.prior, kept past its stale window, whose
+// revalidation answered with a response that ends it (see endsStored),
+// if its key still holds it; otherwise every request would revalidate it
+// again, each passing the answer through, and a later render that may be
+// stored would have to wait for its version's revalidation key. The
+// check and the delete are a round trip apart: a response stored in
+// between is deleted too, and rendered again.
+func (m *Middleware) endRevalidated(ctx context.Context, rv *revalidation) {
+	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
+	if (err == nil || errors.Is(err, cache.ErrStale)) && cur.Version == rv.prior.Version {
+		_ = m.c.Delete(ctx, rv.key)
+	}
+}

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -162,9 +163,10 @@ func TestMiddleware_revalidateHeaderUpdate(t *testing.T) {
 			"Content-Length":   "99",
 			"Content-Encoding": "gzip",
 			"Content-Md5":      "md5-b",
-			"Etag":             `"other"`,
-			"Cache-Control":    "max-age=100",
-			"X-New":            "new",
+			// No other ETag: a 304 with one freshens nothing (see
+			// TestMiddleware_revalidateOtherRepresentation).
+			"Cache-Control": "max-age=100",
+			"X-New":         "new",
 		}
 	})
 	b.clock.Advance(11 * time.Second)
@@ -511,6 +513,118 @@ func TestMiddleware_revalidateNoCache(t *testing.T) {
 			}
 			if n := o.renders.Load(); n != 4 {
 				t.Errorf("renders = %d, want 4", n)
+			}
+		})
+	}
+}
+
+// TestMiddleware_revalidateOtherRepresentation: a 304 selects the stored
+// response only if it names the same representation (RFC 9111 4.3.4): a
+// strong ETag other than the stored one's (or a weak one that does not
+// match it even weakly), or a Vary on other fields than the stored
+// response's, says the handler now has another one, and the stored one
+// is not freshened: the middleware renders again without conditions and
+// stores that. Before, the old body was freshened and served as current.
+func TestMiddleware_revalidateOtherRepresentation(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name  string
+		etag  string            // of the first response
+		field map[string]string // of the 304
+	}{
+		{"strong ETag", `"v1"`, map[string]string{"Etag": `"v2"`}},
+		{"weak ETag", `W/"v1"`, map[string]string{"Etag": `W/"v2"`}},
+		{"strong ETag against a weak one", `W/"v1"`, map[string]string{"Etag": `"v1"`}},
+		{"Vary", `"v1"`, map[string]string{"Etag": `"v1"`, "Vary": "Accept-Language"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			var mu sync.Mutex
+			var conditional []bool
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := renders.Add(1)
+				mu.Lock()
+				conditional = append(conditional, r.Header.Get("If-None-Match") != "")
+				mu.Unlock()
+				w.Header().Set("Cache-Control", "max-age=10")
+				if r.Header.Get("If-None-Match") != "" {
+					for k, v := range tt.field {
+						w.Header().Set(k, v)
+					}
+					w.WriteHeader(http.StatusNotModified)
+					return
+				}
+				w.Header().Set("Etag", tt.etag)
+				if n > 1 {
+					w.Header().Set("Etag", `"v2"`) // no 304 can freshen it with v1 again
+				}
+				fmt.Fprintf(w, "body-%d", n)
+			}), nil)
+			b.get(t, "/o").check(t, 200, "MISS", "body-1")
+			b.waitStored(t, "/o", "body-1")
+			b.clock.Advance(11 * time.Second)
+			r := b.get(t, "/o")
+			if r.status != 200 || r.body != "body-3" || r.cache() == "HIT" {
+				t.Errorf("after the 304: %v, want body-3 rendered without conditions", r)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []bool{false, true, false}; !slices.Equal(conditional, want) {
+				t.Errorf("conditional renders %v, want %v", conditional, want)
+			}
+		})
+	}
+}
+
+// TestMiddleware_refreshEndsStored: a response the handler now marks not
+// to be shared (private, no-store, a cookie), in a refresh within the
+// stale window or in a revalidation (a 304's fields count), ends the
+// stored response at once: it is not served again, stale or not. Before,
+// the stale-window refresh failed quietly and the old public response
+// was served until its window ended.
+func TestMiddleware_refreshEndsStored(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name   string
+		etag   string // of the responses; "" for none (a refresh without conditions)
+		ignore bool   // the handler answers 200 to its conditions
+		field  string // what the refresh's response says
+		value  string
+		stale  bool // the refresh happens within the stale window
+	}{
+		{"304 private in the stale window", `"v1"`, false, "Cache-Control", "private, max-age=10", true},
+		{"200 no-store in the stale window", `"v1"`, true, "Cache-Control", "no-store", true},
+		{"200 Set-Cookie without validators in the stale window", "", false, "Set-Cookie", "s=1", true},
+		{"private without validators in the stale window", "", false, "Cache-Control", "private", true},
+		{"304 private past the stale window", `"v1"`, false, "Cache-Control", "private, max-age=10", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := "max-age=10"
+			if tt.stale {
+				cc += ", stale-while-revalidate=60"
+			}
+			o := &origin{etag: tt.etag, cc: cc, extra: map[string]string{}, ignore: tt.ignore}
+			b := newTestBed(t, s, o, nil)
+			b.get(t, "/e").check(t, 200, "MISS", "body-1")
+			b.waitStored(t, "/e", "body-1")
+			o.set(func(o *origin) {
+				if tt.field == "Cache-Control" {
+					o.cc = tt.value
+					return
+				}
+				o.extra[tt.field] = tt.value
+			})
+			b.clock.Advance(11 * time.Second)
+			r := b.get(t, "/e")
+			if tt.stale {
+				r.check(t, 200, "STALE", "body-1") // served while the refresh runs
+			} else {
+				r.check(t, 200, "BYPASS", "body-1") // the 304 freshened it for its own client
+			}
+			b.waitGone(t, "/e")
+			r = b.get(t, "/e")
+			if r.cache() != "BYPASS" || r.body == "body-1" {
+				t.Errorf("after the refresh: %v, want a render of its own", r)
 			}
 		})
 	}

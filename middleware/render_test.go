@@ -1,0 +1,184 @@
+package middleware_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
+)
+
+// This file tests what a render may leave in the cache: only a complete
+// response (its body as long as it says), rendered for a GET, with a
+// status that is a whole response.
+
+// TestMiddleware_incompleteBody: a handler that declares a Content-Length
+// and writes another number of bytes (http.ServeContent when a read fails
+// half way) made an incomplete response (RFC 9111 3.4): it is not stored,
+// and its own client is not told it is complete (net/http ends the
+// connection short of the declared length). Before, the short body was
+// stored with Content-Length rewritten to its length and served as a
+// complete 200, to the first client and every later one.
+func TestMiddleware_incompleteBody(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name     string
+		declared string
+		written  int // bytes written; below 0, the declared length and then the rest
+	}{
+		{"short", "1000", 300},
+		{"empty", "1000", 0},
+		// net/http refuses a Write past the declared length whole, and
+		// ends the connection short of it. (Without the middleware, a
+		// handler that writes the declared length first has its client
+		// given that much as complete; the middleware passes the body on
+		// in one Write, so its client is told it is not.)
+		{"long", "10", 300},
+		{"long in two writes", "10", -300},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				renders.Add(1)
+				w.Header().Set("Cache-Control", "public, max-age=60")
+				w.Header().Set("Content-Length", tt.declared)
+				if tt.written < 0 {
+					_, _ = io.WriteString(w, strings.Repeat("x", 10))
+					_, _ = io.WriteString(w, strings.Repeat("x", -tt.written-10))
+					return
+				}
+				_, _ = io.WriteString(w, strings.Repeat("x", tt.written))
+			}), &bedOptions{quiet: true})
+			ctx := testContext(t, 20*time.Second)
+			for i := range 2 {
+				// Every client's read fails short of the declared length.
+				if r, err := b.send(ctx, http.MethodGet, "/t"); !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("request %d: got %v, err %v; want the body cut short of %s bytes", i, r, err, tt.declared)
+				}
+				b.waitGone(t, "/t")
+			}
+			if n := renders.Load(); n != 2 {
+				t.Errorf("renders = %d, want 2: an incomplete response is not stored", n)
+			}
+		})
+	}
+}
+
+// TestMiddleware_headRoute: with the middleware mounted on routes (chi's
+// r.With(m.Handler).Head, a net/http "HEAD /x" pattern, a router of one's
+// own that dispatches by method first, or chi's r.Use in a sub-router,
+// which routes the request's render by the method it was routed by), a
+// HEAD request's render is made by the HEAD route's handler, which
+// writes no body (or answers 405): it is not stored, so a GET is never
+// answered with it. A HEAD is still answered from a GET's entry. Before,
+// the HEAD's empty answer (or its 405) was stored under GET's key and
+// the next GET got it as a HIT.
+func TestMiddleware_headRoute(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	get := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		renders.Add(1)
+		w.Header().Set("Cache-Control", "max-age=60")
+		_, _ = io.WriteString(w, "the page")
+	})
+	head := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		renders.Add(1)
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Content-Type", "text/plain")
+	})
+	for _, tt := range []struct {
+		name     string
+		path     string
+		router   func(m *middleware.Middleware, c *cache.Cache) http.Handler
+		headCode int   // what the HEAD route answers
+		renders  int32 // by the test's handlers (chi answers 405 itself)
+	}{
+		{"chi r.With per route", "/x", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			r := chi.NewRouter()
+			r.With(m.Handler).Get("/x", get)
+			r.With(m.Handler).Head("/x", head)
+			return r
+		}, 200, 2},
+		{"ServeMux HEAD pattern", "/x", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("GET /x", m.Handler(get))
+			mux.Handle("HEAD /x", m.Handler(head))
+			return mux
+		}, 200, 2},
+		{"a router of one's own", "/x", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			g, h := m.Handler(get), m.Handler(head)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodHead {
+					h.ServeHTTP(w, r)
+					return
+				}
+				g.ServeHTTP(w, r)
+			})
+		}, 200, 2},
+		{"chi sub-router r.Use", "/s/x", func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/s", func(sr chi.Router) {
+				sr.Use(m.Handler)
+				sr.Get("/x", get)
+			})
+			return r
+		}, 405, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			renders.Store(0)
+			b := newTestBed(t, s, nil, &bedOptions{router: tt.router})
+			r := b.do(t, http.MethodHead, tt.path)
+			if r.status != tt.headCode || r.cache() == "HIT" {
+				t.Errorf("first HEAD: %v, want %d from the handler", r, tt.headCode)
+			}
+			b.waitGone(t, tt.path)
+			b.get(t, tt.path).check(t, 200, "MISS", "the page")
+			b.waitStored(t, tt.path, "the page")
+			b.get(t, tt.path).check(t, 200, "HIT", "the page")
+			b.do(t, http.MethodHead, tt.path).check(t, 200, "HIT", "")
+			if n := renders.Load(); n != tt.renders {
+				t.Errorf("renders = %d, want %d (the HEAD route's, if any, and the GET's)", n, tt.renders)
+			}
+		})
+	}
+}
+
+// TestMiddleware_partialNeverStored: a 206 is a part of a response, and
+// is never stored, whatever Statuses or ShouldCache say. Before, a 206
+// listed in Statuses, or accepted by ShouldCache, was stored and served to
+// every later request, with or without Range.
+func TestMiddleware_partialNeverStored(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name string
+		o    *middleware.Options
+	}{
+		{"Statuses", &middleware.Options{Statuses: []int{200, 206}}},
+		{"ShouldCache", &middleware.Options{ShouldCache: func(int, http.Header) bool { return true }}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				renders.Add(1)
+				w.Header().Set("Cache-Control", "max-age=60")
+				w.Header().Set("Content-Range", "bytes 0-3/10")
+				w.WriteHeader(http.StatusPartialContent)
+				_, _ = io.WriteString(w, "part")
+			}), &bedOptions{mw: tt.o})
+			b.get(t, "/p").check(t, 206, "BYPASS", "part")
+			b.waitGone(t, "/p")
+			b.get(t, "/p").check(t, 206, "BYPASS", "part")
+			if n := renders.Load(); n != 2 {
+				t.Errorf("renders = %d, want 2", n)
+			}
+		})
+	}
+}
