@@ -241,3 +241,157 @@ func FuzzMiddleware(f *testing.F) {
 		}
 	})
 }
+
+// Bits of FuzzRender's form argument.
+const (
+	renderHeadRoute = 1 << iota // a "HEAD /" ServeMux route of its own, asked first
+	renderHeadFirst             // a HEAD is the first request (answered by the GET route without renderHeadRoute)
+)
+
+// fuzzMethodRequest parses a request as net/http's server does, or
+// reports that it would not get that far.
+func fuzzMethodRequest(method, target, host string) (*http.Request, bool) {
+	if strings.ContainsAny(target, " \r\n") || target == "" {
+		return nil, false
+	}
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")))
+	if err != nil {
+		return nil, false
+	}
+	return r, true
+}
+
+// FuzzRender: whatever length a handler declares for the body it writes
+// (short bodies, long ones), whether a HEAD comes first and whether it
+// has a route of its own, and whatever Location a write is answered
+// with, a response served from the cache is complete (as long as its
+// Content-Length and as the handler declared it), rendered for a GET of
+// its URL, and a write evicts the URL its Location resolves to against
+// the write's URL.
+func FuzzRender(f *testing.F) {
+	for _, seed := range []struct {
+		target, body, location string
+		delta                  int16
+		form                   uint8
+	}{
+		{"/a", "page", "", 0, 0},
+		{"/a", "page", "", -3, 0},
+		{"/a", "page", "", 700, 0},
+		{"/a", "", "", 1000, 0},
+		{"/a", "page", "", 5, renderHeadFirst},
+		{"/h", "page", "", 0, renderHeadRoute | renderHeadFirst},
+		{"/h", "", "", 0, renderHeadFirst},
+		{"/items/", "x", "42", 0, 0},
+		{"/items/a/", "x", "../b", 0, 0},
+		{"/items?x=1", "x", "?x=2", 0, 0},
+		{"/items/1", "x", "//other.example/items/2", 0, 0},
+		{"/items/1", "x", "https://HOST/items/2", 0, 0},
+		{"/items/1", "x", "http://HOST/items/2#f", 0, 0},
+		{"/a/b/c", "x", "./../../d?e", -1, renderHeadRoute | renderHeadFirst},
+	} {
+		f.Add(seed.target, seed.body, seed.location, seed.delta, seed.form)
+	}
+	s := redistest.Shared(f, redistest.Miniredis)
+	c, err := cache.New(s.Client(f), &cache.Options{Namespace: "mwfuzzr" + strings.TrimPrefix(redistest.Key(f, ""), "test:")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = c.Close() })
+	var inputs atomic.Int64
+
+	f.Fuzz(func(t *testing.T, target, body, location string, delta int16, form uint8) {
+		if strings.ContainsAny(location, "\r\n") || len(body) > 1<<12 {
+			return
+		}
+		host := fmt.Sprintf("in%d.fuzz.example", inputs.Add(1)) // keys of its own
+		location = strings.ReplaceAll(location, "HOST", host)
+		m, err := middleware.New(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var renders atomic.Int32
+		get := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			page := fmt.Sprintf("uri=%s n=%d %s", r.RequestURI, renders.Add(1), body)
+			w.Header().Set("Cache-Control", "max-age=60")
+			if n := len(page) + int(delta); delta != 0 && n >= 0 {
+				w.Header().Set("Content-Length", fmt.Sprint(n))
+			}
+			_, _ = fmt.Fprint(w, page)
+		})
+		head := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=60")
+		})
+		post := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", location)
+			w.WriteHeader(http.StatusCreated)
+		})
+		mux := http.NewServeMux()
+		mux.Handle("GET /", m.Handler(get))
+		mux.Handle("POST /", m.Handler(post))
+		if form&renderHeadRoute != 0 {
+			mux.Handle("HEAD /", m.Handler(head))
+		}
+		do := func(method, target string) (*httptest.ResponseRecorder, bool) {
+			r, ok := fuzzMethodRequest(method, target, host)
+			if !ok {
+				return nil, false
+			}
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, r)
+			return rec, true
+		}
+		// complete checks an answer from the cache (or that will be
+		// stored): a GET render of target, as long as it says.
+		complete := func(rec *httptest.ResponseRecorder, target string) {
+			t.Helper()
+			switch rec.Header().Get("X-Cache") {
+			case "HIT", "MISS", "STALE":
+			default:
+				return
+			}
+			if delta != 0 && len(rec.Body.String())+int(delta) >= 0 {
+				t.Errorf("GET %q: %s of a body %d bytes off its declared length", target, rec.Header().Get("X-Cache"), delta)
+			}
+			if cl := rec.Header().Get("Content-Length"); cl != fmt.Sprint(rec.Body.Len()) {
+				t.Errorf("GET %q: %s with Content-Length %s and %d bytes", target, rec.Header().Get("X-Cache"), cl, rec.Body.Len())
+			}
+			if !strings.HasPrefix(rec.Body.String(), "uri=") {
+				t.Errorf("GET %q: %s with %q, not a GET's render", target, rec.Header().Get("X-Cache"), rec.Body.String())
+			}
+		}
+		if form&renderHeadFirst != 0 {
+			if _, ok := do(http.MethodHead, target); !ok {
+				return
+			}
+		}
+		for range 2 {
+			rec, ok := do(http.MethodGet, target)
+			if !ok {
+				return
+			}
+			complete(rec, target)
+		}
+
+		// A write answered with location evicts what it resolves to, on
+		// the same origin.
+		base, err := url.ParseRequestURI(target)
+		if err != nil || base.Opaque != "" || base.User != nil {
+			return
+		}
+		base.Scheme, base.Host = "http", host
+		ref, err := base.Parse(strings.TrimSpace(location))
+		if err != nil || ref.Scheme != "http" || ref.Host != host || ref.User != nil || ref.Opaque != "" {
+			return
+		}
+		resolved := ref.RequestURI()
+		if rec, ok := do(http.MethodGet, resolved); !ok || rec.Code != http.StatusOK {
+			return
+		}
+		if rec, ok := do(http.MethodPost, target); !ok || rec.Code != http.StatusCreated {
+			return
+		}
+		if rec, ok := do(http.MethodGet, resolved); ok && rec.Header().Get("X-Cache") == "HIT" {
+			t.Errorf("POST %q answered Location %q: GET %q is still a HIT", target, location, resolved)
+		}
+	})
+}
