@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -40,4 +41,24 @@ func routeMethod(r *http.Request) string {
 		return ""
 	}
 	return rctx.RouteMethod
+}
+
+// saveRoute returns a function that puts the chi routing state of ctx
+// (if it has one) back as it is now. chi appends the route it finds to
+// that state, so a render run a second time (see render) must route from
+// where the first run began, or its route pattern (r.Pattern, the
+// pattern outer middlewares see) would hold the route twice.
+func saveRoute(ctx context.Context) (restore func()) {
+	rctx := chi.RouteContext(ctx)
+	if rctx == nil {
+		return func() {}
+	}
+	path, method := rctx.RoutePath, rctx.RouteMethod
+	keys, values := slices.Clone(rctx.URLParams.Keys), slices.Clone(rctx.URLParams.Values)
+	patterns := slices.Clone(rctx.RoutePatterns)
+	return func() {
+		rctx.RoutePath, rctx.RouteMethod = path, method
+		rctx.URLParams.Keys, rctx.URLParams.Values = keys, values
+		rctx.RoutePatterns = patterns
+	}
 }

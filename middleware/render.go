@@ -28,12 +28,17 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
 	headRoute := r.Method == http.MethodHead && routedAsHead(r)
+	restoreRoute := func() {}
+	if prior != nil {
+		restoreRoute = saveRoute(r.Context()) // for a second run
+	}
 	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
 	if rec.held() && !selects(prior, rec.header) {
 		// The 304 names another representation than prior's (RFC 9111
 		// 4.3.4: none is selected, nothing is freshened): ask again
 		// without conditions, for the current one. The held 304 sent
 		// nothing to the client.
+		restoreRoute()
 		prior = nil
 		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
 	}

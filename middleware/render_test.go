@@ -2,8 +2,10 @@ package middleware_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -180,5 +182,43 @@ func TestMiddleware_partialNeverStored(t *testing.T) {
 				t.Errorf("renders = %d, want 2", n)
 			}
 		})
+	}
+}
+
+// TestChi_renderedAgain: a render run a second time (a 304 that names
+// another representation, see TestMiddleware_revalidateOtherRepresentation)
+// behind chi's r.Use routes as the first did: the handler sees its route
+// pattern and URL parameters once, not the route appended twice.
+func TestChi_renderedAgain(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	seen := make(chan string, 3)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		seen <- r.Pattern + " id=" + chi.URLParam(r, "id")
+		w.Header().Set("Cache-Control", "max-age=10")
+		if r.Header.Get("If-None-Match") != "" {
+			w.Header().Set("Etag", `"v2"`)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Etag", `"v`+strconv.Itoa(int(min(n, 2)))+`"`)
+		fmt.Fprintf(w, "body-%d", n)
+	})
+	b := newTestBed(t, s, nil, &bedOptions{router: func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+		r := chi.NewRouter()
+		r.Use(m.Handler)
+		r.Get("/o/{id}", h)
+		return r
+	}})
+	b.get(t, "/o/7").check(t, 200, "MISS", "body-1")
+	b.waitStored(t, "/o/7", "body-1")
+	b.clock.Advance(11 * time.Second)
+	b.get(t, "/o/7").check(t, 200, "MISS", "body-3")
+	close(seen)
+	for route := range seen {
+		if route != "/o/{id} id=7" {
+			t.Errorf("a render saw %q, want /o/{id} id=7", route)
+		}
 	}
 }
