@@ -55,7 +55,8 @@ func (h *handoff) close() *job {
 
 // loader is the loader of r's GetOrLoad call for the key of base and
 // the Vary names vary (see variantKey); route is r's Event.Route. With rv
-// set the render revalidates rv.prior (see revalidate.go).
+// set the render refreshes rv.prior, and revalidates it if it has
+// validators (see revalidate.go).
 func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string, rv *revalidation) func(context.Context) (response, error) {
 	var prior *response
 	if rv != nil && rv.prior.validators() {

@@ -49,7 +49,8 @@ import (
 // 304 only ever freshens the response whose validators were sent, under
 // the key it was found at.
 
-// revalidation is a render that revalidates prior.
+// revalidation is a render that refreshes prior: it revalidates it when
+// prior has validators of the handler's (always, for a kept response).
 type revalidation struct {
 	prior *response
 	// key is where prior is stored, for a revalidation the middleware
