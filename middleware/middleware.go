@@ -124,7 +124,10 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	for attempt := 0; attempt < 2; attempt++ {
+	// Two looks, as a response may name the Vary this process did not
+	// know, and one more for going back to the key after a revalidation
+	// a write overtook (see revalidate).
+	for attempt := 0; attempt < 3; attempt++ {
 		vary := m.vary.get(base)
 		key := variantKey(base, vary, r)
 
@@ -142,7 +145,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// revalidation, which one request in the cluster makes. (Any
 			// other value the cache holds as fresh is within its
 			// lifetime: the time kept is in the cache's stale window.)
-			return m.revalidate(w, r, next, base, key, vary, route, &cached)
+			o, again := m.revalidate(w, r, next, base, key, vary, route, &cached)
+			if !again {
+				return o
+			}
+			continue
 		}
 		if err == nil && cached.matches(r) {
 			if attempt == 0 {
@@ -195,7 +202,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// it, as the cache serves what it holds as stale). A no-cache
 			// response (never fresh) is the render this request waited
 			// for: it is as new as a revalidation.
-			return m.revalidate(w, r, next, base, key, resp.Vary, route, resp)
+			o, again := m.revalidate(w, r, next, base, key, resp.Vary, route, resp)
+			if !again {
+				return o
+			}
+			continue
 		}
 		// This request did not render: a hit, even when it waited for
 		// another request's render.

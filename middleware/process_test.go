@@ -15,10 +15,11 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/middleware"
 )
 
-var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated}
+var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated, "serveRevalidating": workerServeRevalidating}
 
 // workerServe runs the cached handler on a loopback port, prints "ready
 // <url>" and serves until killed. Each render counts itself with INCR, so
@@ -253,6 +254,190 @@ func TestMiddleware_clientGone_processes(t *testing.T) {
 		for _, u := range urls {
 			if a := get(ctx, u); a.err != nil || a.xcache != "HIT" || bodies[a.body] == 0 {
 				t.Errorf("after: %q X-Cache %s, err %v; want a HIT of the one render", a.body, a.xcache, a.err)
+			}
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// workerServeRevalidating serves /doc with a clock of its own (for the
+// middleware and the cache) that POST /_advance?d=<duration> moves: every
+// GET render counts itself with INCR (MWTEST_COUNTER) and answers
+// "max-age=10, must-revalidate" with ETag "v1", a 304 to a request that
+// sends it; the second render (the first revalidation) pushes to
+// MWTEST_GATE ":started" and waits to pop from ":release". A POST of /doc
+// is a write the handler answers 200, which invalidates /doc; it renders
+// nothing the counter counts. GET /_stats answers "misses waits" of the
+// worker's cache.
+func workerServeRevalidating() int {
+	rc := redistest.WorkerClient()
+	defer rc.Close()
+	clock := newSettableClock()
+	c, err := cache.New(rc, &cache.Options{Namespace: os.Getenv("MWTEST_NS"), Now: clock.Now})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	defer c.Close()
+	m, err := middleware.New(c, &middleware.Options{Now: clock.Now})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	counter, gate := os.Getenv("MWTEST_COUNTER"), os.Getenv("MWTEST_GATE")
+	cached := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			fmt.Fprint(w, "written")
+			return
+		}
+		n, err := rc.Incr(r.Context(), counter).Result()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if n == 2 {
+			if err := rc.RPush(r.Context(), gate+":started", 1).Err(); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			if err := rc.BLPop(r.Context(), 20*time.Second, gate+":release").Err(); err != nil {
+				http.Error(w, "gave up: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Header().Set("Cache-Control", "max-age=10, must-revalidate")
+		w.Header().Set("Etag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		fmt.Fprintf(w, "report %d rendered by pid %d", n, os.Getpid())
+	}))
+	return listenAndServe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/_stats":
+			st := c.Stats()
+			fmt.Fprintf(w, "%d %d", st.Misses, st.Waits)
+		case "/_advance":
+			d, err := time.ParseDuration(r.URL.Query().Get("d"))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			clock.Advance(d)
+		default:
+			cached.ServeHTTP(w, r)
+		}
+	}))
+}
+
+// TestMiddleware_writeDuringRevalidation_processes: in 2 processes, 6
+// requests wait for the one revalidation of a stored response (past its
+// max-age, must-revalidate) when a
+// write (a POST answered 200) invalidates it. The revalidation's result
+// is not stored (the write wins), and the waiters go back to the key and
+// share one render: 3 renders in all (the first, the revalidation, the
+// one after the write), every waiter gets the render made after the
+// write, none renders for itself (BYPASS). Before, each waiter rendered
+// alone: 6 extra renders.
+func TestMiddleware_writeDuringRevalidation_processes(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		const procs, waiters = 2, 6
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rc := s.Client(t)
+		ns, counter, gate := "mw"+strings.ReplaceAll(redistest.Key(t, "")[5:], "/", "."), redistest.Key(t, "renders"), redistest.Key(t, "gate")
+		urls := spawnServers(t, ctx, s, procs, "serveRevalidating", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter, "MWTEST_GATE="+gate)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: waiters}}
+		defer client.CloseIdleConnections()
+		type answer struct {
+			body, xcache string
+			status       int
+			err          error
+		}
+		send := func(method, u string) answer {
+			req, _ := http.NewRequestWithContext(ctx, method, u+"/doc", nil)
+			req.Host = "reports.example"
+			res, err := client.Do(req)
+			if err != nil {
+				return answer{err: err}
+			}
+			defer res.Body.Close()
+			b, err := io.ReadAll(res.Body)
+			return answer{string(b), res.Header.Get("X-Cache"), res.StatusCode, err}
+		}
+		if a := send(http.MethodGet, urls[0]); a.err != nil || a.xcache != "MISS" {
+			t.Fatalf("first render: %q X-Cache %s, err %v", a.body, a.xcache, a.err)
+		}
+		valueKey := ns + ":{" + redisx.Tag("GET http://reports.example/doc") + "}"
+		redistest.WaitFor(t, ctx, "the first render stored", func() bool {
+			n, err := rc.Exists(ctx, valueKey).Result()
+			return err == nil && n == 1
+		})
+		for _, u := range urls { // past max-age: must-revalidate keeps it to be revalidated
+			res, err := client.Post(u+"/_advance?d=11s", "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+		}
+
+		first := make(chan answer, 1)
+		go func() { first <- send(http.MethodGet, urls[0]) }()
+		if err := rc.BLPop(ctx, 20*time.Second, gate+":started").Err(); err != nil {
+			t.Fatalf("waiting for the revalidation: %v", err)
+		}
+		answers := make(chan answer, waiters)
+		for i := range waiters {
+			go func() { answers <- send(http.MethodGet, urls[i%procs]) }()
+		}
+		// All waiting for the revalidation: the first render's miss, the
+		// revalidation's and each waiter's; the other process waits on
+		// the claim.
+		redistest.WaitFor(t, ctx, "the waiters", func() bool {
+			var misses, waits int
+			for _, u := range urls {
+				var m, w int
+				res, err := client.Get(u + "/_stats")
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = fmt.Fscan(res.Body, &m, &w)
+				res.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				misses, waits = misses+m, waits+w
+			}
+			return misses >= 2+waiters && waits >= 1
+		})
+		if a := send(http.MethodPost, urls[1]); a.err != nil || a.status != http.StatusOK {
+			t.Fatalf("the write: %d %q, err %v", a.status, a.body, a.err)
+		}
+		if err := rc.RPush(ctx, gate+":release", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if a := <-first; a.err != nil || a.status != http.StatusOK {
+			t.Errorf("the revalidating request: %d %q X-Cache %s, err %v", a.status, a.body, a.xcache, a.err)
+		}
+		bodies, statuses := map[string]int{}, map[string]int{}
+		for range waiters {
+			a := <-answers
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			bodies[a.body]++
+			statuses[a.xcache]++
+		}
+		renders, err := rc.Get(ctx, counter).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if renders != 3 || len(bodies) != 1 || statuses["BYPASS"] != 0 {
+			t.Errorf("%d renders, bodies %v, X-Cache %v; want 3 renders (the first, the revalidation, one after the write), one body for all %d waiters, no BYPASS", renders, bodies, statuses, waiters)
+		}
+		for body := range bodies {
+			if !strings.HasPrefix(body, "report 3 ") {
+				t.Errorf("the waiters got %q, want the render made after the write", body)
 			}
 		}
 	}, redistest.Redis8, redistest.Cluster)

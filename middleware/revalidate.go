@@ -144,7 +144,15 @@ func freshened(stored, h http.Header, responded time.Time) http.Header {
 // key of base for vary), is kept past its stale window: one request in
 // the cluster revalidates it (see the comment at the top of this file),
 // the others wait for that render and answer with what it stored.
-func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next http.Handler, base, key string, vary []string, route string, prior *response) outcome {
+//
+// again reports that r is not answered: the revalidation ended without
+// leaving a response for r under key (a write deleted it, or another
+// render replaced it, meanwhile), and r goes back to the key, where it
+// shares the one render (or finds the response) that every other
+// request for it, in every process, finds too. Rendering alone there
+// would re-open the stampede a write is bound to: at most one render per
+// key after it.
+func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next http.Handler, base, key string, vary []string, route string, prior *response) (o outcome, again bool) {
 	// The revalidation of this version of the stored response: once it
 	// is stored again, its next revalidation has a key of its own.
 	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
@@ -152,32 +160,31 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 	defer l.cancel()
 	if l.job != nil {
 		if o, done := m.take(w, r, next, base, l, false, nil); done {
-			return o
+			return o, false
 		}
 	}
 	if err := r.Context().Err(); err != nil {
-		return outcome{kind: EventCanceled, err: err} // the client is gone
+		return outcome{kind: EventCanceled, err: err}, false // the client is gone
 	}
-	err := l.res.err
-	if err == nil {
-		// Another request revalidated it: read what it stored. (The cache
-		// counted this request once already, as a miss.)
-		cur, gerr := cache.Get[response](peek.With(r.Context(), new(peek.Probe)), m.c, key)
-		done := &l.res.resp // the marker of what it stored
-		if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
-			(cur.fresh(m.now()) || cur.Version == done.Version) {
-			// Fresh, or the very response the revalidation this request
-			// waited for stored (a no-cache one is never fresh).
-			m.write(w, r, &cur, statusHit)
-			return outcome{kind: EventHit}
-		}
-		err = errNotStored{"no fresh response after the revalidation"}
+	if err := l.res.err; err != nil {
+		// The revalidation failed, or took longer than WaitTimeout:
+		// render for this request alone.
+		m.setStatus(w.Header(), statusBypass)
+		next.ServeHTTP(w, r)
+		return unshared(err), false
 	}
-	// The revalidation failed, was not stored, or took longer than
-	// WaitTimeout: render for this request alone.
-	m.setStatus(w.Header(), statusBypass)
-	next.ServeHTTP(w, r)
-	return unshared(err)
+	// Another request revalidated it: read what it stored. (The cache
+	// counted this request once already, as a miss.)
+	cur, gerr := cache.Get[response](peek.With(r.Context(), new(peek.Probe)), m.c, key)
+	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
+	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
+		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) {
+		// Fresh, or the very response the revalidation this request
+		// waited for stored (a no-cache one is never fresh).
+		m.write(w, r, &cur, statusHit)
+		return outcome{kind: EventHit}, false
+	}
+	return outcome{}, true
 }
 
 // storeRevalidated stores res, the render that revalidated rv.prior (a
@@ -188,7 +195,10 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 //
 // It writes only if the key still holds prior (its Version): a key
 // deleted meanwhile (invalidation by a write, in any process) or stored
-// again by another render stays as it is. The write under prior's key is
+// again by another render stays as it is. The marker then has Version 0
+// (no render's, see overtaken), and is no error: the waiters go back to
+// the key and share its next render (see revalidate), rather than each
+// render alone. The write under prior's key is
 // conditional on the server (peek.Expect: SET IFEQ the entry read here),
 // so an invalidation that lands between the read and the write wins too.
 // A new response that varies on other headers than prior goes under
@@ -198,7 +208,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 	probe := new(peek.Probe)
 	cur, err := cache.Get[response](peek.With(ctx, probe), m.c, rv.key)
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
-		return response{}, errNotStored{"the stored response changed during its revalidation"}
+		return m.overtaken(ctx), nil
 	}
 	key := variantKey(base, res.resp.Vary, r)
 	wctx := ctx
@@ -207,7 +217,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 	}
 	if err := cache.Set(wctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
 		if errors.Is(err, peek.ErrChanged) {
-			return response{}, errNotStored{"the stored response changed during its revalidation"}
+			return m.overtaken(ctx), nil
 		}
 		return response{}, err
 	}
@@ -236,4 +246,14 @@ func (m *Middleware) endRevalidated(ctx context.Context, rv *revalidation) {
 	if (err == nil || errors.Is(err, cache.ErrStale)) && cur.Version == rv.prior.Version {
 		_ = m.c.Delete(ctx, rv.key)
 	}
+}
+
+// overtaken is what the revalidation key gets when the stored response
+// changed during its revalidation and nothing was stored: a marker of no
+// response (Version 0, which no render draws but with probability
+// 2^-64), for as long as its waiters may wait. It tells them to read the
+// key again.
+func (m *Middleware) overtaken(ctx context.Context) response {
+	cache.Expire(ctx, m.wait, 0)
+	return response{}
 }
