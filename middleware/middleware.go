@@ -113,7 +113,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
-	if first(r.Header, "Range") != "" {
+	if present(r.Header, "Range") {
 		return m.serveRange(w, r, next, base) // a GET: see range.go
 	}
 	if m.o.AllowNoCache && clientNoCache(r) {

@@ -14,20 +14,25 @@ import (
 // with its reason.
 
 // bypass says why r must not use the cache, or "".
+//
+// A field may come on several lines, and the handler sees every one
+// (r.Cookie reads them all; a framework may read the last): each check
+// looks at every line, and any non-empty one counts. An empty first
+// "Cookie:" line must not make a request with a session look anonymous.
 func (m *Middleware) bypass(r *http.Request) string {
 	h := r.Header
 	switch {
 	case r.Method != http.MethodGet && r.Method != http.MethodHead:
 		return "method"
-	case first(h, "Authorization") != "":
+	case present(h, "Authorization"):
 		return "authorization"
-	case first(h, "Cookie") != "" && !m.o.CacheRequestsWithCookies:
+	case present(h, "Cookie") && !m.o.CacheRequestsWithCookies:
 		return "cookie"
-	case first(h, "Range") != "" && r.Method != http.MethodGet:
+	case present(h, "Range") && r.Method != http.MethodGet:
 		// Range is defined for GET only; a HEAD with one goes to the
 		// handler as before. A GET with one is served by serveRange.
 		return "range on HEAD"
-	case first(h, "Upgrade") != "":
+	case present(h, "Upgrade"):
 		return "upgrade"
 	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
 		// A body is no part of the key, and the render for the cache gets
@@ -43,8 +48,22 @@ func (m *Middleware) bypass(r *http.Request) string {
 	return ""
 }
 
+// present reports whether h has a non-empty line of the field name, in
+// canonical form (as r.Cookie and Header.Get look it up), on any of its
+// lines. It allocates nothing: the hit path asks for a few every request.
+func present(h http.Header, name string) bool {
+	for _, v := range h[name] {
+		if v != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // first is h.Get(name) for a name in canonical form, without
-// canonicalising it again: the hit path asks for a few every request.
+// canonicalising it again. It is for response fields and for request
+// fields where the first line alone decides nothing a client could turn
+// against others; a check that a field is absent uses present.
 func first(h http.Header, name string) string {
 	if vs := h[name]; len(vs) > 0 {
 		return vs[0]
@@ -65,9 +84,11 @@ func containsASCIIFold(s, sub string) bool {
 	return false
 }
 
+// clientNoCache reports whether r's Cache-Control or Pragma, on any of
+// their lines, says no-cache.
 func clientNoCache(r *http.Request) bool {
-	cc := parseCacheControl(r.Header.Values("Cache-Control"))
-	return cc.noCache || strings.EqualFold(r.Header.Get("Pragma"), "no-cache")
+	cc := parseCacheControl(r.Header["Cache-Control"])
+	return cc.noCache || pragmaNoCache(r.Header["Pragma"])
 }
 
 // errNotStored is the loader's error for a response that must not be
