@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -343,23 +344,53 @@ func (m *Middleware) prepareRender(rr *http.Request) {
 	}
 }
 
-// headerValue is a request header's values as one comparable string. It
-// trims only what HTTP treats as whitespace around a value (spaces and
-// tabs): other bytes are part of the value the handler sees, so they must
-// be part of the key. It must not modify h (Values returns h's own slice).
+// headerValue is a request header's values as one comparable string, for
+// keys and for matching a request to a stored variant. It trims only what
+// HTTP treats as whitespace around a value (spaces and tabs): other bytes
+// are part of the value the handler sees, so they must be part of the
+// key. It must not modify h (Values returns h's own slice).
+//
+// It keeps the field's lines apart. "User-Agent: A" and "User-Agent: B"
+// on two lines are not the one line "A, B": r.Header.Get gives the
+// handler A, so the render for the two lines must never answer a client
+// that sent "A, B" (one split at a comma would poison that variant).
+// Bypassing such requests instead would take a check in every path that
+// builds a key (hit, render, revalidation, range), where one missed is
+// the poisoning again; keys of their own cost one render per distinct
+// set of lines, which distinct values cost already. So one line is its
+// trimmed value as it is (no allocation); several lines, or one with a
+// control character (only a request made in-process can have one, and
+// "\n" would be read as another line of the key), are written as a
+// space and each line quoted (strconv.Quote): ` "A" "B"`. The leading
+// space tells the two forms apart, since a trimmed value never starts
+// with one. No lines and one empty line are both "", as Header.Get sees
+// them.
 func headerValue(h http.Header, name string) string {
 	vs := h.Values(name)
-	if len(vs) == 1 {
-		return strings.Trim(vs[0], " \t") // a part of h's string: no allocation
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		if v := strings.Trim(vs[0], " \t"); !hasControl(v) {
+			return v // a part of h's string: no allocation
+		}
 	}
 	var b strings.Builder
-	for i, v := range vs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strings.Trim(v, " \t"))
+	for _, v := range vs {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Quote(strings.Trim(v, " \t")))
 	}
 	return b.String()
+}
+
+// hasControl reports whether s has an ASCII control character.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // unkeyedHeaders lists request headers that frameworks and proxies use to
