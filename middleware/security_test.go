@@ -85,6 +85,71 @@ func TestSecurity_requestCookies(t *testing.T) {
 	}
 }
 
+// TestSecurity_credentialFieldLines: a request may send a field on
+// several lines, and net/http hands the handler every one (r.Cookie and
+// r.Cookies read them all, a framework may read the last). A credential
+// or a bypass on any line but the first made the request look anonymous:
+// the page rendered for it was stored and served to everyone. Every line
+// counts; an empty one does not make the field absent.
+func TestSecurity_credentialFieldLines(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	tests := []struct {
+		name  string
+		lines string // the field lines the first client sends
+		seen  string // what the handler shows of them
+	}{
+		{"Cookie", "Cookie: \r\nCookie: session=alice\r\n", `Cookie=["" "session=alice"]`},
+		{"Authorization", "Authorization: \r\nAuthorization: Bearer alice\r\n", `Authorization=["" "Bearer alice"]`},
+		{"Upgrade", "Upgrade: \r\nUpgrade: alice-proto\r\nConnection: upgrade\r\n", `Upgrade=["" "alice-proto"]`},
+		{"Cache-Control no-store", "Cache-Control: \r\nCache-Control: no-store, alice\r\n", `Cache-Control=["" "no-store, alice"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "public, max-age=60")
+				fmt.Fprintf(w, "n=%d", renders.Add(1))
+				for _, name := range []string{"Cookie", "Authorization", "Upgrade", "Cache-Control"} {
+					if vs := r.Header.Values(name); vs != nil {
+						fmt.Fprintf(w, " %s=%q", name, vs)
+					}
+				}
+				if c, err := r.Cookie("session"); err == nil {
+					fmt.Fprintf(w, " session=%s", c.Value)
+				}
+			}), nil)
+			host := b.srv.Listener.Addr().String()
+			want := "n=1 " + tt.seen
+			if strings.HasPrefix(tt.name, "Cookie") {
+				want += " session=alice"
+			}
+			b.rawRequest(t, "GET /cl HTTP/1.1\r\nHost: "+host+"\r\n"+tt.lines+"Connection: close\r\n\r\n").
+				check(t, 200, "BYPASS", want)
+			b.get(t, "/cl").check(t, 200, "MISS", "n=2")
+			if raw := b.storedText(t, "/cl"); strings.Contains(raw, "alice") {
+				t.Errorf("the stored entry holds the first client's field: %q", raw)
+			}
+		})
+	}
+}
+
+// TestMiddleware_clientNoCacheFieldLines: with AllowNoCache, a client's
+// Pragma: no-cache forces a render on whichever line it comes (it was
+// read from the first line only).
+func TestMiddleware_clientNoCacheFieldLines(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		fmt.Fprintf(w, "n=%d", renders.Add(1))
+	}), &bedOptions{mw: &middleware.Options{AllowNoCache: true}})
+	host := b.srv.Listener.Addr().String()
+	b.get(t, "/pn").check(t, 200, "MISS", "n=1")
+	b.waitStored(t, "/pn", "n=1")
+	b.rawRequest(t, "GET /pn HTTP/1.1\r\nHost: "+host+"\r\nPragma: \r\nPragma: no-cache\r\nConnection: close\r\n\r\n").
+		check(t, 200, "MISS", "n=2")
+}
+
 // TestSecurity_setCookie: a response that sets a cookie is never stored
 // and never handed to another client, not even to one that was waiting
 // for the same render.
@@ -428,6 +493,56 @@ func TestSecurity_keyHeaders(t *testing.T) {
 		if r.status != 200 || r.cache() != xcache || r.body != st.want {
 			t.Errorf("step %d %q: %v, want %s %q", i, st.hdr, r, xcache, st.want)
 		}
+	}
+}
+
+// TestSecurity_fieldLinesInKeys: a field sent on two lines ("User-Agent:
+// A" and "User-Agent: B") is not the one line "A, B": a handler reading
+// r.Header.Get sees only A. Keyed as one line, the render for the split
+// field was served to every client sending "A, B" (with Vary: User-Agent,
+// a UA split at its comma poisoned that browser's variant). Keys keep the
+// lines apart, for Vary'd fields and KeyHeaders alike.
+func TestSecurity_fieldLinesInKeys(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	const ua = "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36"
+	split, rest, _ := strings.Cut(ua, ", ")
+	tests := []struct {
+		name, field string
+		o           *middleware.Options
+	}{
+		{"Vary", "User-Agent", nil},
+		{"KeyHeaders", "X-Tenant", &middleware.Options{KeyHeaders: []string{"x-tenant"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tt.o == nil {
+					w.Header().Set("Vary", tt.field)
+				}
+				w.Header().Set("Cache-Control", "max-age=60")
+				fmt.Fprintf(w, "n=%d %s", renders.Add(1), r.Header.Get(tt.field))
+			}), &bedOptions{mw: tt.o})
+			host := b.srv.Listener.Addr().String()
+			send := func(lines ...string) reply {
+				t.Helper()
+				req := "GET /fl HTTP/1.1\r\nHost: " + host + "\r\n"
+				for _, l := range lines {
+					req += tt.field + ": " + l + "\r\n"
+				}
+				return b.rawRequest(t, req+"Connection: close\r\n\r\n")
+			}
+			send(ua).check(t, 200, "MISS", "n=1 "+ua)
+			send(split, rest).check(t, 200, "MISS", "n=2 "+split)
+			send(ua).check(t, 200, "HIT", "n=1 "+ua)
+			send(split, rest).check(t, 200, "HIT", "n=2 "+split)
+			// A line of its own is not an empty line, nor a value with
+			// quotes that looks like two lines written into the key.
+			send(split, "").check(t, 200, "MISS", "n=3 "+split)
+			send(split).check(t, 200, "MISS", "n=4 "+split)
+			send(`"`+split+`" "`+rest+`"`).check(t, 200, "MISS", `n=5 "`+split+`" "`+rest+`"`)
+			send(split, rest).check(t, 200, "HIT", "n=2 "+split)
+		})
 	}
 }
 
