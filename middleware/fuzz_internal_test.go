@@ -279,3 +279,49 @@ func sameQuery(m *Middleware, a, b string) bool {
 	}
 	return true
 }
+
+// FuzzHeaderValue: two lists of a field's lines (a "\n" in a and b
+// separates lines) give one keyed value exactly when their lines, trimmed
+// of spaces and tabs, are the same, no lines being one empty line (as
+// Header.Get sees them); and a key with that field (KeyHeaders) has no
+// line a Vary line could be read from.
+func FuzzHeaderValue(f *testing.F) {
+	const ua = "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36"
+	for _, seed := range [][2]string{
+		{"A\nB", "A, B"},
+		{ua[:strings.Index(ua, ", ")] + "\n" + ua[strings.Index(ua, ", ")+2:], ua},
+		{"A\n", "A"},
+		{"", "\n"},
+		{" A \t", "A"},
+		{`"A" "B"`, "A\nB"},
+		{` "A" "B"`, "A\nB"},
+		{"A\x00B", "A\nB"},
+		{"a\rvary X-User: alice", "a\nvary X-User: alice"},
+		{"\u00a0A", "A\u0085"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	m := &Middleware{keyHeaders: []string{"X-Field"}}
+	lines := func(s string) []string {
+		ls := strings.Split(s, "\n")
+		for i, l := range ls {
+			ls[i] = strings.Trim(l, " \t")
+		}
+		if len(ls) == 1 && ls[0] == "" {
+			return nil
+		}
+		return ls
+	}
+	header := func(s string) http.Header { return http.Header{"X-Field": strings.Split(s, "\n")} }
+	f.Fuzz(func(t *testing.T, a, b string) {
+		va, vb := headerValue(header(a), "X-Field"), headerValue(header(b), "X-Field")
+		if same := slices.Equal(lines(a), lines(b)); same != (va == vb) {
+			t.Errorf("lines %q and %q: values %q and %q (same lines: %v)", lines(a), lines(b), va, vb, same)
+		}
+		var k strings.Builder
+		m.writeKeyHeaders(&k, &http.Request{Header: header(a)})
+		if strings.Count(k.String(), "\n") != 1 {
+			t.Errorf("lines %q make the key lines %q", lines(a), k.String())
+		}
+	})
+}

@@ -21,14 +21,18 @@ import (
 // about a millisecond).
 
 // fuzzRequest parses a GET for target with a Host and an X-User header
-// the way net/http's server does, or reports that it would not get that
-// far.
-func fuzzRequest(target, host, user string) (*http.Request, bool) {
-	if strings.ContainsAny(target, " \r\n") || strings.ContainsAny(user, "\r\n") {
+// (a line for each line of user) and the extra header lines (each ending
+// in CRLF) the way net/http's server does, or reports that it would not
+// get that far.
+func fuzzRequest(target, host, user, extra string) (*http.Request, bool) {
+	if strings.ContainsAny(target, " \r\n") || strings.ContainsAny(user, "\r") {
 		return nil, false
 	}
-	raw := "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nX-User: " + user + "\r\n\r\n"
-	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+	raw := "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n"
+	for line := range strings.SplitSeq(user, "\n") {
+		raw += "X-User: " + line + "\r\n"
+	}
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw + extra + "\r\n")))
 	if err != nil {
 		return nil, false
 	}
@@ -66,7 +70,13 @@ const (
 	formIgnoreQuery               // Options.IgnoreQuery is {"utm"}
 	formValidators                // the first user sends If-None-Match and If-Modified-Since
 	formTrailerCookie             // the handler sets a cookie for its user as a trailer (http.TrailerPrefix)
+	formCookieLines               // the first user sends an empty Cookie line, then its session's
+	formAuthLines                 // the first user sends an empty Authorization line, then its token's
 )
+
+// credOfA is the first user's session and token (formCookieLines,
+// formAuthLines), which no response to the second user may show.
+const credOfA = "cred-of-a"
 
 // FuzzMiddleware: for any request target, any Cache-Control and Vary from
 // the handler (their names in any letter case), with or without a cookie
@@ -76,7 +86,12 @@ const (
 // for, the first user's for the first user, and the second user gets the
 // first one's response only when it does not vary on X-User and sets no
 // cookie. Neither a parameter left out of the key nor a client's
-// validators reach a response that came through the cache.
+// validators reach a response that came through the cache. A user may
+// send X-User on several lines (a "\n" in its value); the handler sees
+// the first, so a second user whose one line joins the first one's lines
+// must not get the first one's response when it varies on X-User. A
+// credential on any line of Cookie or Authorization keeps the first
+// user's response from the second.
 func FuzzMiddleware(f *testing.F) {
 	for _, seed := range []struct {
 		target, cc, vary, a, b string
@@ -122,6 +137,16 @@ func FuzzMiddleware(f *testing.F) {
 		{"/rk", "max-age=1, must-revalidate", "X-User", "alice", "bob", formValidators},
 		{"/rn", "no-cache", "x-user", "alice", "bob", formValidators | formLowerCase},
 		{"/rs", "s-maxage=1, proxy-revalidate", "", "alice", "bob", formValidators | formSetCookie},
+		// Issue 22: field lines. Credentials on a second line, after an
+		// empty one; a Vary'd field on two lines against the same values
+		// on one line.
+		{"/cl", "public, max-age=60", "", "alice", "bob", formCookieLines},
+		{"/al", "public, max-age=60", "", "alice", "bob", formAuthLines},
+		{"/cal", "max-age=60", "X-User", "alice", "alice", formCookieLines | formAuthLines | formLowerCase},
+		{"/vl", "max-age=60", "X-User", "alice\nbob", "alice, bob", 0},
+		{"/vl", "max-age=60", "x-user", "alice\n", "alice", 0},
+		{"/vl", "max-age=60", "X-User", "alice\n\nbob", "alice\nbob", formValidators},
+		{"/vl", "max-age=60", "", "alice\nbob", "alice, bob", formCookieLines},
 	} {
 		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}
@@ -146,9 +171,16 @@ func FuzzMiddleware(f *testing.F) {
 			mountA, mountB = "/m1", "/m2"
 		}
 		host := fmt.Sprintf("in%d.fuzz.example", inputs.Add(1)) // keys of its own
-		plain, okP := fuzzRequest(target, host, userA)
-		reqA, okA := fuzzRequest(mountA+target, host, userA)
-		reqB, okB := fuzzRequest(mountB+target, host, userB)
+		var credA string
+		if form&formCookieLines != 0 {
+			credA += "Cookie: \r\nCookie: session=" + credOfA + "\r\n"
+		}
+		if form&formAuthLines != 0 {
+			credA += "Authorization: \r\nAuthorization: Bearer " + credOfA + "\r\n"
+		}
+		plain, okP := fuzzRequest(target, host, userA, "")
+		reqA, okA := fuzzRequest(mountA+target, host, userA, credA)
+		reqB, okB := fuzzRequest(mountB+target, host, userB, "")
 		if !okP || !okA || !okB {
 			return
 		}
@@ -185,7 +217,8 @@ func FuzzMiddleware(f *testing.F) {
 				if form&formTrailerCookie != 0 {
 					w.Header()[name(http.TrailerPrefix+"Set-Cookie")] = []string{"u=" + url.QueryEscape(r.Header.Get("X-User"))}
 				}
-				fmt.Fprintf(w, "mount=%s path=%s user=%s n=%d cond=%s q=%s", mount, r.URL.EscapedPath(), r.Header.Get("X-User"), renders.Add(1),
+				fmt.Fprintf(w, "mount=%s path=%s user=%s n=%d cred=%q cond=%s q=%s", mount, r.URL.EscapedPath(), r.Header.Get("X-User"), renders.Add(1),
+					append(r.Header.Values("Cookie"), r.Header.Values("Authorization")...),
 					r.Header.Get("If-None-Match")+r.Header.Get("If-Modified-Since"), r.URL.RawQuery)
 			}))
 		}
@@ -229,6 +262,9 @@ func FuzzMiddleware(f *testing.F) {
 				if len(cookies) != 1 || cookies[0] != "u="+url.QueryEscape(user) {
 					t.Errorf("GET %q by %q: Set-Cookie %q, want the user's own", tt.mount+target, user, cookies)
 				}
+			}
+			if tt.r == reqB && strings.Contains(body, credOfA) {
+				t.Errorf("GET %q: the second user got the response rendered for the first one's credentials: %q", target, body)
 			}
 			if rec.Header().Get("X-Cache") != "BYPASS" && !strings.Contains(body, " cond= q=") {
 				t.Errorf("GET %q: the handler saw a client's validators in a cached response: %q", target, body)
