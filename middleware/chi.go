@@ -4,20 +4,47 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 )
 
-// routePattern returns the chi route pattern matched so far for r (e.g.
-// "/users/{id}"), which Event.Route reports; "" when r was not routed by
-// chi. This file is the only place this package uses chi: the middleware
-// itself is plain net/http and goes into r.Use or r.With as it is.
+// routePattern returns the chi route pattern of r (e.g. "/users/{id}"),
+// which Event.Route reports; "" when r was not routed by chi or chi has
+// no route for it. Where chi routed to the middleware (r.With, a route
+// group), it is the pattern matched; where the middleware runs before
+// chi routes (r.Use, also in a mounted router, whose pattern so far ends
+// in "/*"), it is the pattern chi will route r to, looked up in the
+// router without routing (Routes.Find, with a routing context of its own:
+// the request's must not change). This file is the only place this
+// package uses chi: the middleware itself is plain net/http and goes into
+// r.Use or r.With as it is.
 func routePattern(r *http.Request) string {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return ""
 	}
-	return rctx.RoutePattern()
+	p := rctx.RoutePattern()
+	if (p == "" || strings.HasSuffix(p, "*")) && rctx.Routes != nil {
+		path := r.URL.RawPath
+		if path == "" {
+			path = r.URL.Path
+		}
+		method := rctx.RouteMethod
+		if method == "" {
+			method = r.Method
+		}
+		found := rctx.Routes.Find(chi.NewRouteContext(), method, path)
+		if found == "" && method == http.MethodHead {
+			// The middleware answers HEAD from GET's entry; a router
+			// serving HEAD by the GET route (chi's GetHead) does too.
+			found = rctx.Routes.Find(chi.NewRouteContext(), http.MethodGet, path)
+		}
+		if found != "" {
+			return found
+		}
+	}
+	return p
 }
 
 // detachRoute returns ctx with a copy of its chi routing context, if it

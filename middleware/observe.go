@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -51,10 +52,14 @@ func (k EventKind) String() string {
 // events come after the response was written.
 type Event struct {
 	Kind EventKind
-	// Route is the chi route pattern matched when the middleware ran
-	// (e.g. "/users/{id}" with r.With on a route), or else the request's
-	// path: with r.Use on a router the middleware runs before chi routes,
-	// so it sees no pattern yet.
+	// Route is the pattern of the request's route, never its path (which
+	// may hold a secret and has no bound): chi's (e.g. "/users/{id}"),
+	// the one matched with r.With on a route and the one chi will route
+	// the request to with r.Use on a router; or net/http's ServeMux
+	// pattern without its method, where the mux routes to the middleware
+	// (mux.Handle("GET /users/{id}", m.Handler(h))); otherwise "unknown"
+	// (a middleware wrapped around a whole ServeMux runs before it routes,
+	// a chi router without a route for the request).
 	Route string
 	// Duration is how long the middleware took to answer the request,
 	// including a render or a wait for one, or, for EventBackground, how
@@ -79,7 +84,10 @@ type outcome struct {
 // observing reports whether anybody takes Events or logs.
 func (m *Middleware) observing() bool { return m.o.Observer != nil || m.o.Logger != nil }
 
-// route returns r's Event.Route (only when observing: it allocates).
+// route returns r's Event.Route (only when observing: it allocates). A
+// path never becomes a route: it may hold a secret (a reset token, a
+// session in the path) and has no bound, and Event.Route is a metrics
+// label.
 func (m *Middleware) route(r *http.Request) string {
 	if !m.observing() {
 		return ""
@@ -87,8 +95,20 @@ func (m *Middleware) route(r *http.Request) string {
 	if p := routePattern(r); p != "" {
 		return p
 	}
-	return r.URL.Path
+	if r.Pattern != "" {
+		// net/http's ServeMux pattern, "[METHOD ][HOST]/[PATH]": without
+		// the method, as chi's patterns are.
+		if _, p, ok := strings.Cut(r.Pattern, " "); ok {
+			return strings.TrimLeft(p, " \t")
+		}
+		return r.Pattern
+	}
+	return unknownRoute
 }
+
+// unknownRoute is Event.Route for a request no router has a pattern for
+// where the middleware runs.
+const unknownRoute = "unknown"
 
 // rendered is the outcome of a request that rendered for the cache.
 func rendered(res result) outcome {

@@ -42,8 +42,8 @@
 // recorded under their own names without a change here. No attribute
 // holds a cache or lock key or a URL unless Options.SpanKeys puts the key
 // on spans: keys are unbounded and may be private. The middleware's
-// metrics carry http.route, which is Event.Route: the chi route pattern
-// where the middleware runs inside a chi route, else the request's path;
+// metrics carry http.route, which is Event.Route: the route's pattern
+// (chi's, or net/http's ServeMux pattern) or "unknown", never a path;
 // Options.MaxRoutes bounds its distinct values (later ones are "other").
 //
 // # Cost

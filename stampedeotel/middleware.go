@@ -17,10 +17,10 @@ import (
 // request that rendered for the cache (miss) and a render finished in the
 // background also get a span, stampede.middleware.render.
 //
-// The route is Event.Route: the chi route pattern where the middleware
-// runs inside a chi route, else the request's path. Only the first
+// The route is Event.Route: the route's pattern (chi's, or a ServeMux
+// pattern) or "unknown", never a path. Only the first
 // Options.MaxRoutes distinct routes are recorded as they are; the events
-// of any other route are recorded under "other", so that a path attribute
+// of any other route are recorded under "other", so that the attribute
 // cannot grow without bound. Spans carry the same bounded route.
 //
 // The function is safe for concurrent use.

@@ -24,10 +24,10 @@
 // "bypass", ...), so kinds added to the packages later are counted under
 // their own names without a change here. No label ever holds a cache or
 // lock key or a URL: keys are unbounded and may be private. The middleware's
-// metrics are labelled by Event.Route, which is the chi route pattern when
-// the middleware runs inside a chi route (r.With(m.Handler) or a Route
-// group), and otherwise the request's path: Options.MaxRoutes bounds the
-// distinct values (later ones count as "other"). The reason label holds the
+// metrics are labelled by Event.Route, the route's pattern (chi's, or
+// net/http's ServeMux pattern where the mux routes to the middleware) or
+// "unknown", never a path: Options.MaxRoutes bounds the distinct values
+// (later ones count as "other"). The reason label holds the
 // middleware's Event.Reason, a short fixed text.
 //
 // # Cost

@@ -304,15 +304,19 @@ func TestMiddlewareObserver(t *testing.T) {
 	}
 }
 
-// Without a route pattern the route label is the path: beyond MaxRoutes
-// distinct paths, events count under "other".
+// The route label is the route's pattern (here net/http's ServeMux
+// patterns): beyond MaxRoutes distinct routes, events count under "other".
 func TestMiddlewareObserver_maxRoutes(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	m, reg := newMetrics(t, &stampedeprom.Options{MaxRoutes: 2})
 	mw := obstest.NewMiddleware(t, s, m.MiddlewareObserver("pages"))
-	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, r.URL.Path)
-	})))
+	mux := http.NewServeMux()
+	for _, p := range []string{"/a", "/b", "/c", "/d"} {
+		mux.Handle("GET "+p, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, r.URL.Path)
+		})))
+	}
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for _, p := range []string{"/a", "/b", "/c", "/d", "/a"} {
 		obstest.Get(t, srv, p)

@@ -12,11 +12,11 @@ import (
 // reason, and its Duration in stampede_middleware_duration_seconds by
 // route and kind.
 //
-// The route label is Event.Route: the chi route pattern where the
-// middleware runs inside a chi route, else the request's path. Only the
-// first Options.MaxRoutes distinct routes get a label of their own; the
-// events of any other route are counted under "other", so that a path
-// label cannot grow without bound.
+// The route label is Event.Route: the route's pattern (chi's, or a
+// ServeMux pattern) or "unknown", never a path. Only the first
+// Options.MaxRoutes distinct routes get a label of their own; the events
+// of any other route are counted under "other", so that the label cannot
+// grow without bound.
 //
 // The function is safe for concurrent use.
 func (m *Metrics) MiddlewareObserver(name string) func(middleware.Event) {

@@ -18,7 +18,7 @@ type RouteKey struct {
 
 // Routes holds the series of a MiddlewareObserver by RouteKey, admitting
 // only the first Max distinct routes and counting every other route as
-// OtherRoute, so that a path label cannot grow without bound. S is the
+// OtherRoute, so that the route label cannot grow without bound. S is the
 // backend's series (counters, attribute sets, ...).
 //
 // Routes is safe for concurrent use. Use NewRoutes to create one.
