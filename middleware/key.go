@@ -403,6 +403,7 @@ func unkeyedHeaders() []string {
 		"Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Forwarded-Port",
 		"X-Forwarded-Prefix", "X-Forwarded-Server", "X-Host", "X-Original-Host", "X-Original-Url", "X-Rewrite-Url",
 		"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+		"X-Forwarded-Uri", "X-Original-Uri", "X-Envoy-Original-Path", "X-Forwarded-Ssl", "Front-End-Https", "X-Url-Scheme",
 	}
 }
 

@@ -361,6 +361,7 @@ var rewriting = []string{
 	"Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Forwarded-Port",
 	"X-Forwarded-Prefix", "X-Host", "X-Original-Host", "X-Original-Url", "X-Rewrite-Url",
 	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override",
+	"X-Forwarded-Uri", "X-Original-Uri", "X-Envoy-Original-Path", "X-Forwarded-Ssl", "Front-End-Https", "X-Url-Scheme",
 }
 
 // echoRewriting renders the values of the rewriting headers it sees, the
@@ -393,6 +394,14 @@ func TestSecurity_poisoning(t *testing.T) {
 		{"X-Forwarded-Port", "6666"},
 		{"X-Host", "evil.example"},
 		{"X-Original-Host", "evil.example"},
+		// Issue 22: more that proxies send for the original URL or
+		// scheme.
+		{"X-Forwarded-Uri", "/evil"},
+		{"X-Original-URI", "/evil"},
+		{"X-Envoy-Original-Path", "/evil"},
+		{"X-Forwarded-Ssl", "on-evil"},
+		{"Front-End-Https", "on-evil"},
+		{"X-Url-Scheme", "evil"},
 	}
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		for _, tt := range tests {
