@@ -311,16 +311,17 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	// (they would not take its value, but would wait for it). A lost
 	// notice costs them that wait, never correctness.
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
-	if err := del.Err(); err != nil {
-		return fmt.Errorf("cache: delete %q: %w", key, redisx.Denied("delete", err, ""))
-	}
 	// Callers from now on must not join a flight that began before the
 	// Delete, nor find the old value in the near cache: both may predate
-	// it.
+	// it. So also when it failed: a write that timed out may have reached
+	// the server.
 	c.flights.Forget(k.value)
 	c.nearDrop(k)
+	if err := del.Err(); err != nil {
+		return c.writeFailed(ctx, "delete", key, err)
+	}
 	return nil
 }
 
@@ -341,7 +342,7 @@ func (c *Cache) check(key string) error {
 // loader.ErrNotFound for a remembered not-found, and a stale value together
 // with ErrStale. What it finds counts in Stats as a hit (a value or a
 // not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
-// counts nothing.
+// counts as a server error (unless ctx ended it).
 func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	var zero V
 	if err := c.check(key); err != nil {
@@ -359,6 +360,9 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 		return zero, ErrMiss
 	}
 	if err != nil {
+		if !redisx.CallerDone(ctx) {
+			c.serverError(key, err)
+		}
 		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
 	}
 	e, st, _ := c.classify(raw) // st says all that matters here
@@ -440,14 +444,24 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	pipe := c.rc.Pipeline()
 	set := pipe.Set(ctx, k.value, val, ttl)
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
-	if err := set.Err(); err != nil {
-		return fmt.Errorf("cache: set %q: %w", key, redisx.Denied("set", err, ""))
-	}
-	c.flights.Forget(k.value) // as in Delete
+	c.flights.Forget(k.value) // as in Delete, also when it failed
 	c.nearDrop(k)
+	if err := set.Err(); err != nil {
+		return c.writeFailed(ctx, "set", key, err)
+	}
 	return nil
+}
+
+// writeFailed returns the error of a Set or Delete (op) of key that failed
+// with err, counting it as a server error unless it was the caller's own
+// cancellation or deadline.
+func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) error {
+	if !redisx.CallerDone(ctx) {
+		c.serverError(key, err)
+	}
+	return fmt.Errorf("cache: %s %q: %w", op, key, redisx.Denied(op, err, ""))
 }
 
 func decode[V any](c *Cache, key string, payload []byte) (V, error) {

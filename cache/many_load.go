@@ -180,7 +180,7 @@ func (b *batch) run(ctx context.Context) {
 	if len(tries) == 0 {
 		return
 	}
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	var won []heldClaim
 	var alone []keys
 	for _, t := range tries {
@@ -360,7 +360,7 @@ func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announ
 	for j, w := range ws {
 		cmds[j] = pipe.Do(ctx, "SET", w.cl.key, w.val, "IFEQ", w.cl.value, "PX", max(w.ttl.Milliseconds(), 1))
 	}
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	for j, w := range ws {
 		err := cmds[j].Err()
 		switch {
@@ -474,7 +474,7 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	for i, a := range notes {
 		cmds[i] = c.ann.publish(ctx, pipe, a.k.value, message(a.kind, a.k.value, a.token, a.text))
 	}
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			if !c.ann.published(err) {
@@ -554,7 +554,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	if len(tries) == 0 {
 		return
 	}
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	var held []try
 	for _, t := range tries {
 		ok, err := t.cmd.Result()

@@ -147,7 +147,7 @@ func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, ticke
 			ttls[i] = pipe.PTTL(ctx, k.value)
 		}
 	}
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	done := time.Now()
 	rs := make([]manyRead, len(ks))
 	var failed error

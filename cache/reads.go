@@ -172,7 +172,7 @@ func (c *Cache) fetch(ctx context.Context, k keys) read {
 	sent := time.Now()
 	get := pipe.Get(ctx, k.value)
 	ttl := pipe.PTTL(ctx, k.value)
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	raw, err := get.Bytes()
 	if src != nil && err != nil && !redisx.IsNil(err) && ctx.Err() == nil {
 		// The reader failed (closed by a reconnect, the slot moved):

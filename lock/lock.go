@@ -472,7 +472,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	pipe := c.conn.Client().Pipeline()
 	get := pipe.Get(ctx, key)
 	pttl := pipe.PTTL(ctx, key)
-	_, _ = pipe.Exec(ctx)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	v, err := get.Result()
 	switch {
 	case redisx.IsNil(err):

@@ -40,6 +40,7 @@ type Proxy struct {
 	holed   bool
 	resume  chan struct{} // closed on Resume; replaced on BlackHole
 	refuse  bool
+	after   int // CloseAfter's count for new connections; 0: none
 	rng     *rand.Rand
 	stats   Stats
 	closed  bool
@@ -121,7 +122,19 @@ func (p *Proxy) Refuse() {
 	p.mu.Unlock()
 }
 
-// Resume ends BlackHole and Refuse and removes latency and spikes. Bytes
+// CloseAfter makes the proxy close each new connection when its client
+// writes again after n writes were forwarded, until Resume: as a server
+// that answers a connection's handshake and then goes away. CloseAfter(1)
+// lets a client's HELLO through and its first command on the connection
+// meet a closed connection. Open connections are not touched; n <= 0
+// turns it off.
+func (p *Proxy) CloseAfter(n int) {
+	p.mu.Lock()
+	p.after = max(n, 0)
+	p.mu.Unlock()
+}
+
+// Resume ends BlackHole, Refuse and CloseAfter and removes latency and spikes. Bytes
 // held back by a black hole are delivered on connections still open.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
@@ -129,7 +142,7 @@ func (p *Proxy) Resume() {
 		p.holed = false
 		close(p.resume)
 	}
-	p.refuse = false
+	p.refuse, p.after = false, 0
 	p.latency, p.spikeP, p.spike = 0, 0, 0
 	p.mu.Unlock()
 }
@@ -205,7 +218,7 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.stats.Accepted++
-		l := &link{p: p, client: c, done: make(chan struct{})}
+		l := &link{p: p, client: c, after: p.after, done: make(chan struct{})}
 		p.conns[l] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -238,6 +251,7 @@ type link struct {
 	p        *Proxy
 	client   net.Conn
 	upstream net.Conn // set once dialled; read only after that in run
+	after    int      // close on the client's write after this many (CloseAfter); 0: never
 
 	once sync.Once
 	mu   sync.Mutex // guards upstream while closing
@@ -310,8 +324,16 @@ func (l *link) pump(src, dst net.Conn) {
 		defer close(q)
 		buf := make([]byte, 16<<10)
 		var last time.Time
+		writes := 0 // chunks read from the client
 		for {
 			n, err := src.Read(buf)
+			if n > 0 && src == l.client && l.after > 0 {
+				if writes++; writes > l.after {
+					l.close(false)
+					read <- err
+					return
+				}
+			}
 			if n > 0 {
 				at := time.Now().Add(l.p.delay())
 				if at.Before(last) {

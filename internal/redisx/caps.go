@@ -159,7 +159,10 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 	digest := pipe.Do(ctx, "DIGEST", key)
 	evalsha := pipe.Do(ctx, "EVALSHA", noScriptSHA, 0)
 	eval := pipe.Do(ctx, "EVAL", "return 0", 0)
-	_, _ = pipe.Exec(ctx)
+	if err := Exec(ctx, pipe); err != nil {
+		// The connection failed, not a command: nothing was learnt.
+		return Capabilities{}, fmt.Errorf("probe server: %w", err)
+	}
 
 	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest, evalsha, eval} {
 		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {

@@ -260,7 +260,7 @@ func (cn *Conn) ttlPipeline(ctx context.Context, caps Capabilities, key, value s
 	before := read(pipe)
 	pttl := pipe.PTTL(ctx, key)
 	after := read(pipe)
-	_, _ = pipe.Exec(ctx)
+	_ = Exec(ctx, pipe) // a failed pipeline's error is on every command
 	for _, r := range []func() (bool, error){before, after} {
 		same, err := r()
 		if err != nil {
