@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Func loads the value for a key, e.g. by running a query. It receives a
@@ -27,8 +28,11 @@ type PanicError struct {
 	Stack []byte // the stack of the goroutine that panicked
 }
 
-// Error returns the panic value and the stack.
-func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", p.Value, p.Stack) }
+// Error returns the panic value, on one line (a newline in it is written
+// \n), so that a log line stays one line. The stack is in Stack.
+func (p *PanicError) Error() string {
+	return "loader: panic: " + strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(fmt.Sprint(p.Value))
+}
 
 // Unwrap returns the panic value if it is an error, else nil.
 func (p *PanicError) Unwrap() error {

@@ -84,3 +84,28 @@ func TestWithTimeout(t *testing.T) {
 		t.Errorf("err = %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestPanicError_Error: the message is one line, whatever the panic value
+// holds, so a log line stays one line; the stack stays in the value.
+func TestPanicError_Error(t *testing.T) {
+	tests := []struct {
+		name  string
+		value any
+		want  string
+	}{
+		{"string", "boom", "loader: panic: boom"},
+		{"error", errors.New("boom"), "loader: panic: boom"},
+		{"newlines", "line 1\nline 2\r\n", `loader: panic: line 1\nline 2\r\n`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &loader.PanicError{Value: tc.value, Stack: []byte("goroutine 1 [running]:\nmain.main()\n")}
+			if got := p.Error(); got != tc.want {
+				t.Errorf("Error() = %q, want %q", got, tc.want)
+			}
+			if string(p.Stack) == "" {
+				t.Error("the stack is gone")
+			}
+		})
+	}
+}
