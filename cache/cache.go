@@ -338,7 +338,8 @@ func (c *Cache) check(key string) error {
 }
 
 // Get returns the stored value for key without loading it: ErrMiss if
-// there is none (or it is being rebuilt, or cannot be decoded),
+// there is none (or it is being rebuilt, or cannot be decoded: then the
+// error wraps ErrMiss and says why, e.g. a value stored as another type),
 // loader.ErrNotFound for a remembered not-found, and a stale value together
 // with ErrStale. What it finds counts in Stats as a hit (a value or a
 // not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
@@ -365,15 +366,18 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 		}
 		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
 	}
-	e, st, _ := c.classify(raw) // st says all that matters here
+	e, st, derr := c.classify(raw)
 	found := EventHit
 	if st == stateStale {
 		found = EventStale
 	}
 	switch {
-	case st == stateBuilding || st == stateCorrupt:
+	case st == stateBuilding:
 		c.countGet(ctx, key, EventMiss, false)
 		return zero, ErrMiss
+	case st == stateCorrupt:
+		c.countGet(ctx, key, EventMiss, false)
+		return zero, fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, derr)
 	case e.NotFound:
 		c.countGet(ctx, key, found, false)
 		return zero, ErrNotFound
@@ -381,7 +385,7 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 	v, err := decode[V](c, key, e.Payload)
 	if err != nil {
 		c.countGet(ctx, key, EventMiss, false)
-		return zero, ErrMiss
+		return zero, fmt.Errorf("%w, %w", ErrMiss, err) // e.g. stored as another type
 	}
 	c.countGet(ctx, key, found, false)
 	peekFound(ctx, raw)
