@@ -76,6 +76,9 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 		c.announce(wctx, k, l, noticeError, werr.Error())
 		return ld.res, nil
 	}
+	if wrote {
+		ld.it.wrote()
+	}
 	c.announceWrite(wctx, k, l, wrote, val)
 	return ld.res, nil
 }

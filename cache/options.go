@@ -340,6 +340,7 @@ type Option func(*itemSettings)
 
 type itemSettings struct {
 	ttl, stale, negative, wait time.Duration
+	stored                     func() // OnStored's; nil: none
 }
 
 // WithTTL sets how long this value is fresh (clamped as Options.TTL).
@@ -355,6 +356,23 @@ func WithNegativeTTL(d time.Duration) Option { return func(s *itemSettings) { s.
 
 // WithWaitTimeout sets how long this call waits for another process's load.
 func WithWaitTimeout(d time.Duration) Option { return func(s *itemSettings) { s.wait = d } }
+
+// OnStored has fn called once this call's load has been written to the
+// server, so that a caller can say it stored the value (an HTTP cache's
+// Cache-Status) only when it did. fn is not called when nothing was
+// written: the loader failed or found nothing, the server failed or
+// refused the write, a Delete or Set came first, or the call was answered
+// by another load (in this process or another) or by a stored value. fn
+// runs on the load's goroutine before the call returns, and must not
+// block.
+func OnStored(fn func()) Option { return func(s *itemSettings) { s.stored = fn } }
+
+// wrote calls OnStored's fn, if the call that started the load set one.
+func (it itemSettings) wrote() {
+	if it.stored != nil {
+		it.stored()
+	}
+}
 
 func (c *Cache) item(opts []Option) (itemSettings, error) {
 	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}

@@ -143,6 +143,9 @@ func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte
 		c.announce(ctx, k, l, noticeError, werr.Error())
 		return
 	}
+	if wrote && werr == nil {
+		ld.it.wrote()
+	}
 	c.announceWrite(ctx, k, l, wrote, val)
 }
 

@@ -25,6 +25,10 @@ type job struct {
 	ctx   context.Context
 	done  chan result
 	prior *response // the stored response the render revalidates, if it does
+	// stored, called once the render is in done, waits until the cache
+	// has written it or will not, and reports which: the response says
+	// "stored" only then. nil: it is not stored.
+	stored func() bool
 }
 
 // handoff lets the loader of one request's GetOrLoad call have the render
@@ -36,9 +40,23 @@ type handoff struct {
 	mu      sync.Mutex
 	waiting bool // the request still waits and can take a job
 	jobs    chan *job
+	// stored gets true when the cache has written the load of this
+	// request's GetOrLoad (cache.OnStored), false when that call returned
+	// without: whichever comes first is the answer.
+	stored chan bool
 }
 
-func newHandoff() *handoff { return &handoff{waiting: true, jobs: make(chan *job, 1)} }
+func newHandoff() *handoff {
+	return &handoff{waiting: true, jobs: make(chan *job, 1), stored: make(chan bool, 1)}
+}
+
+// tellStored offers the answer for job.stored; the first one stands.
+func (h *handoff) tellStored(stored bool) {
+	select {
+	case h.stored <- stored:
+	default:
+	}
+}
 
 // close stops the request taking jobs and returns one sent meanwhile.
 func (h *handoff) close() *job {
@@ -67,7 +85,7 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior}
+			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, stored: func() bool { return <-h.stored }}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -186,7 +204,12 @@ func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, 
 	// routing state of its own (see detachRoute).
 	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
 	go func() {
-		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route, rv), cache.WithWaitTimeout(m.wait))
+		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route, rv),
+			cache.WithWaitTimeout(m.wait), cache.OnStored(func() { h.tellStored(true) }))
+		// A write of this call's load comes before the call returns. One
+		// still to come (the call gave up waiting after WaitTimeout) is
+		// not counted on.
+		h.tellStored(false)
 		results <- result{resp: resp, err: err}
 	}()
 
@@ -271,7 +294,15 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 	j.done <- res
 	delivered = true
 	if res.err == nil {
-		m.write(w, r, &res.resp, statusMiss)
+		// Cache-Status says "stored" only once the cache wrote it; the
+		// client waits for that write (or for the cache to give up on it).
+		status := statusMissNotStored
+		if j.stored != nil && j.stored() {
+			status = statusMiss
+		} else {
+			res.notStored = true
+		}
+		m.write(w, r, &res.resp, status)
 	} // else it was passed through to w already
 	return res
 }

@@ -224,8 +224,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 // result is what a render or a cache lookup produced.
 type result struct {
-	resp  response
-	err   error
-	fresh time.Duration // how long the response stays fresh, from when it was rendered
-	stale time.Duration // the stale window the response asked for
+	resp      response
+	err       error
+	fresh     time.Duration // how long the response stays fresh, from when it was rendered
+	stale     time.Duration // the stale window the response asked for
+	notStored bool          // rendered for the cache, which did not write it (renderFor)
 }

@@ -68,7 +68,9 @@ type Event struct {
 	// Reason says why the request bypassed the cache or its response was
 	// not stored (e.g. "authorization", "sets a cookie", "server error"),
 	// or, for an EventMiss, "the client's no-cache" when the client's
-	// Cache-Control forced the render (Options.AllowNoCache); "" otherwise.
+	// Cache-Control forced the render (Options.AllowNoCache), or "not
+	// stored: the cache did not write it" (Cache-Status then leaves out
+	// "stored"); "" otherwise.
 	Reason string
 	// Err is the error behind the event, if any (see the kinds).
 	Err error
@@ -119,8 +121,15 @@ func rendered(res result) outcome {
 	if res.err != nil {
 		return outcome{kind: EventBypass, reason: "the render failed", err: res.err}
 	}
+	if res.notStored {
+		return outcome{kind: EventMiss, reason: notWritten}
+	}
 	return outcome{kind: EventMiss}
 }
+
+// notWritten is the Reason of an EventMiss whose render the cache did not
+// write (the server failed, or the key changed meanwhile).
+const notWritten = "not stored: the cache did not write it"
 
 // unshared is the outcome of a request that found no response to share
 // (the render failed, could not be stored, or took longer than

@@ -235,16 +235,23 @@ const century = 100 * 365 * 24 * time.Hour
 // response if it may be stored.
 func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) outcome {
 	// Nobody waits for this render: it lives and dies with its client.
+	// It is stored before its answer goes out (see renderFor), which then
+	// says whether it was.
 	j := &job{ctx: r.Context(), done: make(chan result, 1)}
+	var err error
+	j.stored = func() bool {
+		res := <-j.done
+		m.vary.put(base, res.resp.Vary)
+		key := variantKey(base, res.resp.Vary, r)
+		err = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+		if err == nil && len(res.resp.Vary) > 0 {
+			m.registered(r.Context(), base, key, res)
+		}
+		return err == nil
+	}
 	res := m.renderFor(w, r, next, j)
 	if res.err != nil {
 		return rendered(res)
-	}
-	m.vary.put(base, res.resp.Vary)
-	key := variantKey(base, res.resp.Vary, r)
-	err := cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
-	if err == nil && len(res.resp.Vary) > 0 {
-		m.registered(r.Context(), base, key, res)
 	}
 	return outcome{kind: EventMiss, reason: "the client's no-cache", err: err}
 }

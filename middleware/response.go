@@ -201,7 +201,11 @@ func (m *Middleware) setStatus(h http.Header, status string) {
 // values in room (capacity 2, length 0), which it takes over.
 func (m *Middleware) putStatus(h http.Header, status string, room []string) {
 	if m.statusHeader != "-" {
-		room = append(room, status)
+		if status == statusMissNotStored {
+			room = append(room, statusMiss)
+		} else {
+			room = append(room, status)
+		}
 		h[m.statusHeader] = room[len(room)-1 : len(room) : len(room)]
 	}
 	var detail string
@@ -212,6 +216,8 @@ func (m *Middleware) putStatus(h http.Header, status string, room []string) {
 		detail = "stampede; hit; fwd=stale"
 	case statusMiss:
 		detail = "stampede; fwd=miss; stored"
+	case statusMissNotStored:
+		detail = "stampede; fwd=miss"
 	default:
 		detail = "stampede; fwd=bypass"
 	}
@@ -225,6 +231,10 @@ const (
 	statusStale  = "STALE"
 	statusMiss   = "MISS"
 	statusBypass = "BYPASS"
+	// statusMissNotStored is a MISS whose render the cache did not
+	// write: the status header says MISS, Cache-Status leaves out
+	// "stored".
+	statusMissNotStored = "MISS (not stored)"
 )
 
 func (resp *response) fresh(now time.Time) bool { return now.UnixMilli() < resp.FreshUntil }
