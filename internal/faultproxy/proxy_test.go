@@ -226,3 +226,32 @@ func TestProxy_closeEndsEverything(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+func TestProxy_closeAfter(t *testing.T) {
+	p := start(t)
+	old, oldR := dial(t, p)
+	if got, err := roundTrip(old, oldR, "x"); err != nil || got != "x" {
+		t.Fatalf("before CloseAfter: %q, %v", got, err)
+	}
+	p.CloseAfter(1)
+	c, r := dial(t, p)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := roundTrip(c, r, "handshake"); err != nil || got != "handshake" {
+		t.Fatalf("first write: %q, %v", got, err)
+	}
+	if _, err := roundTrip(c, r, "command"); err == nil {
+		t.Fatal("second write was answered")
+	}
+	for i := range 2 { // a connection open before CloseAfter is not touched
+		if got, err := roundTrip(old, oldR, "y"); err != nil || got != "y" {
+			t.Fatalf("old connection, round trip %d: %q, %v", i, got, err)
+		}
+	}
+	p.Resume()
+	c2, r2 := dial(t, p)
+	for i := range 2 {
+		if got, err := roundTrip(c2, r2, "z"); err != nil || got != "z" {
+			t.Fatalf("after Resume, round trip %d: %q, %v", i, got, err)
+		}
+	}
+}
