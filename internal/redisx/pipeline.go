@@ -10,9 +10,10 @@ import (
 // Exec sends pipe's commands and returns the error that failed the
 // pipeline as a whole, after setting it on every command: code that reads
 // each command's Err then sees the failure, not an empty reply. It returns
-// nil when every command carries its own outcome (a reply, a miss, an
-// error reply, or a transport error go-redis set on it); read those from
-// the commands.
+// nil when the commands carry their own outcomes (replies, misses, error
+// replies); read those from the commands. An error that every command
+// carries (a transport error, or a cluster node's connection failure,
+// which go-redis sets on each) is returned as well.
 //
 // go-redis returns a failure to set up the connection that the pipeline
 // was to use (a wrong password: WRONGPASS; a database that does not
@@ -26,13 +27,20 @@ func Exec(ctx context.Context, pipe redis.Pipeliner) error {
 	if err == nil {
 		return nil
 	}
+	carried := 0
 	for _, cmd := range cmds {
 		if errors.Is(cmd.Err(), err) {
-			return nil // a command's own outcome (Exec returns the first)
+			carried++
 		}
 	}
-	for _, cmd := range cmds {
-		cmd.SetErr(err)
+	switch carried {
+	case 0:
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+	case len(cmds):
+	default:
+		return nil // the commands' own outcomes (Exec returns the first error)
 	}
 	return err
 }
