@@ -141,10 +141,11 @@ const noScriptSHA = "ffffffffffffffffffffffffffffffffffffffff"
 // probe learns what the server offers with one pipeline of no-op commands
 // on a key that does not exist, named prefix followed by random hex (the
 // caller's own key and ":probe:", so that an ACL that lets the user at its
-// keys lets it at the probe's). Any error reply means "not offered", except
-// an ACL refusal of the key, which fails the probe with a
-// *PermissionError; a transport error fails it too, so that it is tried
-// again later instead of settling on the slowest strategies for good.
+// keys lets it at the probe's). A definite refusal (IsRefusal) means "not
+// offered", except an ACL refusal of the key, which fails the probe with a
+// *PermissionError; any other error reply or a transport error fails it
+// too, so that it is tried again later instead of settling on the slowest
+// strategies because of one passing reply.
 func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
@@ -166,6 +167,13 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 
 	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest, evalsha, eval} {
 		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {
+			return Capabilities{}, fmt.Errorf("probe server: %w", err)
+		}
+		// Only a definite refusal says "not offered"; any other reply
+		// (BUSY, OOM, LOADING, ...) says nothing about what the server
+		// offers, and settling on it would last (see IsRefusal). NOSCRIPT
+		// is EVALSHA's answer where scripts may run.
+		if err := cmd.Err(); IsReply(err) && !IsRefusal(err) && !(cmd == evalsha && isNoScript(err)) {
 			return Capabilities{}, fmt.Errorf("probe server: %w", err)
 		}
 		// The probe's own key refused: what the server offers is unknown,
@@ -218,6 +226,8 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 	caps.ACLRefused = strings.Join(refused, " ")
 	return caps, nil
 }
+
+func isNoScript(err error) bool { return IsReply(err) && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // helloFields reads "server" and "version" from a HELLO reply, which is a
 // map in RESP3 and a flat list in RESP2.

@@ -23,8 +23,17 @@ type Conn struct {
 	threshold int
 	scripts   scripts
 
-	caps   atomic.Pointer[Capabilities] // nil until probed; only ever downgraded after
+	caps   atomic.Pointer[Capabilities] // nil until probed; only ever downgraded until the next probe
 	probeM sync.Mutex                   // serialises probes; never held across other calls
+
+	// What the server offers is learnt again every recheck (Recheck unless
+	// SetRecheck changed it), so that a refusal remembered by the probe or
+	// a downgrade (an ACL without DELEX or scripts, a proxy, a server
+	// upgraded in place) does not outlive its fix. Forced capabilities are
+	// kept.
+	forced   bool
+	recheck  atomic.Int64 // ns
+	probedAt atomic.Int64 // Unix ns of the last probe that answered, or of the last failed re-probe
 }
 
 // NewConn wraps c. A non-nil forced, or c being a *Forced, fixes the
@@ -37,12 +46,18 @@ func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
 		threshold = DefaultDigestThreshold
 	}
 	cn := &Conn{c: c, threshold: threshold, scripts: newScripts()}
+	cn.recheck.Store(int64(Recheck))
 	if forced != nil {
 		f := *forced
 		cn.caps.Store(&f)
+		cn.forced = true
 	}
 	return cn
 }
+
+// SetRecheck sets how long what the server offers is kept before it is
+// probed again (Recheck by default). Tests shorten it.
+func (cn *Conn) SetRecheck(d time.Duration) { cn.recheck.Store(int64(d)) }
 
 // Client returns the wrapped client.
 func (cn *Conn) Client() Client { return cn.c }
@@ -63,7 +78,19 @@ func (cn *Conn) CapabilitiesFor(ctx context.Context, key string) (Capabilities, 
 
 func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, error) {
 	if p := cn.caps.Load(); p != nil {
-		return *p, nil
+		if cn.forced || time.Since(time.Unix(0, cn.probedAt.Load())) < time.Duration(cn.recheck.Load()) || !cn.probeM.TryLock() {
+			return *p, nil // fresh, or another caller re-probes: keep using what was learnt
+		}
+		defer cn.probeM.Unlock()
+		caps, err := probe(ctx, cn.c, prefix)
+		cn.probedAt.Store(time.Now().UnixNano())
+		if err != nil {
+			// Asked too early, or the server is busy: what was learnt
+			// stands until the next Recheck.
+			return *p, nil
+		}
+		cn.caps.Store(&caps)
+		return caps, nil
 	}
 	cn.probeM.Lock()
 	defer cn.probeM.Unlock()
@@ -74,6 +101,7 @@ func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, err
 	if err != nil {
 		return Capabilities{}, err
 	}
+	cn.probedAt.Store(time.Now().UnixNano())
 	cn.caps.Store(&caps)
 	return caps, nil
 }

@@ -16,7 +16,16 @@
 //
 // A command refused later at run time ("ERR unknown command", or a syntax
 // error for an unknown argument; for example behind a proxy or in a cluster
-// half way through an upgrade) downgrades that operation for the rest of
-// the Conn's life and the operation is retried with the fallback, so the
-// caller never sees the refusal.
+// half way through an upgrade) downgrades that operation and the operation
+// is retried with the fallback, so the caller never sees the refusal.
+//
+// # What is remembered, and for how long
+//
+// Only a definite refusal (IsRefusal: the ACL, a command or form the
+// server lacks, scripting off) may be remembered; BUSY, OOM, LOADING, a
+// failover's replies, errors raised inside a script, timeouts and broken
+// connections fail the one call (a probe that meets one is not kept). And
+// what is remembered is learnt again every Recheck (a minute): the probe
+// runs again, so an operator who grants a command sees the faster path
+// come back without a restart.
 package redisx
