@@ -112,6 +112,18 @@ type Capabilities struct {
 	// cache.(*Cache).Capabilities fills it in; a lock Client logs a refusal
 	// of its hand-off channel instead (see ObtainOptions.Retry).
 	AnnounceDenied string
+
+	// HandoffDenied is the server's reply when it refused the hand-off
+	// script of a lock Client (an ACL without a command it calls, or a
+	// server without one; see ObtainOptions.Retry): waiters then poll, and
+	// the script is tried again a minute later. Only
+	// lock.(*Client).Capabilities fills it in.
+	HandoffDenied string
+
+	// NearDenied is the server's reply when it refused CLIENT TRACKING to
+	// a cache's near cache (Options.Near), which then stays off and asks
+	// again a minute later. Only cache.(*Cache).Capabilities fills it in.
+	NearDenied string
 }
 
 // String describes the server and the chosen strategies in one line, e.g.
@@ -126,6 +138,7 @@ func fromConn(c redisx.Capabilities) Capabilities {
 		Server: c.Server, Version: c.Version,
 		Release: ReleaseStrategy(c.Release), Extend: ExtendStrategy(c.Extend), Digest: DigestStrategy(c.Digest),
 		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
+		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
 	}
 }
 
@@ -134,5 +147,6 @@ func toConn(c Capabilities) redisx.Capabilities {
 		Server: c.Server, Version: c.Version,
 		Release: redisx.ReleaseStrategy(c.Release), Extend: redisx.ExtendStrategy(c.Extend), Digest: redisx.DigestStrategy(c.Digest),
 		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
+		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
 	}
 }

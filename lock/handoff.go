@@ -100,7 +100,7 @@ func (c *Client) heldByOther(ctx context.Context, key, value string) bool {
 // hand-off refused, and key has siblings. Where it cannot, it says why
 // once (Options.Logger, Warn).
 func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bool) {
-	if c.handoffOff.Load() != nil {
+	if !c.handoffOn() {
 		return handoffKeys{}, false
 	}
 	hk, ok := handoffKeysFor(key)
@@ -112,7 +112,7 @@ func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bo
 		return handoffKeys{}, false
 	}
 	if caps.ScriptsDenied != "" {
-		c.handoffRefused(fmt.Errorf("%s", caps.ScriptsDenied))
+		c.handoffRefused(caps.ScriptsDenied, true)
 		return handoffKeys{}, false
 	}
 	hk.sharded = c.shardedPubSub(ctx, hk.channel)
@@ -133,14 +133,52 @@ func (c *Client) shardedPubSub(ctx context.Context, channel string) bool {
 	return c.sharded.Sharded(ctx, c.conn.Client(), channel)
 }
 
-// handoffRefused turns hand-off off for this client after the server
-// refused it (scripts, or a command or key the script needs), with one
-// warning: waiters then poll, as they did before hand-off.
-func (c *Client) handoffRefused(err error) {
-	msg := err.Error()
-	if c.handoffOff.CompareAndSwap(nil, &msg) {
-		c.log(slog.LevelWarn, "waiters poll for released locks instead of being handed them: the server refused the hand-off script "+
-			"(grant the commands listed in the README's Permissions section)", "err", msg)
+// refusal is a definite refusal by the server (redisx.IsRefusal), kept
+// until it is re-checked.
+type refusal struct {
+	reply string
+	at    time.Time
+}
+
+// handoffOn reports whether hand-off may be tried: the server has not
+// refused it, or its refusal is older than the re-check interval (the
+// operator may have granted what it needs since; if not, the next try is
+// refused again and kept again).
+func (c *Client) handoffOn() bool {
+	r := c.handoffOff.Load()
+	if r == nil {
+		return true
+	}
+	if time.Since(r.at) < c.conn.Recheck() {
+		return false
+	}
+	c.handoffOff.CompareAndSwap(r, nil)
+	return true
+}
+
+// handoffRefused turns hand-off off for this client for a while after the
+// server refused it definitely (redisx.IsRefusal: scripts, or a command or
+// key the script needs, denied by the ACL (perm) or unknown to the
+// server), with a warning naming the reply, once per reply: waiters then
+// poll, as they did before hand-off. handoffOn tries again later.
+func (c *Client) handoffRefused(reply string, perm bool) {
+	c.handoffOff.Store(&refusal{reply: reply, at: time.Now()})
+	if last := c.handoffLog.Swap(&reply); last != nil && *last == reply {
+		return
+	}
+	fix := "the server does not run it"
+	if perm {
+		fix = "grant the commands listed in the README's Permissions section"
+	}
+	c.log(slog.LevelWarn, "waiters poll for released locks instead of being handed them: the server refused the hand-off script ("+fix+
+		")", "err", reply, "retry_after", c.conn.Recheck())
+}
+
+// handoffWorks is told when the hand-off script ran: after a refusal was
+// warned of, it says once that hand-off works again.
+func (c *Client) handoffWorks() {
+	if c.handoffLog.Load() != nil && c.handoffLog.Swap(nil) != nil {
+		c.log(slog.LevelInfo, "hand-off works again: the server ran the hand-off script")
 	}
 }
 
@@ -154,14 +192,13 @@ func (c *Client) publishRefused(msg string) {
 }
 
 // scriptUnusable reports whether err says the hand-off script cannot run
-// for this user or server (as opposed to a transport error or a bad fence
-// counter), so that the caller falls back to the plain operation.
+// for this user or server, a definite refusal (redisx.IsRefusal), so that
+// the caller falls back to the plain operation. Anything else (BUSY, OOM
+// or any other error raised inside the script, which Redis >= 7 words
+// "... script: <sha>", a transport error, a bad fence counter) fails the
+// one call.
 func scriptUnusable(err error) bool {
-	if !redisx.IsReply(err) || strings.Contains(err.Error(), "lock: fence counter") ||
-		strings.HasPrefix(err.Error(), "BUSY") { // another script runs long: transient
-		return false
-	}
-	return redisx.IsNoPerm(err) || redisx.IsRefused(err) || strings.Contains(strings.ToLower(err.Error()), "script")
+	return redisx.IsRefusal(err) && !strings.Contains(err.Error(), "lock: fence counter")
 }
 
 // handoffReply runs the hand-off script and returns its reply's code (the
@@ -209,11 +246,12 @@ func (c *Client) releaseHandoff(ctx context.Context, hk handoffKeys, value strin
 	code, _, perr, err := c.handoffReply(ctx, hk, "r", want, mode)
 	if err != nil {
 		if scriptUnusable(err) {
-			c.handoffRefused(err)
+			c.handoffRefused(err.Error(), redisx.IsNoPerm(err))
 			return false, false, nil
 		}
 		return false, true, err
 	}
+	c.handoffWorks()
 	c.publishRefused(perr)
 	return code > 0, true, nil
 }

@@ -729,3 +729,138 @@ func TestHandoff_expiredLock(t *testing.T) {
 		_ = r2.l.Release(ctx)
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
+
+// TestHandoff_transientReplies: a reply that is a fact about the moment
+// does not switch hand-off off. An OOM raised inside the hand-off script
+// (Redis >= 7 words it "OOM ... script: <sha>") fails that Obtain and
+// nothing else: no warning sending the operator to the ACL, and once the
+// server has memory again a waiter is handed the lock and woken. A BUSY
+// answer to a Client's first look at the server (its probe of sharded
+// pub/sub among it) is not kept either: the Client then announces
+// hand-offs on the channel the waiters listen on. (Both used to last for
+// the Client's life: the waiter then learnt of the release by its poll.)
+func TestHandoff_transientReplies(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		s = redistest.Start(t, s.Kind) // made full and busy: not shared
+		ctx := testCtx(t)
+		key := redistest.Key(t, "k")
+		var logs syncBuffer
+		var w wakeCounter
+		opts := &lock.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: w.observe}
+		holder, rc := newClient(t, s, opts)
+		waiter, _ := newClient(t, s, opts)
+
+		// BUSY while the holder's Client first looks at the server.
+		stop := redistest.Busy(t, s.Addrs()[0])
+		if _, err := holder.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond), MaxWait: time.Millisecond}); err == nil {
+			t.Fatal("obtained a lock from a server answering BUSY")
+		}
+		stop()
+		if caps, err := holder.Capabilities(ctx); err != nil || caps.Release == lock.ReleaseLua {
+			t.Errorf("capabilities after one BUSY: %v, %v; want the server's own compare-and-delete", caps, err)
+		}
+
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		got := obtainAsync(ctx, waiter, key, time.Minute, never)
+		waitQueued(t, ctx, rc, key, 1)
+		// OOM inside the hand-off script, as the release hands the lock on.
+		if err := rc.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		oom := h.Release(ctx)
+		if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if l := logs.String(); strings.Contains(l, "refused") {
+			t.Fatalf("a passing reply was logged as a refusal:\n%s", l)
+		}
+		if caps, err := holder.Capabilities(ctx); err != nil || caps.HandoffDenied != "" {
+			t.Fatalf("capabilities %+v, %v: want hand-off not denied", caps, err)
+		}
+		if oom == nil {
+			t.Fatal("a release under OOM reported success, and the waiter was not handed the lock")
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		r := redistest.Recv(t, ctx, got, "the waiter to be handed the lock and woken")
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		if woken, missed := w.woken.Load(), w.missed.Load(); woken != 1 || missed != 0 {
+			t.Errorf("woken %d, missed %d; want 1, 0", woken, missed)
+		}
+		_ = r.l.Release(ctx)
+	}, redistest.Redis8, redistest.Valkey)
+}
+
+// TestHandoff_refusalRechecked: a hand-off refused by the ACL is
+// remembered, said by Capabilities and a warning naming the reply, and
+// tried again later: once the operator grants what it needs, waiters are
+// handed the lock and woken again, without a restart.
+func TestHandoff_refusalRechecked(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		prefix := aclPrefix(t)
+		key := prefix + "k"
+		admin := s.Client(t)
+		u := s.User(t, redistest.LockPerms(s.Kind, prefix+"*")...)
+		var logs syncBuffer
+		var w wakeCounter
+		opts := &lock.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: w.observe}
+		holder, err := lock.New(u.Client(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter, err := lock.New(u.Client(t), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatalf("obtain without hand-off: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		caps, err := holder.Capabilities(ctx)
+		if err != nil || caps.HandoffDenied == "" || !strings.Contains(logs.String(), caps.HandoffDenied) {
+			t.Fatalf("capabilities %+v, %v, logs %q: want the refusal said, with its reply", caps, err, logs.String())
+		}
+
+		if err := u.Set(append(redistest.LockPerms(s.Kind, prefix+"*"), redistest.HandoffPerms(prefix+"*")...)...); err != nil {
+			t.Fatal(err)
+		}
+		lock.SetRecheck(holder, time.Nanosecond) // the refusal is now older than that
+		lock.SetRecheck(waiter, time.Nanosecond)
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
+		if err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		got := obtainAsync(ctx, waiter, key, time.Minute, never)
+		waitQueued(t, ctx, admin, key, 1)
+		if err := h.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		r := redistest.Recv(t, ctx, got, "the waiter to be handed the lock and woken")
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		_ = r.l.Release(ctx)
+		if woken := w.woken.Load(); woken != 1 {
+			t.Errorf("woken %d, want 1", woken)
+		}
+		if caps, err := holder.Capabilities(ctx); err != nil || caps.HandoffDenied != "" {
+			t.Errorf("capabilities %+v, %v: want hand-off no longer denied", caps, err)
+		}
+		if !strings.Contains(logs.String(), "hand-off works again") {
+			t.Errorf("no line says hand-off works again:\n%s", logs.String())
+		}
+	}, redistest.Redis8, redistest.Valkey)
+}

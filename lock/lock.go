@@ -29,7 +29,8 @@ type Client struct {
 	threshold    int         // DigestThreshold
 
 	handoff    *redis.Script          // handoff.lua
-	handoffOff atomic.Pointer[string] // the server's refusal of the hand-off script; nil while it runs
+	handoffOff atomic.Pointer[refusal] // the server's refusal of the hand-off script; nil while it runs
+	handoffLog atomic.Pointer[string]  // the refusal last warned of; nil once the script ran again
 	pubDenied  atomic.Bool            // a hand-off's PUBLISH was refused (warned once)
 	sharded    keysub.Probe           // whether the server has sharded pub/sub
 	waker      waker
@@ -59,7 +60,11 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	caps, err := c.conn.Capabilities(ctx)
-	return fromConn(caps), err
+	out := fromConn(caps)
+	if r := c.handoffOff.Load(); r != nil {
+		out.HandoffDenied = r.reply
+	}
+	return out, err
 }
 
 // ObtainOptions configure one Obtain. A nil *ObtainOptions means all
@@ -234,10 +239,11 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 			res, fence, err = c.waitStep(ctx, hk, value, token, ttl, opts.Fencing, life)
 			if err == nil {
 				beat = heartbeat{at: sent, life: life}
+				c.handoffWorks()
 			}
 			if err != nil && scriptUnusable(err) && ctx.Err() == nil {
 				// Refused before it wrote anything: poll the plain way.
-				c.handoffRefused(err)
+				c.handoffRefused(err.Error(), redisx.IsNoPerm(err))
 				c.wakerRemove(hk.channel, token)
 				queued, useHK = false, false
 				attempt--
@@ -382,7 +388,7 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) 
 func (l *Lock) release(ctx context.Context, warnNotHeld bool) error {
 	var ok, done bool
 	var err error
-	if l.handoff != nil && l.c.handoffOff.Load() == nil {
+	if l.handoff != nil && l.c.handoffOn() {
 		ok, done, err = l.c.releaseHandoff(ctx, *l.handoff, l.value)
 	}
 	if !done {

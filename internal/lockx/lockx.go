@@ -38,6 +38,7 @@ func Capabilities(c redisx.Capabilities) lock.Capabilities {
 		Server: c.Server, Version: c.Version,
 		Release: lock.ReleaseStrategy(c.Release), Extend: lock.ExtendStrategy(c.Extend), Digest: lock.DigestStrategy(c.Digest),
 		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
+		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
 	}
 }
 
@@ -47,6 +48,7 @@ func Strategies(c lock.Capabilities) redisx.Capabilities {
 		Server: c.Server, Version: c.Version,
 		Release: redisx.ReleaseStrategy(c.Release), Extend: redisx.ExtendStrategy(c.Extend), Digest: redisx.DigestStrategy(c.Digest),
 		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
+		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
 	}
 }
 

@@ -114,6 +114,18 @@ type Capabilities struct {
 	// processes then learn of a finished rebuild by polling. Only
 	// cache.(*Cache).Capabilities fills it in; a lock uses no channel.
 	AnnounceDenied string
+
+	// HandoffDenied is the server's reply when it refused the hand-off
+	// script of a lock Client (an ACL without a command it calls, or a
+	// server without one; see ObtainOptions.Retry): waiters then poll, and
+	// the script is tried again a minute later. Only
+	// lock.(*Client).Capabilities fills it in.
+	HandoffDenied string
+
+	// NearDenied is the server's reply when it refused CLIENT TRACKING to
+	// a cache's near cache (Options.Near), which then stays off and asks
+	// again a minute later. Only cache.(*Cache).Capabilities fills it in.
+	NearDenied string
 }
 
 // String describes the server and the chosen strategies in one line, e.g.
@@ -129,6 +141,12 @@ func (c Capabilities) String() string {
 	}
 	if c.AnnounceDenied != "" {
 		s += " announcements=denied"
+	}
+	if c.HandoffDenied != "" {
+		s += " handoff=denied"
+	}
+	if c.NearDenied != "" {
+		s += " near=denied"
 	}
 	return s
 }

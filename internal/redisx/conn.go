@@ -59,6 +59,10 @@ func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
 // probed again (Recheck by default). Tests shorten it.
 func (cn *Conn) SetRecheck(d time.Duration) { cn.recheck.Store(int64(d)) }
 
+// Recheck returns how long a remembered refusal stands (see SetRecheck);
+// the callers that remember refusals of their own use it too.
+func (cn *Conn) Recheck() time.Duration { return time.Duration(cn.recheck.Load()) }
+
 // Client returns the wrapped client.
 func (cn *Conn) Client() Client { return cn.c }
 
