@@ -28,11 +28,11 @@ type Client struct {
 	observer     func(Event) // called outside any lock; see Options.Observer
 	threshold    int         // DigestThreshold
 
-	handoff    *redis.Script          // handoff.lua
+	handoff    *redis.Script           // handoff.lua
 	handoffOff atomic.Pointer[refusal] // the server's refusal of the hand-off script; nil while it runs
 	handoffLog atomic.Pointer[string]  // the refusal last warned of; nil once the script ran again
-	pubDenied  atomic.Bool            // a hand-off's PUBLISH was refused (warned once)
-	sharded    keysub.Probe           // whether the server has sharded pub/sub
+	pubDenied  atomic.Bool             // a hand-off's PUBLISH was refused (warned once)
+	sharded    keysub.Probe            // whether the server has sharded pub/sub
 	waker      waker
 }
 
