@@ -63,7 +63,11 @@ type outcome struct {
 // Options.Broadcast it subscribes to the namespace's announcement channel
 // in the background).
 // A nil rc, including a nil *redis.Client, is an error.
-func New(rc RedisClient, opts *Options) (*Cache, error) {
+func New(rc RedisClient, opts *Options) (*Cache, error) { return newCache(rc, opts, redisx.Recheck) }
+
+// newCache is New, with refusals by the server re-checked after recheck
+// (tests shorten it).
+func newCache(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, error) {
 	if redisx.IsNilClient(rc) {
 		return nil, invalid("nil Redis client")
 	}
@@ -81,12 +85,14 @@ func New(rc RedisClient, opts *Options) (*Cache, error) {
 		locks: locks,
 		s:     s,
 	}
+	c.conn.SetRecheck(recheck)
 	c.ann = startAnnouncer(rc, s.ns, s.broadcast, c.announceRefused, c.announceRestored)
+	c.ann.probe.Recheck = recheck
 	c.base, c.cancel = context.WithCancel(context.Background())
 	if s.near != nil {
 		coarseStart()
 		c.near = newNearCache(s.near, s.ns)
-		c.track = startTracking(rc, c.near, c.log)
+		c.track = startTracking(rc, c.near, c.log, c.conn.Recheck)
 	}
 	return c, nil
 }

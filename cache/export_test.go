@@ -1,6 +1,16 @@
 package cache
 
-import "github.com/redis/go-redis/v9"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewRecheck is New with the server's refusals (of CLIENT TRACKING,
+// commands, scripts) asked again after recheck instead of a minute.
+func NewRecheck(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, error) {
+	return newCache(rc, opts, recheck)
+}
 
 // RefreshRunning reports whether c has a background refresh of key in
 // progress; tests use it to wait for one to end, which no event marks

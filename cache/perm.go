@@ -25,6 +25,7 @@ func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 		return caps, err
 	}
 	caps.AnnounceDenied = c.ann.refusal()
+	caps.NearDenied = c.track.refusal()
 	return caps, nil
 }
 

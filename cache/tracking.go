@@ -50,9 +50,11 @@ type tracking struct {
 	n      *nearCache
 	logger func(level slog.Level, msg string, args ...any)
 
-	mu       sync.Mutex // guards trackers and the computation of n.trusted
+	mu       sync.Mutex // guards trackers, refused, off and the computation of n.trusted
 	trackers map[string]*tracker
-	refused  error // the server refused tracking: the near cache stays off
+	refused  error                // the server refused tracking (a definite refusal): the near cache is off until a tracker connects
+	off      error                // the near cache cannot run with this client, for good
+	recheck  func() time.Duration // how long a refused tracker waits before it asks again
 
 	// targeted: fills read through the trackers' readers (see above);
 	// otherwise tracking is BCAST on the prefix. cluster, if set, finds a
@@ -92,8 +94,8 @@ type tracker struct {
 // startTracking starts the trackers for rc's nodes in the background. A
 // client whose nodes it cannot name (not a *redis.Client, ClusterClient
 // or Ring) leaves the near cache off.
-func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, ...any)) *tracking {
-	t := &tracking{n: n, logger: logf, trackers: make(map[string]*tracker)}
+func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, ...any), recheck func() time.Duration) *tracking {
+	t := &tracking{n: n, logger: logf, trackers: make(map[string]*tracker), recheck: recheck}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	switch c := rc.(type) {
 	case *redis.Client:
@@ -116,8 +118,8 @@ func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, .
 			return nodes(ctx, c.ForEachShard)
 		})
 	default:
-		t.refused = fmt.Errorf("cache: near cache: cannot track the nodes of a %T", rc)
-		logf(slog.LevelWarn, "near cache off", "err", t.refused)
+		t.off = fmt.Errorf("cache: near cache: cannot track the nodes of a %T", rc)
+		logf(slog.LevelWarn, "near cache off", "err", t.off)
 	}
 	return t
 }
@@ -178,7 +180,7 @@ func (t *tracking) watch(period time.Duration, list func(context.Context) (map[s
 func (t *tracking) set(m map[string]*redis.Options) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ctx.Err() != nil || t.refused != nil {
+	if t.ctx.Err() != nil || t.off != nil {
 		return
 	}
 	changed := false
@@ -374,18 +376,44 @@ func (t *tracking) retrust() {
 	t.retrustLocked()
 }
 
-// refuse turns tracking off for good: the server refused it.
+// refuse records that the server refused tracking definitely (an ACL
+// without CLIENT TRACKING, a server without it; see redisx.IsRefusal):
+// the near cache stays off while a tracker is refused (it has no answered
+// ping), and each refused tracker asks again every recheck. It warns once
+// per reply.
 func (t *tracking) refuse(err error) {
 	t.mu.Lock()
-	first := t.refused == nil
-	if first {
-		t.refused = err
-	}
+	first := t.refused == nil || t.refused.Error() != err.Error()
+	t.refused = err
 	t.mu.Unlock()
 	if first {
-		t.logger(slog.LevelWarn, "near cache off: the server refused CLIENT TRACKING", "err", err)
-		t.cancel()
+		t.logger(slog.LevelWarn, "near cache off: the server refused CLIENT TRACKING; asking again later", "err", err, "retry_after", t.recheck())
 	}
+}
+
+// accepted is told when a tracker turned tracking on: a refusal standing
+// is over, and said to be.
+func (t *tracking) accepted() {
+	t.mu.Lock()
+	was := t.refused
+	t.refused = nil
+	t.mu.Unlock()
+	if was != nil {
+		t.logger(slog.LevelInfo, "near cache on again: the server accepted CLIENT TRACKING", "was", was)
+	}
+}
+
+// refusal returns the server's standing refusal of tracking, "" if none.
+func (t *tracking) refusal() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.refused != nil {
+		return t.refused.Error()
+	}
+	return ""
 }
 
 func (t *tracking) close() {
@@ -420,10 +448,15 @@ func (tr *tracker) run(ctx context.Context) {
 				err = cn.Do(ctx, "CLIENT", "TRACKING", "on", "REDIRECT", id, "BCAST", "PREFIX", prefix).Err()
 			}
 		}
-		if redisx.IsReply(err) {
+		switch {
+		case err == nil:
+			tr.t.accepted()
+		case redisx.IsRefusal(err):
 			refused.Store(&err) // the subscription goes on, and run sees this
 			return nil
 		}
+		// Any other reply (BUSY, LOADING, ...) or a broken connection
+		// fails this connection only: run makes it again.
 		return err
 	})
 	client := redis.NewClient(o)
@@ -438,16 +471,19 @@ func (tr *tracker) run(ctx context.Context) {
 		err := tr.serve(ctx, ps, &refused)
 		_ = ps.Close()
 		tr.lost()
-		if p := refused.Load(); p != nil {
+		wait := min(tr.t.n.lease/4, 100*time.Millisecond)
+		if p := refused.Swap(nil); p != nil {
 			tr.t.refuse(fmt.Errorf("cache: near cache: %w", *p))
-			return
-		}
-		if ctx.Err() == nil {
+			wait = tr.t.recheck()
+		} else if redisx.IsRefusal(err) { // SUBSCRIBE to the invalidations refused
+			tr.t.refuse(fmt.Errorf("cache: near cache: %w", err))
+			wait = tr.t.recheck()
+		} else if ctx.Err() == nil {
 			tr.t.logger(slog.LevelWarn, "near cache: tracking connection lost; reading from the server until it is back", "addr", tr.addr, "err", err)
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(min(tr.t.n.lease/4, 100*time.Millisecond)):
+		case <-time.After(wait):
 		}
 	}
 }
