@@ -35,6 +35,7 @@ type Cache struct {
 	refreshes flight.Group[struct{}]
 
 	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
+	warned    sync.Map     // cause -> *atomic.Int64, Unix ns of the last warning about it (see warnOnce)
 	n         counters
 
 	mu     sync.Mutex // guards closed's setting and wg.Add
@@ -191,17 +192,53 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 // start the fail-open cool-down. A call that failed because its caller's
 // ctx ended must not come here (see redisx.CallerDone): one caller's
 // deadline would switch every caller to fail open.
+//
+// A server that does not answer in the Redis protocol (redisx.IsNotRESP:
+// the address is an HTTP server's, say) is treated as unreachable too.
+// Every cause is said once per cool-down (see warnOnce), with no Logger
+// configured too: running without the cache must never be silent.
 func (c *Cache) serverError(key string, err error) {
 	c.n.serverErrors.Add(1)
 	c.emit(EventServerError, key, 0, err)
-	if redisx.IsTransport(err) {
+	notRESP := redisx.IsNotRESP(err)
+	if redisx.IsTransport(err) || notRESP {
 		until := c.s.now().Add(c.s.off).UnixNano()
-		if old := c.downUntil.Swap(until); old < c.s.now().UnixNano() {
+		old := c.downUntil.Swap(until)
+		switch {
+		case notRESP && c.warnOnce("not RESP"):
+			c.log(slog.LevelWarn, "the server does not answer in the Redis protocol (is the address a Redis server's?); loading without it",
+				"cooldown", c.s.off, "err", err)
+		case !notRESP && old < c.s.now().UnixNano():
 			c.log(slog.LevelWarn, "server unreachable; loading without it", "cooldown", c.s.off, "err", err)
 		}
-	} else {
-		c.log(slog.LevelWarn, "server call failed", "key", key, "err", err)
+		return
 	}
+	if c.warnOnce(failureCause(err)) {
+		c.log(slog.LevelWarn, "server call failed (further failures of this kind are not logged during the cool-down)",
+			"key", key, "cooldown", c.s.off, "err", err)
+	}
+}
+
+// failureCause names the kind of a failed call's error, for warnOnce: the
+// reply's first word ("BUSY", "OOM", "NOPERM", ...), else its type.
+func failureCause(err error) string {
+	if k := redisx.ReplyKind(err); k != "" {
+		return k
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// warnOnce reports whether a warning about cause is due: the first, or
+// the first after FailOpenCooldown since the last one.
+func (c *Cache) warnOnce(cause string) bool {
+	now := c.s.now().UnixNano()
+	v, _ := c.warned.LoadOrStore(cause, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	if prev != 0 && now-prev < int64(c.s.off) {
+		return false
+	}
+	return last.CompareAndSwap(prev, now)
 }
 
 // callerErr returns ctx's error for a call that redisx.CallerDone says
@@ -213,10 +250,14 @@ func callerErr(ctx context.Context) error {
 	return context.DeadlineExceeded
 }
 
+// log logs to Options.Logger, or to slog.Default() without one: what
+// is logged is what a user must hear (routine events go to Observer).
 func (c *Cache) log(level slog.Level, msg string, args ...any) {
-	if c.s.logger != nil {
-		c.s.logger.Log(context.Background(), level, "cache: "+msg, args...)
+	l := c.s.logger
+	if l == nil {
+		l = slog.Default()
 	}
+	l.Log(context.Background(), level, "cache: "+msg, args...)
 }
 
 // entry encodes payload for storage.

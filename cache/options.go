@@ -114,9 +114,11 @@ type Options struct {
 	// Codec encodes values. Default: Msgpack.
 	Codec Codec
 
-	// Logger receives server errors, failed background refreshes, and
-	// refusals of the announcement channel (a warning naming the channel).
-	// Default: nil, no logging.
+	// Logger receives server errors (each kind once per FailOpenCooldown,
+	// so running without the server is said once, not per call), failed
+	// background refreshes, and refusals by the server (the announcement
+	// channel, CLIENT TRACKING), each once. Routine events go to
+	// Observer only. Default: nil, slog.Default().
 	Logger *slog.Logger
 
 	// Observer, if set, is called for every Event, synchronously and

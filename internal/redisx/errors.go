@@ -67,6 +67,32 @@ func IsTransport(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout)
 }
 
+// ReplyKind returns the first word of the server's error reply in err
+// ("BUSY", "OOM", "NOPERM", "ERR", ...), or "" when err carries none.
+func ReplyKind(err error) string {
+	var re redis.Error
+	if !IsReply(err) || !errors.As(err, &re) {
+		return ""
+	}
+	msg := re.Error()
+	if i := strings.IndexByte(msg, ' '); i > 0 {
+		return msg[:i]
+	}
+	return msg
+}
+
+// IsNotRESP reports whether err says the server's answer was not in the
+// Redis protocol: the address is not a Redis server's (an HTTP server
+// answered, say), or something in between garbles the stream. go-redis
+// words it "redis: can't parse ..." or "redis: invalid reply ...".
+func IsNotRESP(err error) bool {
+	if err == nil || IsReply(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "redis: can't parse") || strings.Contains(msg, "redis: invalid reply")
+}
+
 // CallerDone reports whether a call made with ctx ended because of ctx:
 // it is cancelled, or its deadline has passed even if ctx.Err() does not
 // say so yet. (The connection's deadline, set from ctx's by go-redis's
