@@ -31,8 +31,11 @@
 // Values longer than Options.DigestThreshold are compared by digest
 // instead of being sent back: DELEX key IFDEQ xxh3 on Redis >= 8.4, a script
 // comparing SHA-1s elsewhere. A command the server refuses at run time (a
-// proxy, a cluster in the middle of an upgrade) downgrades the strategy for
-// good and the operation is retried; Capabilities shows what is in use.
+// proxy, a cluster in the middle of an upgrade) downgrades the strategy and
+// the operation is retried; the server is asked again a minute later.
+// Only a definite refusal (an unknown command, the ACL) is remembered: a
+// BUSY, OOM or other passing reply fails the one call. Capabilities shows
+// what is in use.
 //
 // # Waiting: hand-off and wake-up
 //
