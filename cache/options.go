@@ -175,7 +175,9 @@ type Options struct {
 // Cluster's masters or a lapse of the Lease empties the near cache; reads
 // go to the server until invalidations flow again. On servers without
 // CLIENT TRACKING (miniredis, or an ACL that refuses it) the near cache
-// stays off and every read goes to the server (see NearActive).
+// stays off and every read goes to the server (see NearActive); it asks
+// again every minute, with a warning once per reply and a line when it is
+// on again. A passing reply (BUSY, LOADING) only delays it.
 //
 // Values served from the near cache are shared: every hit on an entry
 // returns the same decoded value, so a value holding a slice, map or
