@@ -89,6 +89,19 @@ func (s *Stalls) Within(from, to time.Time) time.Duration {
 	return d
 }
 
+// Longest returns the longest single stall that overlapped [from, to].
+func (s *Stalls) Longest(from, to time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d time.Duration
+	for _, st := range s.stalls {
+		if st.to.After(from) && st.from.Before(to) {
+			d = max(d, st.to.Sub(st.from)-s.tick)
+		}
+	}
+	return d
+}
+
 // Worst returns the longest stall seen so far.
 func (s *Stalls) Worst() time.Duration {
 	s.mu.Lock()
