@@ -390,6 +390,10 @@ func (s *faultSite) check(q faultReq, r reply, start, end int64) error {
 			return fmt.Errorf("X-Cache %s with Age %q for render %d, which began %d to %d ms before", xc, r.header.Get("Age"), fb.n, start-rn.at, end-rn.at)
 		}
 	}
+	if q.inm != "" && q.method == http.MethodGet && xc == "HIT" && r.status == http.StatusOK && r.header.Get("Etag") == q.inm {
+		// A stored 2xx that the client's If-None-Match names is a 304.
+		return fmt.Errorf("a HIT of the 200 its If-None-Match names with a %d-byte body: want 304", len(r.body))
+	}
 	if q.kind == kindVary && xc != "BYPASS" && r.header.Get("Vary") != "X-User" {
 		return fmt.Errorf("Vary %q", r.header.Values("Vary"))
 	}
@@ -791,17 +795,28 @@ func runFaultClient(ctx context.Context, b *faultBed, site *faultSite, rng *rand
 	tl := faultTally{byCache: map[string]int{}, byStatus: map[int]int{}, seen: map[faultReq]bool{}, abortedIDs: map[string]bool{}}
 	var etags []string             // served to this client
 	last := map[[2]string]string{} // target, user -> the last ETag served
+	var again faultReq             // the last GET answered with an ETag (its inm set to it)
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
 			return tl
 		default:
 		}
-		q := randomReq(rng, fmt.Sprintf("c%d-%d", c, i), procs)
+		id := fmt.Sprintf("c%d-%d", c, i)
+		q := randomReq(rng, id, procs)
 		if rng.IntN(6) == 0 {
 			// The ETag this client was last served for this resource and
 			// user, or any it was served: only the right one may get a 304.
-			if e, ok := last[[2]string{q.target(), q.user}]; ok && rng.IntN(2) == 0 {
+			// Half of these go back to the response the client was last
+			// served, as a browser does: a random resource of the mix is
+			// rarely one the client holds an ETag for (a few hundred
+			// pairs of target and user per client), so without them the
+			// run's 304s, one or two, came down to how many requests the
+			// schedule's time let through, and some runs had none.
+			if again.inm != "" && rng.IntN(2) == 0 {
+				q = again
+				q.id, q.proc, q.slow = id, rng.IntN(procs), false
+			} else if e, ok := last[[2]string{q.target(), q.user}]; ok && rng.IntN(2) == 0 {
 				q.inm = e
 			} else if len(etags) > 0 {
 				q.inm = etags[rng.IntN(len(etags))]
@@ -844,6 +859,8 @@ func runFaultClient(ctx context.Context, b *faultBed, site *faultSite, rng *rand
 		// ETags of checked GET replies (a HEAD's says nothing of its body).
 		if etag := r.header.Get("Etag"); etag != "" && err == nil && q.method == http.MethodGet && r.status != http.StatusNotModified {
 			last[[2]string{q.target(), q.user}] = etag
+			again = q
+			again.inm = etag
 			if len(etags) < 64 {
 				etags = append(etags, etag)
 			} else {
