@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/middleware"
@@ -238,9 +239,43 @@ type sent struct {
 }
 
 // valueKey is the server key holding the entry for a GET of path on the
-// bed's server; vary holds the "\nvary Name: value" suffixes of a variant.
+// bed's server; vary holds the "\nvary Name: value" suffixes of a variant
+// (of the generation path's marker names now).
 func (b *testBed) valueKey(path string, vary ...string) string {
-	return b.ns + ":{" + redisx.Tag("GET "+b.srv.URL+path+strings.Join(vary, "")) + "}"
+	return b.ns + ":{" + redisx.Tag(b.userKey(path, vary...)) + "}"
+}
+
+// userKey is the cache key (before hashing) of target's entry; vary holds
+// the "\nvary Name: value" suffixes of a variant, which is looked for in
+// the generation that target's marker names now.
+func (b *testBed) userKey(target string, vary ...string) string {
+	if len(vary) == 0 {
+		return "GET " + b.srv.URL + target
+	}
+	return "GET " + b.srv.URL + target + b.generation(target) + strings.Join(vary, "")
+}
+
+// generation is the line that the variant keys of target's current
+// generation have: "\ngeneration " and the Version of the marker stored
+// under target's key, read straight from the server; "" without one.
+func (b *testBed) generation(target string) string {
+	raw, err := b.rc.Get(context.Background(), b.valueKey(target)).Bytes()
+	if err != nil {
+		return ""
+	}
+	e, err := codec.Decode(raw)
+	if err != nil {
+		return ""
+	}
+	var mk struct {
+		Status  int
+		Vary    []string
+		Version uint64
+	}
+	if cache.Msgpack.Unmarshal(e.Payload, &mk) != nil || mk.Status != 0 || len(mk.Vary) == 0 {
+		return ""
+	}
+	return "\ngeneration " + strconv.FormatUint(mk.Version, 36)
 }
 
 // stored reports whether the server holds an entry for path.

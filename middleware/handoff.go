@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,15 +121,24 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 // toStore is what the loader of the key of base and vary returns for the
 // render res of r, with its lifetime set on ctx (cache.Expire).
 //
-// A response that varies on other headers than those the key was made
-// with (the first render of a resource: its Vary was not known) belongs
-// under its variant's key: it is stored there (cache.Set), and the key
-// itself gets a marker, a response with the Vary names and nothing else,
-// which tells a process that does not know the Vary yet where to look
-// and is never served (it matches no request, see response.matches). So
-// the next request for the same variant is a hit, and the body is stored
-// once. If that Set fails, the response itself is returned, to be stored
-// under the key as before: it is served only to requests it matches.
+// A response that varies on headers while the key was base itself (the
+// first render of a resource, or the first since a write deleted its
+// marker: its Vary was not known) belongs under its variant's key in a
+// new generation (see generationBase), the marker's Version: it is
+// stored there (cache.Set), and base gets the marker, a response with
+// the Vary names, that Version and nothing else, which tells every
+// process where to look and is never served (it matches no request, see
+// response.matches). So the next request for the same variant is a hit,
+// and the body is stored once. The marker lives twice as long as the
+// response (it is a few bytes), so that the variants rendered after it
+// in its generation mostly end by themselves; when it ends, each variant
+// is rendered again once, as after a write. If that Set fails, the
+// response itself is returned, to be stored under base as before: it is
+// served only to requests it matches.
+//
+// Under a variant's key (vary set) the response is stored as it is,
+// also one whose Vary changed since the marker was made: it is served
+// only to requests it matches, until the marker ends.
 //
 // A revalidation's render (rv with a key) is stored by storeRevalidated.
 //
@@ -156,28 +164,21 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, 
 		return m.storeRevalidated(ctx, r, base, rv, res)
 	}
 	cache.Expire(ctx, res.fresh, res.stale)
-	if len(res.resp.Vary) == 0 {
+	if len(res.resp.Vary) == 0 || len(vary) > 0 {
 		return res.resp, nil
 	}
-	key := variantKey(base, res.resp.Vary, r)
-	if slices.Equal(res.resp.Vary, vary) {
-		m.registered(ctx, base, key, res)
-		return res.resp, nil
-	}
+	gen := res.resp.Version
+	key := variantKey(generationBase(base, gen), res.resp.Vary, r)
 	err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
 	if err != nil {
 		return res.resp, nil
 	}
-	m.registered(ctx, base, key, res)
-	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary}, nil
-}
-
-// registered registers key, the variant of base res is stored under, for
-// invalidation (unless it is off).
-func (m *Middleware) registered(ctx context.Context, base, key string, res result) {
-	if !m.o.NoInvalidation {
-		m.registerVariant(ctx, base, key, res.fresh+res.stale)
+	life := res.fresh + res.stale // no overflow: see render
+	if life < century {
+		life *= 2
 	}
+	cache.Expire(ctx, life, 0) // never stale: a refresh would start a generation
+	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: gen}, nil
 }
 
 // lookup is one GetOrLoad call for a request, as far as the request has
@@ -259,7 +260,6 @@ func (m *Middleware) take(w http.ResponseWriter, r *http.Request, next http.Hand
 	default:
 		// Our loader was chosen to render this response.
 		res := m.renderFor(w, r, next, j)
-		m.vary.put(base, res.resp.Vary)
 		return rendered(res), true
 	}
 }

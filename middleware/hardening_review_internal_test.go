@@ -15,15 +15,15 @@ import (
 func TestVaryIndex_boundedKeys(t *testing.T) {
 	var v varyIndex
 	long := "GET http://example.com/" + strings.Repeat("a", 1<<20)
-	v.put(long, []string{"Accept-Encoding"})
-	v.put(long+"b", []string{"X-User"})
-	if got := v.get(long); !slices.Equal(got, []string{"Accept-Encoding"}) {
-		t.Errorf("get(long) = %q", got)
+	v.put(long, []string{"Accept-Encoding"}, 1)
+	v.put(long+"b", []string{"X-User"}, 2)
+	if got, gen := v.get(long); !slices.Equal(got, []string{"Accept-Encoding"}) || gen != 1 {
+		t.Errorf("get(long) = %q, generation %d", got, gen)
 	}
-	if got := v.get(long + "b"); !slices.Equal(got, []string{"X-User"}) {
-		t.Errorf("get(long+b) = %q", got)
+	if got, gen := v.get(long + "b"); !slices.Equal(got, []string{"X-User"}) || gen != 2 {
+		t.Errorf("get(long+b) = %q, generation %d", got, gen)
 	}
-	if got := v.get(long + "c"); got != nil {
+	if got, _ := v.get(long + "c"); got != nil {
 		t.Errorf("get of an unknown base = %q", got)
 	}
 	v.names.Range(func(k, _ any) bool {
@@ -34,15 +34,15 @@ func TestVaryIndex_boundedKeys(t *testing.T) {
 	})
 	// Full, it forgets everything and starts again.
 	for i := range varyIndexMax + 5 {
-		v.put("GET http://example.com/"+strconv.Itoa(i), []string{"X-N"})
+		v.put("GET http://example.com/"+strconv.Itoa(i), []string{"X-N"}, 0)
 	}
 	entries := 0
 	v.names.Range(func(_, _ any) bool { entries++; return true })
 	if entries > varyIndexMax || entries != v.n {
 		t.Errorf("after %d puts: %d entries (counted %d), want at most %d", varyIndexMax+5, entries, v.n, varyIndexMax)
 	}
-	v.put(long, nil)
-	if got := v.get(long); got != nil {
+	v.put(long, nil, 0)
+	if got, _ := v.get(long); got != nil {
 		t.Errorf("after put(long, nil): %q", got)
 	}
 }

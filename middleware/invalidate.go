@@ -4,26 +4,21 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/peek"
 )
 
 // This file holds invalidation (RFC 9111 4.4): a request with a method
 // not known to be safe whose response is a success (2xx) or a redirect
 // (3xx) deletes the stored responses of its target URL and of the
 // Location and Content-Location URLs of its response on the same origin
-// (scheme, host and port), in every process (cache.Delete), with every Vary variant the cache has
-// registered for them (see registerVariant).
+// (scheme, host and port), in every process (cache.Delete), with every
+// Vary variant: deleting the base's marker puts all of them out of reach
+// (see generationBase).
 
 // safeMethod reports whether RFC 9110 9.2.1 defines method as safe; every
 // other method, including unknown ones, invalidates.
@@ -33,52 +28,6 @@ func safeMethod(method string) bool {
 		return true
 	}
 	return false
-}
-
-// maxVariants is how many Vary variants of one URL are registered for
-// invalidation; more are stored, but live until they expire.
-const maxVariants = 16
-
-// variantSlot is the cache key of the i-th registered variant of base.
-// No request's key can be one: key lines of headers are "\nName: value"
-// and of Vary "\nvary Name: value", and a path or query holds no newline.
-func variantSlot(base string, i int) string {
-	return base + "\nvariants " + strconv.Itoa(i)
-}
-
-// registerVariant records key, a variant of base, in one of base's
-// variant slots (a slot holds the variant's suffix of key), so that an
-// invalidation of base finds it; ttl is how long the variant's entry
-// lives. It reads the slots without counting in Stats; it claims an empty
-// one with Set and reads it back, moving on if another variant took it
-// meanwhile. Two processes registering two new variants of one URL at
-// the same moment can still lose one of them (it then lives until it
-// expires): an invalidation is best effort for variants, never for base.
-func (m *Middleware) registerVariant(ctx context.Context, base, key string, ttl time.Duration) {
-	suffix := key[len(base):]
-	look := func(slot string) (string, error) {
-		return cache.Get[string](peek.With(ctx, new(peek.Probe)), m.c, slot)
-	}
-	for i := range maxVariants {
-		slot := variantSlot(base, i)
-		v, err := look(slot)
-		switch {
-		case err == nil && v == suffix:
-			// Ours: live as long as the variant just stored.
-			_ = cache.Set(ctx, m.c, slot, suffix, cache.WithTTL(ttl))
-			return
-		case err == nil:
-			continue // another variant's
-		case !errors.Is(err, cache.ErrMiss):
-			return // the server fails: the variant is stored for its TTL only
-		}
-		if cache.Set(ctx, m.c, slot, suffix, cache.WithTTL(ttl)) != nil {
-			return
-		}
-		if v, err := look(slot); err == nil && v == suffix {
-			return
-		}
-	}
 }
 
 // invalidator watches the response to an unsafe request and, as soon as
@@ -133,10 +82,10 @@ func (iv *invalidator) decide(code int) {
 // invalidate deletes the stored responses for r's target URL and for the
 // Location and Content-Location URLs in h that are on r's origin (RFC
 // 9111 4.4: never another origin's, so that one origin cannot evict
-// another's pages), relative ones resolved against r's target. Keys are those a GET of each URL would have, with r's own
-// header values where the key has any (KeyHeaders); every registered Vary
-// variant goes too. Failures are logged: the entries then expire as they
-// would have.
+// another's pages), relative ones resolved against r's target. Keys are
+// those a GET of each URL would have, with r's own header values where
+// the key has any (KeyHeaders); every Vary variant goes too. Failures
+// are logged: the entries then expire as they would have.
 func (m *Middleware) invalidate(r *http.Request, h http.Header) {
 	ctx := context.WithoutCancel(r.Context()) // the client going must not leave it half done
 	get := r.WithContext(ctx)
@@ -214,29 +163,11 @@ func (m *Middleware) keyFor(get *http.Request, target *url.URL, ref string) (str
 	return m.baseKey(lr)
 }
 
-// invalidateBase deletes base's entry (a response, or the marker of a
-// response with Vary) and every variant registered for it, with its slot.
+// invalidateBase deletes base's entry: a response, or the marker of a
+// response with Vary, whose variants, however many, are then out of
+// reach (see generationBase) and expire unread.
 func (m *Middleware) invalidateBase(ctx context.Context, base string) {
-	keys := make(chan string, 2*maxVariants+1)
-	keys <- base
-	var wg sync.WaitGroup
-	for i := range maxVariants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slot := variantSlot(base, i)
-			suffix, err := cache.Get[string](peek.With(ctx, new(peek.Probe)), m.c, slot)
-			if err == nil && strings.HasPrefix(suffix, "\n") {
-				keys <- base + suffix
-				keys <- slot
-			}
-		}()
-	}
-	wg.Wait()
-	close(keys)
-	for k := range keys {
-		if err := m.c.Delete(ctx, k); err != nil && m.o.Logger != nil {
-			m.o.Logger.Warn("middleware: invalidation failed", "err", err)
-		}
+	if err := m.c.Delete(ctx, base); err != nil && m.o.Logger != nil {
+		m.o.Logger.Warn("middleware: invalidation failed", "err", err)
 	}
 }

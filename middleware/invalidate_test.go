@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -189,5 +190,67 @@ func TestMiddleware_invalidationScheme(t *testing.T) {
 	b.do(t, "POST", "/q", "X-Test-Tls", "1", "X-Test-Location", "https://"+host+"/p").check(t, 200, "BYPASS", "POST 5")
 	if httpsStored() {
 		t.Error("an https write left the https entry of its Location")
+	}
+}
+
+// TestMiddleware_hitReads: what a hit costs the server, counted by the
+// server itself (INFO commandstats, on a server of the test's own): a hit
+// of a resource without Vary is one read, as it was before generations;
+// a hit of a Vary variant is two reads, the variant and its URL's marker
+// (sent at once, see find), and no write. Connection handshakes are not
+// counted (a pool may dial when two reads go at once; once, not per hit).
+func TestMiddleware_hitReads(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, invalidationHandler(&renders), nil)
+	ctx := testContext(t, 10*time.Second)
+	commands := func() map[string]int {
+		t.Helper()
+		info, err := b.rc.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := map[string]int{}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			switch {
+			case !ok || name == line || name == "info":
+				continue
+			case name == "hello" || name == "client|setinfo" || name == "auth" || name == "select":
+				// A connection's handshake: the pool dials a second
+				// connection when two reads go at once, once, not per hit.
+				continue
+			}
+			var n int
+			if _, err := fmt.Sscanf(rest, "calls=%d", &n); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			calls[name] = n
+		}
+		return calls
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		want             map[string]int
+	}{
+		{"no Vary", "/plain", "GET 1", map[string]int{"get": 1}},
+		{"Vary", "/vary", "GET 2", map[string]int{"get": 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "MISS", tc.body)
+			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "HIT", tc.body)
+			before := commands()
+			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "HIT", tc.body)
+			after := commands()
+			got := map[string]int{}
+			for name, n := range after {
+				if d := n - before[name]; d != 0 {
+					got[name] = d
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("a hit sent %v to the server, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -124,20 +125,30 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	// Two looks, as a response may name the Vary this process did not
-	// know, and one more for going back to the key after a revalidation
-	// a write overtook (see revalidate).
-	for attempt := 0; attempt < 3; attempt++ {
-		vary := m.vary.get(base)
-		key := variantKey(base, vary, r)
+	// A look for the Vary this process knows, one more when the base's
+	// marker names another Vary or generation, one under the variant's
+	// key after a render that made the marker, and one for going back to
+	// the key after a revalidation a write overtook (see revalidate).
+	looked := false // a look was made in the current generation: GetOrLoad counted r then
+	for attempt := 0; attempt < 4; attempt++ {
+		vary, gen := m.vary.get(base)
+		key := variantKey(generationBase(base, gen), vary, r)
+		if len(vary) == 0 {
+			key = base
+		}
 
 		// Fresh hits first, without the machinery a render needs. The
-		// cache counts this look only if it answers r on the first
-		// attempt: otherwise GetOrLoad counts what it finds (see peek),
-		// and a second attempt's look belongs to a request GetOrLoad
-		// has counted already.
+		// cache counts this look only if it answers r on the first look
+		// in the current generation: otherwise GetOrLoad counts what it
+		// finds (see peek), and a later look belongs to a request
+		// GetOrLoad has counted already.
 		probe := new(peek.Probe)
-		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, key)
+		cached, err, current := m.find(r.Context(), probe, base, key, vary, gen)
+		if !current {
+			continue // the index now holds what base's marker says
+		}
+		counted := looked
+		looked = true
 		if cached.RevalidateFrom != 0 && (errors.Is(err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
 			cached.matches(r) && cached.mustRevalidate(m.now()) {
 			// Kept past its stale window, or a no-cache response
@@ -152,7 +163,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			continue
 		}
 		if err == nil && cached.matches(r) {
-			if attempt == 0 {
+			if !counted {
 				probe.Count()
 			}
 			m.write(w, r, &cached, statusHit)
@@ -186,16 +197,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return unshared(l.res.err)
 		}
 		resp := &l.res.resp
-		if !slices.Equal(resp.Vary, vary) {
-			m.vary.put(base, resp.Vary)
+		if resp.marker() {
+			// The base's marker (a render for other header values made
+			// it): now that we know what the response varies on, look
+			// again under the variant's key.
+			m.vary.put(base, resp.Vary, resp.Version)
+			continue
 		}
 		if !resp.matches(r) {
-			// A variant for other header values: now that we know what
-			// the response varies on, look again under the variant's key.
-			if slices.Equal(resp.Vary, vary) {
-				break
-			}
-			continue
+			break // a response whose Vary changed, for other header values
 		}
 		if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
 			// GetOrLoad found it kept past its stale window (and served
@@ -229,4 +239,56 @@ type result struct {
 	fresh     time.Duration // how long the response stays fresh, from when it was rendered
 	stale     time.Duration // the stale window the response asked for
 	notStored bool          // rendered for the cache, which did not write it (renderFor)
+}
+
+// find reads key, r's key for base with the Vary names vary of the
+// generation gen (base itself when vary is empty), and, with vary, base's
+// marker alongside it (see generationBase): in parallel, so a variant's
+// hit waits for no more round trips than a plain one (with the near
+// cache on, both are answered in the process). The marker's read is not
+// counted in Stats; probe is key's (see peek).
+//
+// current is false when what r looked under is not the base's current
+// generation: the marker names other Vary names or another generation,
+// or there is none (a write deleted it, or it expired) for a variant; or
+// key is base and holds a marker. The index then holds what the marker
+// says (nothing, without one), and r looks again. A failed read of the
+// marker leaves the index as it is.
+func (m *Middleware) find(ctx context.Context, probe *peek.Probe, base, key string, vary []string, gen uint64) (cached response, err error, current bool) {
+	if len(vary) == 0 {
+		cached, err = cache.Get[response](peek.With(ctx, probe), m.c, key)
+		if (err == nil || errors.Is(err, cache.ErrStale)) && cached.marker() {
+			m.vary.put(base, cached.Vary, cached.Version)
+			return cached, err, false
+		}
+		return cached, err, true
+	}
+	type read struct {
+		mk  response
+		err error
+	}
+	marker := make(chan read, 1)
+	go func() {
+		mk, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, base)
+		marker <- read{mk, err}
+	}()
+	cached, err = cache.Get[response](peek.With(ctx, probe), m.c, key)
+	mr := <-marker
+	switch {
+	case mr.err == nil, errors.Is(mr.err, cache.ErrStale), errors.Is(mr.err, cache.ErrMiss):
+	default:
+		// The server failed to answer for the marker: what the index
+		// says stands for this request (a write's Delete of the marker
+		// fails as well), as the variant's read has failed or not.
+		return cached, err, true
+	}
+	if !mr.mk.marker() {
+		m.vary.put(base, nil, 0)
+		return cached, err, false
+	}
+	if mr.mk.Version != gen || !slices.Equal(mr.mk.Vary, vary) {
+		m.vary.put(base, mr.mk.Vary, mr.mk.Version)
+		return cached, err, false
+	}
+	return cached, err, true
 }

@@ -181,9 +181,10 @@ type Options struct {
 	// before the response reaches its client, the stored responses of a
 	// GET of its target URL and of the Location and Content-Location URLs
 	// of the response that are on the same host (never another host's),
-	// every Vary variant included (up to 16 a URL are registered for it;
-	// a further one lives until it expires). The keys are those a GET
-	// would have, with the request's own values of KeyHeaders.
+	// every Vary variant included, however many clients made (they are
+	// reached through the URL's marker, which names their generation).
+	// The keys are those a GET would have, with the request's own values
+	// of KeyHeaders.
 	//
 	// WARNING: anybody who can send such a request that the handler
 	// answers with a 2xx or 3xx can evict that URL's page: each eviction

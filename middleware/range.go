@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/peek"
 )
 
@@ -73,27 +72,26 @@ func (m *Middleware) serveRange(w http.ResponseWriter, r *http.Request, next htt
 }
 
 // freshStored returns the fresh stored response for r, a GET with the key
-// of base, or nil. It looks under the key of the Vary names this process
-// knows for base and, if it finds a response (or marker) that varies on
-// other names, once more under those.
+// of base, or nil. It looks under the key of the Vary names and
+// generation this process knows for base and, if base's marker names
+// others, once or twice more (see find).
 func (m *Middleware) freshStored(r *http.Request, base string) *response {
-	vary := m.vary.get(base)
-	for range 2 {
-		probe := new(peek.Probe)
-		cached, err := cache.Get[response](peek.With(r.Context(), probe), m.c, variantKey(base, vary, r))
-		switch {
-		case err != nil: // a miss, stale, or the cache failed: the handler answers
-			return nil
-		case cached.matches(r):
-			if !cached.fresh(m.now()) {
-				return nil
-			}
-			probe.Count()
-			return &cached
-		case slices.Equal(cached.Vary, vary):
-			return nil // another variant
+	for range 3 {
+		vary, gen := m.vary.get(base)
+		key := base
+		if len(vary) > 0 {
+			key = variantKey(generationBase(base, gen), vary, r)
 		}
-		vary = cached.Vary
+		probe := new(peek.Probe)
+		cached, err, current := m.find(r.Context(), probe, base, key, vary, gen)
+		switch {
+		case !current:
+			continue
+		case err != nil || !cached.matches(r) || !cached.fresh(m.now()):
+			return nil // a miss, stale, another variant, or the cache failed: the handler answers
+		}
+		probe.Count()
+		return &cached
 	}
 	return nil
 }

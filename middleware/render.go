@@ -241,12 +241,19 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 	var err error
 	j.stored = func() bool {
 		res := <-j.done
-		m.vary.put(base, res.resp.Vary)
-		key := variantKey(base, res.resp.Vary, r)
-		err = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
-		if err == nil && len(res.resp.Vary) > 0 {
-			m.registered(r.Context(), base, key, res)
+		key := base
+		if len(res.resp.Vary) > 0 {
+			// Under its variant's key in the generation this process
+			// knows; with none known for its Vary it is its client's
+			// alone (a marker is made by a render the others wait for,
+			// see toStore). An old generation's key is read by nobody.
+			vary, gen := m.vary.get(base)
+			if !slices.Equal(vary, res.resp.Vary) {
+				return false
+			}
+			key = variantKey(generationBase(base, gen), vary, r)
 		}
+		err = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
 		return err == nil
 	}
 	res := m.renderFor(w, r, next, j)

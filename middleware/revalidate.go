@@ -198,37 +198,27 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 // again by another render stays as it is. The marker then has Version 0
 // (no render's, see overtaken), and is no error: the waiters go back to
 // the key and share its next render (see revalidate), rather than each
-// render alone. The write under prior's key is
-// conditional on the server (peek.Expect: SET IFEQ the entry read here),
-// so an invalidation that lands between the read and the write wins too.
-// A new response that varies on other headers than prior goes under
-// another key, which cannot be written on the condition of this one: it
-// is written after the read, a round trip apart.
+// render alone. The write is conditional on the server (peek.Expect: SET
+// IFEQ the entry read here), so an invalidation that lands between the
+// read and the write wins too. A new response that varies on other
+// headers than prior goes under prior's key too (it is served only to
+// requests it matches): the base's marker names the Vary that lookups
+// use, until it ends (see toStore).
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
 	probe := new(peek.Probe)
 	cur, err := cache.Get[response](peek.With(ctx, probe), m.c, rv.key)
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
 		return m.overtaken(ctx), nil
 	}
-	key := variantKey(base, res.resp.Vary, r)
 	wctx := ctx
-	if key == rv.key && probe.Stored() != nil {
+	if probe.Stored() != nil {
 		wctx = peek.Expect(ctx, probe.Stored())
 	}
-	if err := cache.Set(wctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
+	if err := cache.Set(wctx, m.c, rv.key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
 		if errors.Is(err, peek.ErrChanged) {
 			return m.overtaken(ctx), nil
 		}
 		return response{}, err
-	}
-	if len(res.resp.Vary) > 0 {
-		m.registered(ctx, base, key, res)
-	}
-	if key != rv.key {
-		// A new response that varies otherwise than prior (a 304 keeps
-		// prior's Vary): prior is no longer current for anyone, and would
-		// only be revalidated again by the processes that look there.
-		_ = m.c.Delete(ctx, rv.key)
 	}
 	cache.Expire(ctx, m.wait, 0)
 	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: res.resp.Version}, nil

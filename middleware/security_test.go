@@ -935,3 +935,33 @@ func TestSecurity_revalidationAndRange(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Cluster)
 }
+
+// TestSecurity_variantsFilled: however many variants of a URL clients
+// make (20 junk Accept-Language values here, more than any fixed number
+// of registrations), a write's invalidation reaches the real ones, in
+// every process: the writer reads its new page. Before, 16 junk variants
+// filled the URL's registration slots and the real variant, never
+// registered, was served from before the write (HIT) until it expired.
+func TestSecurity_variantsFilled(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, invalidationHandler(&renders), &bedOptions{procs: 2})
+	n := 0
+	for i := range 20 {
+		junk := fmt.Sprintf("junk-%d", i)
+		n++
+		b.get(t, "/vary", "Accept-Language", junk).check(t, 200, "MISS", fmt.Sprintf("GET %d", n))
+		// Stored: the old code had registered it by then.
+		b.get(t, "/vary", "Accept-Language", junk).check(t, 200, "HIT", fmt.Sprintf("GET %d", n))
+	}
+	n++
+	b.get(t, "/vary", "Accept-Language", "en").check(t, 200, "MISS", fmt.Sprintf("GET %d", n))
+	b.get(t, "/vary", "Accept-Language", "en", procHeader, "1").check(t, 200, "HIT", fmt.Sprintf("GET %d", n))
+	n++
+	b.do(t, "PUT", "/vary", "Accept-Language", "en").check(t, 200, "BYPASS", fmt.Sprintf("PUT %d", n))
+	n++
+	b.get(t, "/vary", "Accept-Language", "en", procHeader, "1").check(t, 200, "MISS", fmt.Sprintf("GET %d", n))
+	b.get(t, "/vary", "Accept-Language", "en", procHeader, "0").check(t, 200, "HIT", fmt.Sprintf("GET %d", n))
+	n++
+	b.get(t, "/vary", "Accept-Language", "junk-0", procHeader, "0").check(t, 200, "MISS", fmt.Sprintf("GET %d", n))
+}

@@ -4,29 +4,39 @@ import (
 	"hash/maphash"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
 
-// varyIndex remembers, per base key, the header names responses vary on,
-// so requests go straight to their variant's key. It is bounded: when
-// full it forgets everything, which costs one extra lookup per resource.
+// varyIndex remembers, per base key, the header names responses vary on
+// and the generation of the base's variants (see generationBase), so
+// requests go straight to their variant's key. It is bounded: when full
+// it forgets everything, which costs one extra lookup per resource.
 // Entries are keyed by a 64-bit hash of the base key (hash/maphash, with a
 // seed of the index's own), so the index holds at most varyIndexMax times
 // 8 bytes of keys however long the base keys (up to a whole request
 // target and header values) are. Two base keys with one hash share an
 // entry: that costs lookups, never a wrong answer, since a stored
-// response is served only to a request it matches (response.matches).
+// response is served only to a request it matches (response.matches) and
+// a variant only in the generation the base's marker names.
 //
 // Lookups take no lock (every hit makes one); puts, which come with
-// renders, take mu. The names stored are read-only: they are a stored
-// response's Vary, which near-cache hits share (see response).
+// markers read, take mu. The names stored are read-only: they are a
+// stored marker's Vary, which near-cache hits share (see response).
 type varyIndex struct {
 	once  sync.Once
 	seed  maphash.Seed
-	names sync.Map // uint64 → []string
+	names sync.Map // uint64 → variants
 	mu    sync.Mutex
 	n     int // entries in names; guarded by mu
+}
+
+// variants is what a base's marker says of its variants: the names they
+// vary on and their generation.
+type variants struct {
+	names []string
+	gen   uint64
 }
 
 const varyIndexMax = 10000
@@ -36,13 +46,13 @@ func (v *varyIndex) key(base string) uint64 {
 	return maphash.String(v.seed, base)
 }
 
-func (v *varyIndex) get(base string) []string {
-	names, _ := v.names.Load(v.key(base))
-	s, _ := names.([]string)
-	return s
+func (v *varyIndex) get(base string) (names []string, gen uint64) {
+	e, _ := v.names.Load(v.key(base))
+	vs, _ := e.(variants)
+	return vs.names, vs.gen
 }
 
-func (v *varyIndex) put(base string, names []string) {
+func (v *varyIndex) put(base string, names []string, gen uint64) {
 	k := v.key(base)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -52,15 +62,33 @@ func (v *varyIndex) put(base string, names []string) {
 		}
 		return
 	}
-	if _, had := v.names.Swap(k, names); had {
+	if _, had := v.names.Swap(k, variants{names, gen}); had {
 		return
 	}
 	if v.n++; v.n > varyIndexMax {
 		v.names.Clear()
-		v.names.Store(k, names)
+		v.names.Store(k, variants{names, gen})
 		v.n = 1
 	}
 }
+
+// generationBase is what the variant keys of base's generation gen
+// extend (see variantKey). A base's variants are reached only through
+// the marker stored under base, which names their Vary and generation
+// (the Version of the marker, drawn when a render makes it): an
+// invalidation deletes that one key, and every variant of the URL,
+// whatever header values clients sent, is out of reach at once; the next
+// render makes a new marker and a new generation, and the old variants
+// expire unread. No request's key can be one: key lines of headers are
+// "\nName: value" and of Vary "\nvary Name: value", and a path or query
+// holds no newline.
+func generationBase(base string, gen uint64) string {
+	return base + "\ngeneration " + strconv.FormatUint(gen, 36)
+}
+
+// marker reports whether resp is the marker of a base's variants (see
+// toStore), not a response: it has Vary names and no status.
+func (resp *response) marker() bool { return resp.Status == 0 && len(resp.Vary) > 0 }
 
 // variantKey extends base with the request's values of the headers a
 // response for base said it varies on.
