@@ -66,6 +66,11 @@ type node struct {
 	port, clusterPort int
 	cmd               *exec.Cmd
 	exited            chan struct{}
+
+	// sentinel: the process is a Sentinel, configured by dir/sentinel.conf
+	// (see StartSentinel); extra: arguments appended to a server's.
+	sentinel bool
+	extra    []string
 }
 
 // Start starts a server of the given kind for tb and stops it in
@@ -176,6 +181,12 @@ func (nd *node) start(cluster bool) error {
 func (nd *node) launch(cluster bool) error {
 	args := []string{"--port", strconv.Itoa(nd.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", nd.dir, "--daemonize", "no", "--loglevel", "warning", "--logfile", filepath.Join(nd.dir, "server.log")}
+	if nd.sentinel {
+		// The configuration file comes first, and Sentinel rewrites it.
+		args = append([]string{filepath.Join(nd.dir, "sentinel.conf"), "--sentinel"}, args[:4]...)
+		args = append(args, "--dir", nd.dir, "--daemonize", "no", "--loglevel", "notice", "--logfile", filepath.Join(nd.dir, "server.log"))
+	}
+	args = append(args, nd.extra...)
 	if cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"),
 			"--cluster-port", strconv.Itoa(nd.clusterPort), "--cluster-node-timeout", "5000")

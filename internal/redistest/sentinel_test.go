@@ -1,0 +1,57 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/internal/redistest"
+)
+
+// A Sentinel group fails over on request and when its master hangs, and
+// the failover client follows.
+func TestSentinel_failover(t *testing.T) {
+	for _, k := range []redistest.Kind{redistest.Redis8, redistest.Valkey} {
+		for _, hang := range []bool{false, true} {
+			name := string(k) + "/graceful"
+			if hang {
+				name = string(k) + "/paused-then-killed"
+			}
+			t.Run(name, func(t *testing.T) {
+				s := redistest.StartSentinel(t, k)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				c := s.Client(t)
+				if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				from, err := s.Master(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if from != s.Addrs()[0] {
+					t.Fatalf("master %s; want %s", from, s.Addrs()[0])
+				}
+				if hang {
+					if err := s.Pause(from); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := s.WaitSwitch(ctx, from); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Kill(from); err != nil {
+						t.Fatal(err)
+					}
+				} else if _, _, err := s.Failover(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Set(ctx, "k", "v2", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v2" {
+					t.Fatalf("Get = %q, %v; want v2", v, err)
+				}
+			})
+		}
+	}
+}
