@@ -177,11 +177,18 @@ func (s *Sentinel) Addrs() []string {
 	return out
 }
 
-// NewClient returns a failover client (redis.NewFailoverClient) of the
-// group; the caller closes it.
-func (s *Sentinel) NewClient() *redis.Client {
-	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: MasterName, SentinelAddrs: s.SentinelAddrs()})
+// Options returns the options of a failover client of the group. They
+// name the first Sentinel only (the client discovers the others), so that
+// every client of a test asks the same Sentinel: Sentinels learn of a
+// switch moments apart, and clients asking different ones may follow
+// different masters meanwhile.
+func (s *Sentinel) Options() *redis.FailoverOptions {
+	return &redis.FailoverOptions{MasterName: MasterName, SentinelAddrs: s.SentinelAddrs()[:1]}
 }
+
+// NewClient returns a failover client (redis.NewFailoverClient) of the
+// group with Options; the caller closes it.
+func (s *Sentinel) NewClient() *redis.Client { return redis.NewFailoverClient(s.Options()) }
 
 // Client is NewClient, closed in tb.Cleanup.
 func (s *Sentinel) Client(tb testing.TB) *redis.Client {
