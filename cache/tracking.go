@@ -42,6 +42,19 @@ import (
 // what keeps the near cache trusted (nearCache.trusted). A connection
 // lost, or silent for 3 leases, is closed and made again, and the near
 // cache is flushed.
+//
+// A failover client (redis.NewFailoverClient) asks a Sentinel for the
+// master on every dial, and so do the tracker's connections, which are
+// made with its options. But a connection stays where it was dialed, and
+// after a graceful failover the old master stays up and writable for
+// seconds, answering pings and hearing none of the new master's writes.
+// So the tracker follows the master the client follows: each ping round
+// first asks the client's Sentinel through its dialer (the master it
+// names is the one the client's own writes go to), and a ping is sent
+// only while that is the node the tracking connection reached; a new
+// master ends the connection, which flushes, and the next one reaches
+// the new master. A reader that reaches another node than its tracking
+// connection is refused.
 
 const invalidateChannel = "__redis__:invalidate"
 
@@ -85,6 +98,13 @@ type tracker struct {
 	reader atomic.Pointer[redis.Client]
 
 	connects atomic.Uint64 // connections made (OnConnect calls)
+
+	// A failover client's tracker (see the overview): node is the address
+	// the tracking connection reached ("" before), moved that a ping round
+	// found the master elsewhere.
+	failover bool
+	node     atomic.Pointer[string]
+	moved    atomic.Bool
 
 	pmu     sync.Mutex
 	pending []int64 // send times of the pings not yet answered, oldest first
@@ -205,7 +225,7 @@ func (t *tracking) set(m map[string]*redis.Options) {
 
 func (t *tracking) start(addr string, o *redis.Options) *tracker {
 	ctx, cancel := context.WithCancel(t.ctx)
-	tr := &tracker{t: t, addr: addr, opts: o, cancel: cancel, done: make(chan struct{})}
+	tr := &tracker{t: t, addr: addr, opts: o, cancel: cancel, done: make(chan struct{}), failover: isFailover(o)}
 	t.wg.Go(func() {
 		defer close(tr.done)
 		tr.run(ctx)
@@ -291,6 +311,14 @@ func (tr *tracker) newReader(id int64) *redis.Client {
 		if err != nil {
 			return nil, err
 		}
+		if tr.failover {
+			// The Sentinel may name a new master by now: a reader there
+			// would redirect to a client ID of another server.
+			if node := tr.node.Load(); node == nil || *node != cn.RemoteAddr().String() {
+				_ = cn.Close()
+				return nil, fmt.Errorf("cache: near cache: the reader reached %s, not the tracking connection's node", cn.RemoteAddr())
+			}
+		}
 		return &readerConn{Conn: cn, closed: tr.t.n.flush}, nil
 	}
 	c := redis.NewClient(o)
@@ -337,6 +365,26 @@ func connOptions(o *redis.Options, onConnect func(context.Context, *redis.Conn) 
 		return onConnect(ctx, cn)
 	}
 	return &c
+}
+
+// failoverAddr is the address in the options of a failover client
+// (go-redis's FailoverOptions.clientOptions); its Dialer asks a Sentinel
+// for the master on every dial.
+const failoverAddr = "FailoverClient"
+
+func isFailover(o *redis.Options) bool { return o.Addr == failoverAddr && o.Dialer != nil }
+
+// master returns the address of the master that the client follows now,
+// as its dialer finds it (it asks the Sentinel the client asks), by
+// dialing it. Only for a failover client's tracker.
+func (tr *tracker) master(ctx context.Context) (string, error) {
+	cn, err := tr.opts.Dialer(ctx, "tcp", tr.opts.Addr)
+	if err != nil {
+		return "", err
+	}
+	addr := cn.RemoteAddr().String()
+	_ = cn.Close()
+	return addr, nil
 }
 
 // dropReader closes the reader, if any; fills then read without one until
@@ -459,6 +507,17 @@ func (tr *tracker) run(ctx context.Context) {
 		// fails this connection only: run makes it again.
 		return err
 	})
+	if tr.failover {
+		dial := o.Dialer
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cn, err := dial(ctx, network, addr)
+			if err == nil {
+				node := cn.RemoteAddr().String()
+				tr.node.Store(&node)
+			}
+			return cn, err
+		}
+	}
 	client := redis.NewClient(o)
 	defer client.Close()
 	for ctx.Err() == nil {
@@ -472,12 +531,15 @@ func (tr *tracker) run(ctx context.Context) {
 		_ = ps.Close()
 		tr.lost()
 		wait := min(tr.t.n.lease/4, 100*time.Millisecond)
+		moved := tr.moved.Swap(false)
 		if p := refused.Swap(nil); p != nil {
 			tr.t.refuse(fmt.Errorf("cache: near cache: %w", *p))
 			wait = tr.t.recheck()
 		} else if redisx.IsRefusal(err) { // SUBSCRIBE to the invalidations refused
 			tr.t.refuse(fmt.Errorf("cache: near cache: %w", err))
 			wait = tr.t.recheck()
+		} else if moved {
+			tr.t.logger(slog.LevelInfo, "near cache: the master changed; following it", "addr", tr.addr)
 		} else if ctx.Err() == nil {
 			tr.t.logger(slog.LevelWarn, "near cache: tracking connection lost; reading from the server until it is back", "addr", tr.addr, "err", err)
 		}
@@ -572,15 +634,29 @@ func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struc
 }
 
 // pingOnce pings the reader, then, if it answered, ps with the send time
-// now; it reports false when ps failed.
+// now; it reports false when ps failed, or must be made again.
 //
 // The reader's connection comes first: a tracking ping answered says the
 // reader was there too (see newReader). A failed reader ping sends no
 // tracking ping this round; the reader's connection was closed, which
 // flushed, and the next round dials a new one.
+//
+// A failover client's tracker asks for the master before both (see the
+// overview): a ping answered then says the node was the master at now or
+// later. No answer sends no ping this round; another master ends ps.
 func (tr *tracker) pingOnce(ctx context.Context, ps *redis.PubSub, now int64) bool {
 	pctx, cancel := context.WithTimeout(ctx, tr.t.n.lease)
 	defer cancel()
+	if tr.failover {
+		master, err := tr.master(pctx)
+		if err != nil {
+			return true
+		}
+		if node := tr.node.Load(); node == nil || *node != master {
+			tr.moved.Store(true)
+			return false
+		}
+	}
 	if r := tr.reader.Load(); r != nil && r.Ping(pctx).Err() != nil {
 		return true
 	}
