@@ -3,7 +3,6 @@ package cache_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ type failoverRun struct {
 
 	readsSeen []failoverRead
 
-	lag atomic.Int64 // ns: the largest scheduler delay observed (see watchLag)
+	stalls *redistest.Stalls // this process's scheduler stalls, excused
 
 	loadMu sync.Mutex
 	loads  []time.Time // when each load of the expiring key began
@@ -77,43 +76,28 @@ func (r *failoverRun) read(v int, began time.Time) {
 
 // check counts the reads that returned a version superseded by an
 // acknowledged write more than the bound (the Lease, plus the scheduler
-// delay observed) before they began.
+// stalls of this process in between) before they began. Of the later
+// versions, the one acknowledged first decides: a later acknowledgement
+// is nearer the read by more than the stalls between the two.
 func (r *failoverRun) check() {
-	bound := r.lease + time.Duration(r.lag.Load())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, rd := range r.readsSeen {
-		r.check1(rd.v, rd.began, bound)
-	}
-}
-
-func (r *failoverRun) check1(v int, began time.Time, bound time.Duration) {
-	r.reads++
-	for w := v + 1; w < len(r.acked); w++ {
-		if a := r.acked[w]; !a.IsZero() && began.Sub(a) > bound {
-			r.stale++
-			r.oldest = max(r.oldest, began.Sub(a))
-			return
+	first := make([]time.Time, len(r.acked)+1) // first[v]: the earliest acknowledgement of a version from v on
+	for v := len(r.acked) - 1; v >= 0; v-- {
+		first[v] = first[v+1]
+		if a := r.acked[v]; !a.IsZero() && (first[v].IsZero() || a.Before(first[v])) {
+			first[v] = a
 		}
 	}
-}
-
-// watchLag measures how late a goroutine wakes from a 1 ms timer, until
-// ctx ends: reads are excused that much (a descheduled reader took its
-// start time late, or saw its answer late).
-func (r *failoverRun) watchLag(ctx context.Context) {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			if d := time.Since(last) - time.Millisecond; d > time.Duration(r.lag.Load()) {
-				r.lag.Store(int64(d))
-			}
-			last = now
+	for _, rd := range r.readsSeen {
+		r.reads++
+		if rd.v+1 >= len(first) {
+			continue
+		}
+		a := first[rd.v+1]
+		if d := rd.began.Sub(a); !a.IsZero() && d > r.lease && d > r.lease+r.stalls.Within(a, rd.began) {
+			r.stale++
+			r.oldest = max(r.oldest, rd.began.Sub(a))
 		}
 	}
 }
@@ -121,7 +105,7 @@ func (r *failoverRun) watchLag(ctx context.Context) {
 // loadsPerExpiry returns the most loads of the expiring key that began
 // within one TTL of each other (each load writes a value that lives a
 // TTL, so loads are a TTL apart when there is one load per expiry),
-// excusing the scheduler delay: during the failover (a TTL around from
+// excusing the scheduler stalls between them: during the failover (a TTL around from
 // and to) and outside it.
 func (r *failoverRun) loadsPerExpiry(ttl time.Duration, from, to time.Time) (during, outside int) {
 	r.loadMu.Lock()
@@ -129,7 +113,7 @@ func (r *failoverRun) loadsPerExpiry(ttl time.Duration, from, to time.Time) (dur
 	for i, first := range r.loads {
 		n := 1
 		for _, t := range r.loads[i+1:] {
-			if t.Sub(first) < ttl-time.Duration(r.lag.Load()) {
+			if t.Sub(first) < ttl-r.stalls.Within(first, t) {
 				n++
 			}
 		}
@@ -162,7 +146,7 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	s := redistest.StartSentinel(t, kind)
 	ctx := testCtx(t)
 	const lease, ttl = 200 * time.Millisecond, 300 * time.Millisecond
-	run := &failoverRun{lease: lease}
+	run := &failoverRun{lease: lease, stalls: redistest.MeasureStalls(t)}
 	opts := nearOpts(t)
 	opts.Near.Lease = lease
 	rc := s.Client(t)
@@ -186,7 +170,6 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { run.watchLag(wctx) })
 	wg.Go(func() { // the writer
 		// The connection's ID and server before and after tell which
 		// server took the write.
@@ -276,8 +259,8 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	during, outside := run.loadsPerExpiry(ttl, began, switched)
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + lag %v); near hits resumed %v after the switch; loads per expiry %d during the failover, %d outside (%d loads)",
-		mode, run.reads, run.stale, run.oldest, lease, time.Duration(run.lag.Load()), resumed.Round(time.Millisecond), during, outside, len(run.loads))
+	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; loads per expiry %d during the failover, %d outside (%d loads)",
+		mode, run.reads, run.stale, run.oldest, lease, run.stalls.Worst(), resumed.Round(time.Millisecond), during, outside, len(run.loads))
 	if run.stale > 0 {
 		t.Errorf("%d reads returned a version superseded more than the bound before they began (oldest %v)", run.stale, run.oldest)
 	}
