@@ -53,8 +53,8 @@ func MeasureStalls(tb testing.TB) *Stalls {
 			select {
 			case <-done:
 				return
-			case now := <-t.C:
-				now = time.Now() // the tick's own time is when it was due, not when we ran
+			case <-t.C:
+				now := time.Now() // the tick's own time is when it was due, not when we ran
 				if late := now.Sub(last) - s.tick; late > 2*s.tick {
 					s.mu.Lock()
 					s.stalls = append(s.stalls, stall{last, now})
