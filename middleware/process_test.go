@@ -443,6 +443,133 @@ func TestMiddleware_writeDuringRevalidation_processes(t *testing.T) {
 	}, redistest.Redis8, redistest.Cluster)
 }
 
+// TestMiddleware_rangeShared_processes: on a cold key, a GET with Range
+// renders (held) and 8 more with other ranges, in 2 processes, come
+// meanwhile, as a media player's requests do. The handler runs once in
+// the cluster, without the clients' Range; each client gets its own range
+// of that render (206 with its Content-Range, 416 past the end, the whole
+// 200 when its If-Range does not hold), and it is stored whole.
+func TestMiddleware_rangeShared_processes(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		const procs = 2
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rc := s.Client(t)
+		ns, counter, gate := "mw"+strings.ReplaceAll(redistest.Key(t, "")[5:], "/", "."), redistest.Key(t, "renders"), redistest.Key(t, "gate")
+		urls := spawnServers(t, ctx, s, procs, "serveGated", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter, "MWTEST_GATE="+gate)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		defer client.CloseIdleConnections()
+		type answer struct {
+			status               int
+			body, xcache, crange string
+			err                  error
+		}
+		get := func(u string, hdr ...string) answer {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/report?region=eu", nil)
+			req.Host = "reports.example"
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				return answer{err: err}
+			}
+			defer res.Body.Close()
+			b, err := io.ReadAll(res.Body)
+			return answer{res.StatusCode, string(b), res.Header.Get("X-Cache"), res.Header.Get("Content-Range"), err}
+		}
+		// A 206's bytes are first to last of the body: first < 0 counts
+		// from the end, last -1 is the last byte.
+		type want struct {
+			hdr         []string
+			status      int
+			first, last int
+		}
+		tests := []want{
+			{[]string{"Range", "bytes=0-5"}, 206, 0, 5}, // the one that renders
+			{[]string{"Range", "bytes=1-3"}, 206, 1, 3},
+			{[]string{"Range", "bytes=4-"}, 206, 4, -1},
+			{[]string{"Range", "bytes=-7"}, 206, -7, -1},
+			{[]string{"Range", "bytes=0-0"}, 206, 0, 0},
+			{[]string{"Range", "bytes=2-999999"}, 206, 2, -1},
+			{[]string{"Range", "bytes=999999-"}, 416, 0, 0},
+			{[]string{"Range", "bytes=0-1,3-4"}, 200, 0, 0},
+			{[]string{"Range", "bytes=0-1", "If-Range", `"not-it"`}, 200, 0, 0},
+		}
+		answers := make([]chan answer, len(tests))
+		for i := range answers {
+			answers[i] = make(chan answer, 1)
+		}
+		go func() { answers[0] <- get(urls[0], tests[0].hdr...) }()
+		if err := rc.BLPop(ctx, 20*time.Second, gate+":started").Err(); err != nil {
+			t.Fatalf("waiting for the render: %v", err)
+		}
+		for i := 1; i < len(tests); i++ {
+			go func() { answers[i] <- get(urls[i%procs], tests[i].hdr...) }()
+		}
+		// All waiting: in the first process on its flight, in the other
+		// on its claim. A request that went to the handler fails it here.
+		redistest.WaitFor(t, ctx, "the waiters", func() bool {
+			if n, err := rc.Get(ctx, counter).Int(); err != nil || n != 1 {
+				t.Fatalf("%d renders (%v) while the first is held; want the others waiting for it", n, err)
+			}
+			var misses, waits int
+			for _, u := range urls {
+				var m, w int
+				res, err := client.Get(u + "/_stats")
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = fmt.Fscan(res.Body, &m, &w)
+				res.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				misses, waits = misses+m, waits+w
+			}
+			return misses == len(tests) && waits == 1
+		})
+		if err := rc.RPush(ctx, gate+":release", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]answer, len(tests))
+		for i := range tests {
+			if got[i] = <-answers[i]; got[i].err != nil {
+				t.Fatal(got[i].err)
+			}
+		}
+		whole := get(urls[1]) // the stored render, whole
+		if whole.err != nil || whole.status != 200 || whole.xcache != "HIT" || !strings.HasPrefix(whole.body, "report 1 ") {
+			t.Fatalf("after: %d %q X-Cache %s, err %v; want a HIT of the one render", whole.status, whole.body, whole.xcache, whole.err)
+		}
+		full := whole.body
+		for i, tt := range tests {
+			a := got[i]
+			wantBody, wantRange := full, ""
+			switch tt.status {
+			case 206:
+				first, last := tt.first, tt.last
+				if first < 0 {
+					first = len(full) + first
+				}
+				if last < 0 {
+					last = len(full) - 1
+				}
+				wantBody, wantRange = full[first:last+1], fmt.Sprintf("bytes %d-%d/%d", first, last, len(full))
+			case 416:
+				wantBody, wantRange = "", fmt.Sprintf("bytes */%d", len(full))
+			}
+			if a.status != tt.status || a.body != wantBody || a.crange != wantRange || a.xcache == "BYPASS" {
+				t.Errorf("%v: %d %q Content-Range %q X-Cache %s; want %d %q Content-Range %q from the shared render",
+					tt.hdr, a.status, a.body, a.crange, a.xcache, tt.status, wantBody, wantRange)
+			}
+		}
+		if renders, err := rc.Get(ctx, counter).Int(); err != nil || renders != 1 {
+			t.Errorf("%d renders (%v), want 1", renders, err)
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
 // listenAndServe serves h on a free loopback port for a worker process,
 // announcing its address on stdout as "ready http://host:port".
 func listenAndServe(h http.Handler) int {

@@ -114,29 +114,64 @@ func TestMiddleware_rangeFromStored(t *testing.T) {
 }
 
 // TestMiddleware_rangeOtherwise: a GET with Range that finds no fresh
-// stored response for it goes to the handler as it is (the handler's 206,
-// not stored), and so do a HEAD with Range and, with AllowNoCache, one
-// with no-cache; a stored variant is found by a process that has not seen
-// its Vary; other statuses than 200 are served whole.
+// stored response for it shares the render of its key and gets its range
+// of it, also when its stored response is revalidated; a render that
+// cannot be stored (no-store, or larger than StoreLimit) is stopped and
+// the handler answers the client's Range alone; a HEAD with Range and,
+// with AllowNoCache, a GET with no-cache go to the handler as they are;
+// a stored variant is found by a process that has not seen its Vary;
+// other statuses than 200 are served whole.
 func TestMiddleware_rangeOtherwise(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	const body = "0123456789A"
 
-	t.Run("nothing stored, then stored, then stale", func(t *testing.T) {
+	t.Run("nothing stored, then stored, then revalidated", func(t *testing.T) {
 		var renders atomic.Int32
 		var b *testBed
 		b = newTestBed(t, s, rangeHandler(&b, &renders, body), &bedOptions{procs: 2})
-		b.get(t, "/m", "Range", "bytes=0-1").check(t, 206, "BYPASS", "01")
-		b.waitGone(t, "/m")
-		b.get(t, "/m").check(t, 200, "MISS", body)
+		r := b.get(t, "/m", "Range", "bytes=0-1")
+		r.check(t, 206, "MISS", "01")
+		if got := r.header.Get("Content-Range"); got != "bytes 0-1/11" {
+			t.Errorf("Content-Range %q", got)
+		}
 		b.waitStored(t, "/m", body)
 		b.get(t, "/m", "Range", "bytes=0-1", procHeader, "1").check(t, 206, "HIT", "01")
-		b.clock.Advance(61 * time.Second)
-		b.get(t, "/m", "Range", "bytes=2-3").check(t, 206, "BYPASS", "23")
-		if n := renders.Load(); n != 3 {
-			t.Errorf("%d renders, want 3", n)
+		b.clock.Advance(61 * time.Second) // kept, with its ETag: revalidated
+		b.get(t, "/m", "Range", "bytes=2-3").check(t, 206, "MISS", "23")
+		b.get(t, "/m", procHeader, "1").check(t, 200, "HIT", body)
+		if n := renders.Load(); n != 2 {
+			t.Errorf("%d renders, want 2", n)
 		}
 	})
+
+	for _, tt := range []struct {
+		name  string
+		cc    string
+		limit int
+	}{
+		{"not storable: the handler answers the range", "no-store", 0},
+		{"larger than StoreLimit: the handler answers the range", "max-age=60", 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders, ranges atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				renders.Add(1)
+				if r.Header.Get("Range") != "" {
+					ranges.Add(1)
+				}
+				w.Header().Set("Cache-Control", tt.cc)
+				http.ServeContent(w, r, "", time.Time{}, strings.NewReader(body))
+			}), &bedOptions{mw: &middleware.Options{StoreLimit: tt.limit}})
+			r := b.get(t, "/ns", "Range", "bytes=-2")
+			r.check(t, 206, "BYPASS", "9A")
+			if got := r.header.Get("Content-Range"); got != "bytes 9-10/11" {
+				t.Errorf("Content-Range %q", got)
+			}
+			if n, nr := renders.Load(), ranges.Load(); n != 2 || nr != 1 {
+				t.Errorf("%d renders, %d with Range; want the shared one and the client's own", n, nr)
+			}
+		})
+	}
 
 	t.Run("HEAD and no-cache go to the handler", func(t *testing.T) {
 		var renders atomic.Int32
@@ -168,8 +203,8 @@ func TestMiddleware_rangeOtherwise(t *testing.T) {
 		ctx := testContext(t, 10*time.Second)
 		redistest.WaitFor(t, ctx, "the variant stored", func() bool { return b.stored(t, "/v", "\nvary X-Lang: en") })
 		b.get(t, "/v", "X-Lang", "en", "Range", "bytes=-2", procHeader, "1").check(t, 206, "HIT", "9A")
-		b.get(t, "/v", "X-Lang", "fr", "Range", "bytes=-2", procHeader, "1").check(t, 206, "BYPASS", "9A")
-		b.get(t, "/v", "Range", "bytes=-2").check(t, 206, "BYPASS", "9A")
+		b.get(t, "/v", "X-Lang", "fr", "Range", "bytes=-2", procHeader, "1").check(t, 206, "MISS", "9A")
+		b.get(t, "/v", "Range", "bytes=-2").check(t, 206, "MISS", "9A")
 		if n := renders.Load(); n != 3 {
 			t.Errorf("%d renders, want 3", n)
 		}
@@ -190,6 +225,66 @@ func TestMiddleware_rangeOtherwise(t *testing.T) {
 			t.Errorf("Content-Range %q on a 404", got)
 		}
 	})
+}
+
+// TestMiddleware_rangeStale: within stale-while-revalidate, GETs with
+// Range (and If-Range), in 2 processes, get their range of the stale
+// response (STALE) while the one refresh runs (held), then their range
+// of the refreshed one; the handler never sees a Range.
+func TestMiddleware_rangeStale(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	g := newRenderGate(ctx, 2)
+	var sawRange atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" || r.Header.Get("If-Range") != "" {
+			sawRange.Add(1)
+		}
+		n := g.next()
+		w.Header().Set("Cache-Control", "max-age=10, stale-while-revalidate=30")
+		fmt.Fprintf(w, "body-v%d-end", n)
+	}), &bedOptions{procs: 2})
+	b.get(t, "/sr").check(t, 200, "MISS", "body-v1-end")
+	b.waitStored(t, "/sr", "body-v1-end")
+	etag := b.get(t, "/sr", procHeader, "1").header.Get("Etag")
+	b.clock.Advance(11 * time.Second)
+	b.get(t, "/sr").check(t, 200, "STALE", "body-v1-end")
+	redistest.Recv(t, ctx, g.started, "the background render")
+
+	// While it runs, more ranges are served stale at once, in both
+	// processes.
+	ranges := []struct {
+		hdr          []string
+		body, crange string
+	}{
+		{[]string{"Range", "bytes=0-1"}, "bo", "bytes 0-1/11"},
+		{[]string{"Range", "bytes=-3"}, "end", "bytes 8-10/11"},
+		{[]string{"Range", "bytes=4-"}, "-v1-end", "bytes 4-10/11"},
+		{[]string{"Range", "bytes=5-6", "If-Range", etag}, "v1", "bytes 5-6/11"},
+	}
+	var replies []<-chan sent
+	for i, rr := range ranges {
+		replies = append(replies, b.goSend(ctx, "GET", "/sr", append(rr.hdr, procHeader, strconv.Itoa(i%2))...))
+	}
+	for i, ch := range replies {
+		r := redistest.Recv(t, ctx, ch, "a stale reply")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.check(t, 206, "STALE", ranges[i].body)
+		if got := r.header.Get("Content-Range"); got != ranges[i].crange {
+			t.Errorf("%v: Content-Range %q, want %q", ranges[i].hdr, got, ranges[i].crange)
+		}
+	}
+	if n := g.renders.Load(); n != 2 {
+		t.Errorf("renders = %d while refreshing, want 2", n)
+	}
+	g.open()
+	b.waitStored(t, "/sr", "body-v2-end")
+	b.get(t, "/sr", "Range", "bytes=5-6", procHeader, "1").check(t, 206, "HIT", "v2")
+	if n, saw := g.renders.Load(), sawRange.Load(); n != 2 || saw != 0 {
+		t.Errorf("renders = %d, %d of them with Range or If-Range; want 2 without", n, saw)
+	}
 }
 
 // FuzzRange: for any Range and If-Range a client sends to a stored 200 of
