@@ -79,11 +79,13 @@
 // Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
 // and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
-// A GET with one byte range (Range: bytes=a-b, a- or -n) is answered from
-// a fresh stored 200 with a 206 of that part (a 416 if it lies past the
-// end; the whole response for several or malformed ranges, or an
-// If-Range that does not hold); without one it goes to the handler as it
-// is, and nothing is stored.
+// A GET with one byte range (Range: bytes=a-b, a- or -n) takes the path
+// of any GET (a hit, a stale hit, or a share of the one render of its
+// key) and is answered from the stored 200 with a 206 of that part (a 416
+// if it lies past the end; the whole response for several or malformed
+// ranges, or an If-Range that does not hold). A render that cannot be
+// stored answers no range: the client is then rendered alone, with its
+// Range.
 //
 // # Invalidation
 //

@@ -257,22 +257,26 @@ func (m *Middleware) take(w http.ResponseWriter, r *http.Request, next http.Hand
 			return outcome{kind: EventStale}, true
 		}
 		return outcome{}, false
+	case ranged(r):
+		// Our loader was chosen to render this response, which r gets a
+		// range of.
+		return m.renderForRange(w, r, next, j), true
 	default:
 		// Our loader was chosen to render this response.
-		res := m.renderFor(w, r, next, j)
+		res := m.renderFor(w, r, next, j, w)
 		return rendered(res), true
 	}
 }
 
 // renderFor renders r in its own goroutine for job j, answering the
-// client as it goes (or streaming, for what cannot be stored), and hands
-// the result to j.
+// client w as it goes (what cannot be stored streams to pw: w itself, or
+// a rangeRender), and hands the result to j.
 //
 // The render is shared: it runs on renderContext(r's, j's), so a client
 // that goes away does not end it. It goes on (writes to the gone client
 // are discarded), is stored and answers the waiters, unless j's context
 // ends too or r's deadline passes.
-func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
+func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http.Handler, j *job, pw http.ResponseWriter) result {
 	delivered := false
 	ctx, stop := renderContext(r.Context(), j.ctx)
 	defer func() {
@@ -281,7 +285,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			j.done <- result{err: errNotStored{"the handler panicked"}}
 		}
 	}()
-	res := m.render(w, r.WithContext(ctx), next, j.prior)
+	res := m.render(pw, r.WithContext(ctx), next, j.prior)
 	if res.err == nil && j.ctx.Err() != nil {
 		// The load timed out (its waiters have been told) while the client
 		// kept waiting: this response is the client's alone.
@@ -303,7 +307,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			res.notStored = true
 		}
 		m.write(w, r, &res.resp, status)
-	} // else it was passed through to w already
+	} // else it was passed through to pw already
 	return res
 }
 

@@ -114,10 +114,15 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
-	if present(r.Header, "Range") {
-		return m.serveRange(w, r, next, base) // a GET: see range.go
-	}
 	if m.o.AllowNoCache && clientNoCache(r) {
+		if ranged(r) {
+			// A new render of a range for this client alone: the
+			// handler answers it, as without the cache; nothing is
+			// stored (a render for the cache is made without Range).
+			m.setStatus(w.Header(), statusBypass)
+			next.ServeHTTP(w, r)
+			return outcome{kind: EventBypass, reason: "range request with the client's no-cache"}
+		}
 		return m.renderAndStore(w, r, next, base)
 	}
 	return m.serve(w, r, next, base, route)

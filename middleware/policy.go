@@ -30,7 +30,7 @@ func (m *Middleware) bypass(r *http.Request) string {
 		return "cookie"
 	case present(h, "Range") && r.Method != http.MethodGet:
 		// Range is defined for GET only; a HEAD with one goes to the
-		// handler as before. A GET with one is served by serveRange.
+		// handler as before. A GET with one gets its range of the response (range.go).
 		return "range on HEAD"
 	case present(h, "Upgrade"):
 		return "upgrade"

@@ -1,25 +1,28 @@
 package middleware
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/hotkv/stampede/internal/peek"
 )
 
 // This file answers range requests (RFC 9110 14) from a stored complete
-// response. A GET with Range is served from the cache only when a fresh
-// stored response for it is there; otherwise it goes to the handler as it
-// is, Range and all, and shares nothing (a render for the cache would
-// answer this client with the whole representation, which a client
-// resuming a large download does not want). What is stored is always a
-// complete response: a 206 is never stored.
+// response. A GET with Range takes the path every GET takes (see serve):
+// a fresh hit, a stale one while the one refresh runs, or a share of the
+// one render of its key in the cluster, which is made without the
+// client's Range and If-Range (prepareRender), for the cache. Whatever
+// stored response it is answered with, it gets its range of it (see
+// writeRange); what is stored is always a complete response: a 206 is
+// never stored. A render that cannot be stored answers nobody's range:
+// a client that asked for one is rendered alone, its Range sent to the
+// handler, whether it waited for that render or made it (see
+// renderForRange).
 //
-// From a fresh stored 200 with a body:
+// From a stored 200 with a body:
 //   - one satisfiable byte range (bytes=a-b, bytes=a-, bytes=-n) gets a
 //     206 with Content-Range and that part of the stored body;
 //   - a range that cannot be satisfied (it starts at or past the end,
@@ -38,74 +41,85 @@ import (
 // served whole: Range applies to a representation, which an error or a
 // redirect does not carry.
 
-// serveRange answers a GET with a Range header; see the comment above.
-func (m *Middleware) serveRange(w http.ResponseWriter, r *http.Request, next http.Handler, base string) outcome {
-	var resp *response
-	if !m.o.AllowNoCache || !clientNoCache(r) {
-		resp = m.freshStored(r, base)
-	}
-	if resp == nil {
-		m.setStatus(w.Header(), statusBypass)
-		next.ServeHTTP(w, r)
-		return outcome{kind: EventBypass, reason: "range request without a fresh stored response"}
-	}
+// ranged reports whether r is a GET with a Range header, to be answered
+// with a range of the response it gets (a HEAD with one bypasses the
+// cache, see bypass).
+func ranged(r *http.Request) bool {
+	return r.Method == http.MethodGet && present(r.Header, "Range")
+}
+
+// writeRange answers r, a GET with Range, with its range of resp (a 206
+// or a 416), and reports whether it did; otherwise write serves resp
+// whole, or a 304. See the comment above.
+func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, status string) bool {
 	if resp.Status != http.StatusOK || len(resp.Body) == 0 || resp.Header["Content-Range"] != nil ||
 		notModified(r, resp.Header) || !ifRange(r.Header["If-Range"], resp.Header) {
-		m.write(w, r, resp, statusHit) // whole, or a 304
-		return outcome{kind: EventHit}
+		return false
 	}
 	size := int64(len(resp.Body))
 	start, end, sat := parseRange(r.Header["Range"], size)
 	switch sat {
 	case rangeIgnored:
-		m.write(w, r, resp, statusHit)
+		return false
 	case rangeUnsatisfiable:
 		h := w.Header()
-		m.setStatus(h, statusHit)
+		m.setStatus(h, status)
 		h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 		h.Set("Content-Length", "0")
 		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
 	default:
-		m.writePart(w, resp, start, end)
+		m.writePart(w, resp, start, end, status)
 	}
-	return outcome{kind: EventHit}
+	return true
 }
 
-// freshStored returns the fresh stored response for r, a GET with the key
-// of base, or nil. It looks under the key of the Vary names and
-// generation this process knows for base and, if base's marker names
-// others, once or twice more (see find).
-func (m *Middleware) freshStored(r *http.Request, base string) *response {
-	for range 3 {
-		vary, gen := m.vary.get(base)
-		key := base
-		if len(vary) > 0 {
-			key = variantKey(generationBase(base, gen), vary, r)
-		}
-		probe := new(peek.Probe)
-		cached, err, current := m.find(r.Context(), probe, base, key, vary, gen)
-		switch {
-		case !current:
-			continue
-		case err != nil || !cached.matches(r) || !cached.fresh(m.now()):
-			return nil // a miss, stale, another variant, or the cache failed: the handler answers
-		}
-		probe.Count()
-		return &cached
+// renderForRange renders for job j, as renderFor does, for r, a GET with
+// Range, and answers r with its range of the response once it is stored.
+// While the render runs it answers nobody: what a render that cannot be
+// stored passes through goes to a rangeRender, which stops the handler
+// at its next write, and r is then rendered alone, with its Range, as the
+// render's waiters are (see serve). Passing the render's whole response
+// to r instead would send a media player that asked for the end of a
+// large file the whole file.
+func (m *Middleware) renderForRange(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) outcome {
+	res := m.renderFor(w, r, next, j, &rangeRender{header: make(http.Header)})
+	if res.err == nil || res.resp.Status != 0 {
+		// Stored, or not but answered all the same (it outlasted the
+		// load's timeout): r has had its range of it.
+		return rendered(res)
 	}
-	return nil
+	if err := r.Context().Err(); err != nil {
+		return outcome{kind: EventCanceled, err: err} // the client is gone
+	}
+	m.setStatus(w.Header(), statusBypass)
+	next.ServeHTTP(w, r)
+	return unshared(res.err)
 }
+
+// errRangeRender is what a handler's write gets once a render for a
+// client with Range is passed through: nobody reads it (see
+// renderForRange).
+var errRangeRender = errors.New("middleware: a render that cannot be stored, for a range request that renders alone")
+
+// rangeRender is the client writer of a render made for a request with
+// Range (see renderForRange): it keeps nothing, and writes fail so that
+// the handler stops. Informational responses (103) go nowhere either.
+type rangeRender struct{ header http.Header }
+
+func (d *rangeRender) Header() http.Header       { return d.header }
+func (d *rangeRender) WriteHeader(int)           {}
+func (d *rangeRender) Write([]byte) (int, error) { return 0, errRangeRender }
 
 // writePart answers with bytes start to end (inclusive, within the body)
-// of resp, a stored 200, as a 206.
-func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64) {
+// of resp, a stored 200, as a 206, with the status header status.
+func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64, status string) {
 	h := w.Header()
 	// resp is shared (see response): w gets copies.
 	for k, vs := range resp.Header {
 		h[k] = slices.Clone(vs)
 	}
 	h.Set("Age", strconv.FormatInt(max(0, m.now().UnixMilli()-resp.Stored)/1000, 10))
-	m.setStatus(h, statusHit)
+	m.setStatus(h, status)
 	size := int64(len(resp.Body))
 	h.Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end, 10)+"/"+strconv.FormatInt(size, 10))
 	h.Set("Content-Length", strconv.FormatInt(end-start+1, 10))

@@ -256,7 +256,7 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 		err = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
 		return err == nil
 	}
-	res := m.renderFor(w, r, next, j)
+	res := m.renderFor(w, r, next, j, w)
 	if res.err != nil {
 		return rendered(res)
 	}

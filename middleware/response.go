@@ -122,6 +122,9 @@ func storedSize(r *http.Request, rec *recorder) int {
 // If-Unmodified-Since are left to the origin, which RFC 9110 13.1.1 and
 // 13.1.4 allow a cache.
 func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *response, status string) {
+	if ranged(r) && m.writeRange(w, r, resp, status) {
+		return // a 206 or a 416: see range.go
+	}
 	// resp is shared (see response): w gets copies of its header values,
 	// all in one allocation with the three fields added here, each slice
 	// capped at its own end, so that whoever appends to one (an outer
