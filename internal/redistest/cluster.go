@@ -9,10 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// formCluster splits the 16384 slots evenly over the nodes, introduces them
-// to each other and waits until every node reports cluster_state:ok and
-// knows every other node.
-func (s *Server) formCluster() error {
+// formCluster splits the 16384 slots evenly over the first masters nodes,
+// introduces every node to the first and waits until every node reports
+// cluster_state:ok and knows every other node.
+func (s *Server) formCluster(masters int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clients := make([]*redis.Client, len(s.nodes))
@@ -20,14 +20,16 @@ func (s *Server) formCluster() error {
 		clients[i] = redis.NewClient(&redis.Options{Addr: nd.addr()})
 		defer clients[i].Close()
 	}
-	per := 16384 / len(s.nodes)
+	per := 16384 / masters
 	for i, c := range clients {
 		lo, hi := i*per, (i+1)*per-1
-		if i == len(clients)-1 {
+		if i == masters-1 {
 			hi = 16383
 		}
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return fmt.Errorf("cluster addslotsrange: %w", err)
+		if i < masters {
+			if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+				return fmt.Errorf("cluster addslotsrange: %w", err)
+			}
 		}
 		if i > 0 {
 			if err := c.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", s.nodes[0].port, s.nodes[0].clusterPort).Err(); err != nil {

@@ -71,6 +71,10 @@ type node struct {
 	// (see StartSentinel); extra: arguments appended to a server's.
 	sentinel bool
 	extra    []string
+
+	// nodeTimeout, if set, is a cluster node's cluster-node-timeout (else
+	// 5 s): how long a silent master goes before its replica takes over.
+	nodeTimeout time.Duration
 }
 
 // Start starts a server of the given kind for tb and stops it in
@@ -136,7 +140,7 @@ func start(kind Kind, dir string) (*Server, error) {
 		s.nodes = append(s.nodes, nd)
 	}
 	if kind == Cluster {
-		if err := s.formCluster(); err != nil {
+		if err := s.formCluster(len(s.nodes)); err != nil {
 			s.Stop()
 			return nil, err
 		}
@@ -188,8 +192,12 @@ func (nd *node) launch(cluster bool) error {
 	}
 	args = append(args, nd.extra...)
 	if cluster {
+		timeout := 5 * time.Second
+		if nd.nodeTimeout > 0 {
+			timeout = nd.nodeTimeout
+		}
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nd.dir, "nodes.conf"),
-			"--cluster-port", strconv.Itoa(nd.clusterPort), "--cluster-node-timeout", "5000")
+			"--cluster-port", strconv.Itoa(nd.clusterPort), "--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10))
 	}
 	cmd := exec.Command(nd.bin, args...)
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,162 @@
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StartClusterWithReplica starts a Cluster (Kind Cluster) of three masters
+// and one replica of the first master, all with cluster-node-timeout
+// nodeTimeout, so that killing the first master (KillNode(0)) promotes
+// the replica about a node timeout and a second later. Addrs lists the
+// masters, then the replica. It skips or fails tb as Start does and stops
+// the Cluster in tb.Cleanup.
+func StartClusterWithReplica(tb testing.TB, nodeTimeout time.Duration) *Server {
+	tb.Helper()
+	s, err := startClusterWithReplica(tb.TempDir(), nodeTimeout)
+	if err != nil {
+		missing(tb, err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func startClusterWithReplica(dir string, nodeTimeout time.Duration) (*Server, error) {
+	bin, env := Binary(Cluster)
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("%s server binary %s (set %s): %w", Cluster, bin, env, errMissing)
+	}
+	s := &Server{Kind: Cluster}
+	for i := range 4 {
+		// The master sends its first full copy at once, not after the 5 s
+		// a diskless sync waits by default for more replicas.
+		nd := &node{bin: bin, dir: filepath.Join(dir, strconv.Itoa(i)), nodeTimeout: nodeTimeout,
+			extra: []string{"--repl-diskless-sync-delay", "0"}}
+		if err := os.MkdirAll(nd.dir, 0o755); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		if err := nd.start(true); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		s.nodes = append(s.nodes, nd)
+	}
+	if err := s.formCluster(3); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.replicate(s.nodes[3], s.nodes[0]); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// replicate makes replica a replica of master and waits until the master
+// reports it online and every node knows it is a replica.
+func (s *Server) replicate(replica, master *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := redis.NewClient(&redis.Options{Addr: master.addr()})
+	defer m.Close()
+	r := redis.NewClient(&redis.Options{Addr: replica.addr()})
+	defer r.Close()
+	id, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return fmt.Errorf("cluster myid: %w", err)
+	}
+	for {
+		// CLUSTER REPLICATE needs the replica to know the master, which
+		// the gossip of formCluster's MEET brings in its own time.
+		err := r.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster replicate: %w (%w)", err, ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling is the only readiness signal
+		}
+	}
+	for {
+		info, err := m.Info(ctx, "replication").Result()
+		ready := err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+		for _, nd := range s.nodes[:3] {
+			if !ready {
+				break
+			}
+			c := redis.NewClient(&redis.Options{Addr: nd.addr()})
+			nodes, err := c.ClusterNodes(ctx).Result()
+			c.Close()
+			ready = err == nil && strings.Contains(nodes, "slave "+id)
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the replica did not come online: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond): // polling is the only readiness signal
+		}
+	}
+}
+
+// KillNode stops process i of the server (in Addrs order) at once, with
+// SIGKILL, as a crash would.
+func (s *Server) KillNode(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[i].kill()
+}
+
+// WaitMaster waits until process i of a Cluster says it is a master (a
+// replica promoted after its master died), or ctx ends.
+func (s *Server) WaitMaster(ctx context.Context, i int) error {
+	addrs := s.Addrs()
+	c := redis.NewClient(&redis.Options{Addr: addrs[i]})
+	defer c.Close()
+	for {
+		role, err := c.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redistest: node %s not promoted: %w", addrs[i], ctx.Err())
+		case <-time.After(10 * time.Millisecond): // polling is the only signal a promotion gives here
+		}
+	}
+}
+
+// WaitDialsEnd waits until go-redis's background dials of closed clients'
+// dead nodes have ended: a pool whose dial failed retries it every second
+// until it sees it was closed, and the test binary's leak check would take
+// that goroutine for a leak. Call it after closing a client that talked to
+// a node KillNode stopped.
+func WaitDialsEnd(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte("pool.(*ConnPool).tryDial")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("redistest: go-redis still dials a closed client's node 5s after Close")
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // the goroutine's end gives no other signal
+	}
+}
