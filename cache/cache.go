@@ -193,6 +193,9 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 // ctx ended must not come here (see redisx.CallerDone): one caller's
 // deadline would switch every caller to fail open.
 //
+// On a Cluster a transport error also makes the client reload its slot
+// map (redisx.ReloadSlots), so that it follows a promoted replica.
+//
 // A server that does not answer in the Redis protocol (redisx.IsNotRESP:
 // the address is an HTTP server's, say) is treated as unreachable too.
 // Every cause is said once per cool-down (see warnOnce), with no Logger
@@ -202,6 +205,9 @@ func (c *Cache) serverError(key string, err error) {
 	c.emit(EventServerError, key, 0, err)
 	notRESP := redisx.IsNotRESP(err)
 	if redisx.IsTransport(err) || notRESP {
+		// On a Cluster the dead node may be a master whose replica takes
+		// over: the client's slot map must learn it (see ReloadSlots).
+		redisx.ReloadSlots(c.rc, err)
 		until := c.s.now().Add(c.s.off).UnixNano()
 		old := c.downUntil.Swap(until)
 		switch {
