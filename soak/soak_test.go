@@ -137,7 +137,7 @@ func TestSoak_short(t *testing.T) {
 
 // TestSoak_sabotaged breaks the invariants on purpose (workers store the
 // version before an update right after its Delete, count increments they
-// never write, and render one per-user page in 20 without Vary: X-User)
+// never write, and render one per-user page in 4 without Vary: X-User)
 // and checks that the soak notices and fails. The stale values stored
 // after a Delete are read for up to their TTL, well past the coherence
 // bound, so the coherence check must find them too.
@@ -169,7 +169,7 @@ func TestSoak_sabotaged(t *testing.T) {
 			s.StaleSetsRead, s.StaleSetsAudit)
 	}
 	if s.WrongResponses == 0 {
-		t.Errorf("no wrong HTTP response found in %d requests; the sabotage leaves Vary out of one per-user page in 20",
+		t.Errorf("no wrong HTTP response found in %d requests; the sabotage leaves Vary out of one per-user page in 4",
 			s.HTTPRequests)
 	}
 	if s.BoundViolations == 0 {
