@@ -17,6 +17,7 @@ import (
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/middleware"
+	"github.com/redis/go-redis/v9"
 )
 
 var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated, "serveRevalidating": workerServeRevalidating}
@@ -85,18 +86,8 @@ func TestMiddleware_oneRender_processes(t *testing.T) {
 		close(start)
 		wg.Wait()
 		close(answers)
-		bodies, statuses := map[string]int{}, map[string]int{}
-		for a := range answers {
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			bodies[a.body]++
-			statuses[a.xcache]++
-		}
-		renders, err := rc.Get(ctx, counter).Int()
-		if err != nil {
-			t.Fatal(err)
-		}
+		bodies, statuses := tally(t, len(answers), func() (string, string, error) { a := <-answers; return a.body, a.xcache, a.err })
+		renders := renderCount(t, ctx, rc, counter)
 		if renders != 1 || len(bodies) != 1 {
 			t.Errorf("%d renders, %d distinct bodies (%v); want one render served to all %d requests", renders, len(bodies), bodies, procs*perProc)
 		}
@@ -235,19 +226,8 @@ func TestMiddleware_clientGone_processes(t *testing.T) {
 		if a := <-first; !errors.Is(a.err, context.Canceled) {
 			t.Errorf("first request: %q %s, err %v; want it cancelled", a.body, a.xcache, a.err)
 		}
-		bodies, statuses := map[string]int{}, map[string]int{}
-		for range waiters {
-			a := <-answers
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			bodies[a.body]++
-			statuses[a.xcache]++
-		}
-		renders, err := rc.Get(ctx, counter).Int()
-		if err != nil {
-			t.Fatal(err)
-		}
+		bodies, statuses := tally(t, waiters, func() (string, string, error) { a := <-answers; return a.body, a.xcache, a.err })
+		renders := renderCount(t, ctx, rc, counter)
 		if renders != 1 || len(bodies) != 1 || statuses["BYPASS"] != 0 {
 			t.Errorf("%d renders, bodies %v, X-Cache %v; want one render given to all %d waiters, no BYPASS", renders, bodies, statuses, waiters)
 		}
@@ -419,19 +399,8 @@ func TestMiddleware_writeDuringRevalidation_processes(t *testing.T) {
 		if a := <-first; a.err != nil || a.status != http.StatusOK {
 			t.Errorf("the revalidating request: %d %q X-Cache %s, err %v", a.status, a.body, a.xcache, a.err)
 		}
-		bodies, statuses := map[string]int{}, map[string]int{}
-		for range waiters {
-			a := <-answers
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			bodies[a.body]++
-			statuses[a.xcache]++
-		}
-		renders, err := rc.Get(ctx, counter).Int()
-		if err != nil {
-			t.Fatal(err)
-		}
+		bodies, statuses := tally(t, waiters, func() (string, string, error) { a := <-answers; return a.body, a.xcache, a.err })
+		renders := renderCount(t, ctx, rc, counter)
 		if renders != 3 || len(bodies) != 1 || statuses["BYPASS"] != 0 {
 			t.Errorf("%d renders, bodies %v, X-Cache %v; want 3 renders (the first, the revalidation, one after the write), one body for all %d waiters, no BYPASS", renders, bodies, statuses, waiters)
 		}
@@ -602,4 +571,30 @@ func spawnServers(tb testing.TB, ctx context.Context, s *redistest.Server, n int
 		}
 	}
 	return urls
+}
+
+// tally reads n answers with next and counts their bodies and X-Cache
+// values, failing tb on the first error.
+func tally(tb testing.TB, n int, next func() (body, xcache string, err error)) (bodies, statuses map[string]int) {
+	tb.Helper()
+	bodies, statuses = map[string]int{}, map[string]int{}
+	for range n {
+		body, xcache, err := next()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		bodies[body]++
+		statuses[xcache]++
+	}
+	return bodies, statuses
+}
+
+// renderCount reads the renders counted in the server under counter.
+func renderCount(tb testing.TB, ctx context.Context, rc redis.UniversalClient, counter string) int {
+	tb.Helper()
+	n, err := rc.Get(ctx, counter).Int()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
