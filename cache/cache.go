@@ -194,7 +194,7 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 // deadline would switch every caller to fail open.
 //
 // On a Cluster a transport error also makes the client reload its slot
-// map (redisx.ReloadSlots), so that it follows a promoted replica.
+// map (redisx.Conn.ReloadSlots), so that it follows a promoted replica.
 //
 // A server that does not answer in the Redis protocol (redisx.IsNotRESP:
 // the address is an HTTP server's, say) is treated as unreachable too.
@@ -206,8 +206,8 @@ func (c *Cache) serverError(key string, err error) {
 	notRESP := redisx.IsNotRESP(err)
 	if redisx.IsTransport(err) || notRESP {
 		// On a Cluster the dead node may be a master whose replica takes
-		// over: the client's slot map must learn it (see ReloadSlots).
-		redisx.ReloadSlots(c.rc, err)
+		// over: the client's slot map must learn it (see redisx.Conn.ReloadSlots).
+		c.conn.ReloadSlots(err)
 		until := c.s.now().Add(c.s.off).UnixNano()
 		old := c.downUntil.Swap(until)
 		switch {

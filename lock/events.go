@@ -103,11 +103,11 @@ func (c *Client) log(level slog.Level, msg string, args ...any) {
 // serverError logs err, the failure of a server call op on key, at Warn
 // as package cache does, unless the call ended because its caller's ctx
 // did: that says nothing about the server. On a Cluster a transport error
-// makes the client reload its slot map (redisx.ReloadSlots), so that it
+// makes the client reload its slot map (redisx.Conn.ReloadSlots), so that it
 // follows a replica promoted in place of a dead master.
 func (c *Client) serverError(ctx context.Context, op, key string, err error) {
 	if !redisx.CallerDone(ctx) {
-		redisx.ReloadSlots(c.conn.Client(), err)
+		c.conn.ReloadSlots(err)
 		c.log(slog.LevelWarn, "server call failed", "op", op, "key", key, "err", err)
 	}
 }

@@ -31,9 +31,10 @@ type Conn struct {
 	// a downgrade (an ACL without DELEX or scripts, a proxy, a server
 	// upgraded in place) does not outlive its fix. Forced capabilities are
 	// kept.
-	forced   bool
-	recheck  atomic.Int64 // ns
-	probedAt atomic.Int64 // Unix ns of the last probe that answered, or of the last failed re-probe
+	forced        bool
+	recheck       atomic.Int64 // ns
+	probedAt      atomic.Int64 // Unix ns of the last probe that answered, or of the last failed re-probe
+	slotsReloaded atomic.Int64 // Unix ns of ReloadSlots' last reload request, or 0
 }
 
 // NewConn wraps c. A non-nil forced, or c being a *Forced, fixes the
