@@ -152,6 +152,9 @@ func (m *Middleware) keyFor(get *http.Request, target *url.URL, ref string) (str
 	if u.Scheme != target.Scheme || keyHost(u.Host, u.Scheme) != keyHost(target.Host, target.Scheme) {
 		return "", false
 	}
+	if u.Path == "" {
+		u.Path, u.RawPath = "/", "" // "http://host" is "http://host/" (RFC 9110 4.2.3)
+	}
 	lr := get.WithContext(get.Context())
 	lr.URL = &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
 	lr.RequestURI = lr.URL.RequestURI()
