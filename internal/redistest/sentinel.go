@@ -262,6 +262,36 @@ func (s *Sentinel) WaitSwitch(ctx context.Context, from string) (string, error) 
 	}
 }
 
+// WatchSwitch watches the Sentinel that clients ask (the first; see
+// Options) from now on, asking it every millisecond, and sends on the
+// channel it returns when that Sentinel first named a master other than
+// from: the moment a client following it can know of the switch (the
+// other Sentinels hear of it up to seconds later). It gives up when ctx
+// ends, and the channel is then closed.
+func (s *Sentinel) WatchSwitch(ctx context.Context, from string) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.SentinelAddrs()[0]})
+	go func() {
+		defer close(ch)
+		defer sc.Close()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
+			if err == nil && len(hp) == 2 && net.JoinHostPort(hp[0], hp[1]) != from {
+				ch <- time.Now()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C: // SENTINEL replies are the only signal of a switch
+			}
+		}
+	}()
+	return ch
+}
+
 // dataNode returns the master or replica listening on addr.
 func (s *Sentinel) dataNode(addr string) (*node, error) {
 	for _, nd := range s.data {
@@ -297,6 +327,38 @@ func (s *Sentinel) Kill(addr string) error {
 	}
 	nd.kill()
 	return nil
+}
+
+// Lag cuts the replica off from its master's replication stream and
+// returns its address, as a broken replication link does: the replica's
+// AUTH to the master is refused from now on (its masterauth is set to a
+// password the master does not have) and its link is closed. The replica
+// keeps what it had applied, answers clients and Sentinels, and tries to
+// connect again every second, in vain; the master goes on acknowledging
+// writes (replication is asynchronous), which the replica never receives.
+// A failover within ten times down-after-milliseconds (Sentinels pass over
+// a replica whose link has been down longer) promotes it without them.
+func (s *Sentinel) Lag(ctx context.Context) (string, error) {
+	master, err := s.Master(ctx)
+	if err != nil {
+		return "", err
+	}
+	var replica string
+	for _, a := range s.Addrs() {
+		if a != master {
+			replica = a
+		}
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	defer rc.Close()
+	if err := rc.ConfigSet(ctx, "masterauth", "not-the-masters-password").Err(); err != nil {
+		return "", fmt.Errorf("redistest: lag %s: %w", replica, err)
+	}
+	n, err := rc.ClientKillByFilter(ctx, "TYPE", "master").Result()
+	if err != nil || n != 1 {
+		return "", fmt.Errorf("redistest: lag %s: CLIENT KILL TYPE master = %d, %v; want its one link to %s closed", replica, n, err, master)
+	}
+	return replica, nil
 }
 
 // Stop stops every process of the group and waits for them to exit.
