@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,16 @@ type failoverRun struct {
 	readsSeen []failoverRead
 
 	stalls *redistest.Stalls // this process's scheduler stalls, excused
+
+	// A lagging replica promoted (see settle): last is the last version it
+	// had (-1 in the other modes), old the master it replaced, back when
+	// that version may have become the master's again (the failover's
+	// start), switched when the versions it lacked stopped being the
+	// master's (the Sentinel the clients ask named it).
+	last           int
+	old            string
+	back, switched time.Time
+	lostReads      int // reads of a lost version that began after the switch
 
 	loadMu sync.Mutex
 	loads  []time.Time // when each load of the expiring key began
@@ -56,15 +67,39 @@ func (r *failoverRun) wrote(v int, w failoverWrite) {
 // settle keeps of the writes those that the failover did not lose: the
 // replicated ones and those taken by the final master (a write that the
 // old master took after the replica's promotion is lost with it).
+//
+// With a lagging replica promoted (r.last >= 0) it keeps every write: the
+// versions after r.last that the old master took while it was the master
+// were what the master said then; they stop being it at the switch, when
+// r.last is the master's again (see lost and check).
 func (r *failoverRun) settle(master string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.acked = make([]time.Time, len(r.writes))
 	for v, w := range r.writes {
-		if w.replicated || w.server != "" && w.server == master {
+		if r.last >= 0 || w.replicated || w.server != "" && w.server == master {
 			r.acked[v] = w.at
 		}
 	}
+}
+
+// lost reports whether version v was lost in the promotion of a lagging
+// replica: taken by the old master after the last version the replica had.
+func (r *failoverRun) lost(v int) bool {
+	return r.last >= 0 && v > r.last && v < len(r.writes) && r.writes[v].server == r.old
+}
+
+// acknowledgedAfter returns how many versions after v server acknowledged.
+func (r *failoverRun) acknowledgedAfter(v int, server string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for u := v + 1; u < len(r.writes); u++ {
+		if r.writes[u].server == server {
+			n++
+		}
+	}
+	return n
 }
 
 // read records a read of version v that began at began.
@@ -83,18 +118,34 @@ func (r *failoverRun) check() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first := make([]time.Time, len(r.acked)+1) // first[v]: the earliest acknowledgement of a version from v on
+	next := time.Time{}                        // the first acknowledgement by the final master of a version after r.last
 	for v := len(r.acked) - 1; v >= 0; v-- {
 		first[v] = first[v+1]
 		if a := r.acked[v]; !a.IsZero() && (first[v].IsZero() || a.Before(first[v])) {
 			first[v] = a
 		}
+		if a := r.acked[v]; r.last >= 0 && v > r.last && !r.lost(v) && !a.IsZero() && (next.IsZero() || a.Before(next)) {
+			next = a
+		}
 	}
 	for _, rd := range r.readsSeen {
 		r.reads++
-		if rd.v+1 >= len(first) {
+		if rd.v+1 >= len(first) && !r.lost(rd.v) {
 			continue
 		}
-		a := first[rd.v+1]
+		var a time.Time // when version rd.v stopped being what the master said
+		if rd.v+1 < len(first) {
+			a = first[rd.v+1]
+		}
+		if r.lost(rd.v) && rd.began.After(r.switched) {
+			r.lostReads++
+		}
+		switch {
+		case r.lost(rd.v) && (a.IsZero() || r.switched.Before(a)):
+			a = r.switched // the promoted replica never had it
+		case rd.v == r.last && !rd.began.Before(r.back):
+			a = next // the master's again from the promotion on
+		}
 		if d := rd.began.Sub(a); !a.IsZero() && d > r.lease && d > r.lease+r.stalls.Within(a, rd.began) {
 			r.stale++
 			r.oldest = max(r.oldest, rd.began.Sub(a))
@@ -128,13 +179,16 @@ func (r *failoverRun) loadsPerExpiry(ttl time.Duration, from, to time.Time) (dur
 
 // The near cache follows the master that its failover client follows:
 // after a failover, graceful (SENTINEL FAILOVER: the old master stays up,
-// writable, for seconds) or of a master that hangs and is killed, no read
-// returns a version superseded more than the Lease before it began, and
-// the near cache answers again once it tracks the new master. The key
-// that expires is loaded once per expiry throughout.
+// writable, for seconds) or of a master that hangs and is killed, and
+// either of these while the replica lags (it is promoted without the last
+// writes the master acknowledged, which are lost), no read returns a
+// version that stopped being what the master says more than the Lease
+// before it began, and the near cache answers again once it
+// tracks the new master. The key that expires is loaded once per expiry
+// throughout.
 func TestNear_sentinelFailover(t *testing.T) {
 	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey} {
-		for _, mode := range []string{"graceful", "paused-then-killed"} {
+		for _, mode := range []string{"graceful", "paused-then-killed", "lagging-replica/graceful", "lagging-replica/paused-then-killed"} {
 			t.Run(string(kind)+"/"+mode, func(t *testing.T) {
 				testSentinelFailover(t, kind, mode)
 			})
@@ -146,7 +200,7 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	s := redistest.StartSentinel(t, kind)
 	ctx := testCtx(t)
 	const lease, ttl = 200 * time.Millisecond, 300 * time.Millisecond
-	run := &failoverRun{lease: lease, stalls: redistest.MeasureStalls(t)}
+	run := &failoverRun{lease: lease, stalls: redistest.MeasureStalls(t), last: -1}
 	opts := nearOpts(t)
 	opts.Near.Lease = lease
 	rc := s.Client(t)
@@ -220,8 +274,30 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if lagging := strings.HasPrefix(mode, "lagging-replica/"); lagging {
+		// The replication link breaks (see Sentinel.Lag) and the master
+		// goes on acknowledging writes; then the failover promotes the
+		// replica (still eligible: its link down for less than ten times
+		// down-after) without them. The version it has is the master's
+		// again, and the later ones are lost.
+		replica, err := s.Lag(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rrc := redis.NewClient(&redis.Options{Addr: replica})
+		t.Cleanup(func() { _ = rrc.Close() })
+		last, err := cache.Get[int](ctx, newCacheOn(t, rrc, &cache.Options{Namespace: opts.Namespace}), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, ctx, "three writes the replica lacks", func() bool { return run.acknowledgedAfter(last, from) >= 3 })
+		run.mu.Lock()
+		run.last, run.old, run.back = last, from, time.Now()
+		run.mu.Unlock()
+	}
+	named := s.WatchSwitch(ctx, from)
 	began := time.Now()
-	switch mode {
+	switch strings.TrimPrefix(mode, "lagging-replica/") {
 	case "graceful":
 		if _, _, err = s.Failover(ctx); err != nil {
 			t.Fatal(err)
@@ -238,6 +314,12 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 		}
 	}
 	switched := time.Now()
+	run.mu.Lock()
+	var ok bool
+	if run.switched, ok = <-named; !ok {
+		t.Fatalf("the first Sentinel did not name a new master: %v", ctx.Err())
+	}
+	run.mu.Unlock()
 	to, err := s.Master(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +343,16 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	defer run.mu.Unlock()
 	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; loads per expiry %d during the failover, %d outside (%d loads)",
 		mode, run.reads, run.stale, run.oldest, lease, run.stalls.Worst(), resumed.Round(time.Millisecond), during, outside, len(run.loads))
+	if run.last >= 0 {
+		lost := 0
+		for v := range run.writes {
+			if run.lost(v) {
+				lost++
+			}
+		}
+		t.Logf("%s: the promoted replica had version %d; %d later versions the old master acknowledged were lost; %d reads of them began after the client's Sentinel named the new master",
+			mode, run.last, lost, run.lostReads)
+	}
 	if run.stale > 0 {
 		t.Errorf("%d reads returned a version superseded more than the bound before they began (oldest %v)", run.stale, run.oldest)
 	}
