@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -296,6 +297,23 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 		run.mu.Unlock()
 	}
 	named := s.WatchSwitch(ctx, from)
+	// The first flush from now on: when the near cache left the old master.
+	flushed := make(chan time.Time, 1)
+	flushes := c.Stats().NearFlushes
+	fctx, fstop := context.WithCancel(ctx)
+	defer fstop()
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for c.Stats().NearFlushes == flushes {
+			select {
+			case <-fctx.Done():
+				return
+			case <-tick.C: // the count is the only sign of a flush
+			}
+		}
+		flushed <- time.Now()
+	}()
 	began := time.Now()
 	switch strings.TrimPrefix(mode, "lagging-replica/") {
 	case "graceful":
@@ -330,6 +348,17 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	hits := c.Stats().NearHits
 	redistest.WaitFor(t, ctx, "near hits after the failover", func() bool { return c.Stats().NearHits > hits+10 })
 	resumed := time.Since(switched)
+	left := "no flush yet"
+	select {
+	case at := <-flushed:
+		// Before the switch: a lapse of the Lease (the master hung) or
+		// of the process (a stall).
+		left = fmt.Sprintf("flushed %v after", at.Sub(run.switched).Round(time.Millisecond))
+		if at.Before(run.switched) {
+			left = fmt.Sprintf("flushed %v before", run.switched.Sub(at).Round(time.Millisecond))
+		}
+	default:
+	}
 	select {
 	case <-time.After(4*lease + time.Second):
 	case <-ctx.Done():
@@ -341,8 +370,8 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	during, outside := run.loadsPerExpiry(ttl, began, switched)
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; loads per expiry %d during the failover, %d outside (%d loads)",
-		mode, run.reads, run.stale, run.oldest, lease, run.stalls.Worst(), resumed.Round(time.Millisecond), during, outside, len(run.loads))
+	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; the near cache %s the client's Sentinel named the new master; loads per expiry %d during the failover, %d outside (%d loads)",
+		mode, run.reads, run.stale, run.oldest, lease, run.stalls.Worst(), resumed.Round(time.Millisecond), left, during, outside, len(run.loads))
 	if run.last >= 0 {
 		lost := 0
 		for v := range run.writes {
