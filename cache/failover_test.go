@@ -30,8 +30,8 @@ type failoverRun struct {
 
 	// A lagging replica promoted (see settle): last is the last version it
 	// had (-1 in the other modes), old the master it replaced, back when
-	// that version may have become the master's again (the failover's
-	// start), switched when the versions it lacked stopped being the
+	// that version became the master's again (the promotion, at the
+	// earliest), switched when the versions it lacked stopped being the
 	// master's (the Sentinel the clients ask named it).
 	last           int
 	old            string
@@ -293,7 +293,7 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 		}
 		redistest.WaitFor(t, ctx, "three writes the replica lacks", func() bool { return run.acknowledgedAfter(last, from) >= 3 })
 		run.mu.Lock()
-		run.last, run.old, run.back = last, from, time.Now()
+		run.last, run.old = last, from
 		run.mu.Unlock()
 	}
 	named := s.WatchSwitch(ctx, from)
@@ -332,11 +332,12 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 		}
 	}
 	switched := time.Now()
-	run.mu.Lock()
-	var ok bool
-	if run.switched, ok = <-named; !ok {
-		t.Fatalf("the first Sentinel did not name a new master: %v", ctx.Err())
+	sw, ok := <-named
+	if !ok {
+		t.Fatalf("no promotion, or the first Sentinel did not name the new master: %v", ctx.Err())
 	}
+	run.mu.Lock()
+	run.back, run.switched = sw.Promoted, sw.Named
 	run.mu.Unlock()
 	to, err := s.Master(ctx)
 	if err != nil {
@@ -348,14 +349,14 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	hits := c.Stats().NearHits
 	redistest.WaitFor(t, ctx, "near hits after the failover", func() bool { return c.Stats().NearHits > hits+10 })
 	resumed := time.Since(switched)
-	left := "no flush yet"
+	left := "had not flushed by then"
 	select {
 	case at := <-flushed:
 		// Before the switch: a lapse of the Lease (the master hung) or
 		// of the process (a stall).
-		left = fmt.Sprintf("flushed %v after", at.Sub(run.switched).Round(time.Millisecond))
+		left = fmt.Sprintf("flushed %v after the client's Sentinel named the new master", at.Sub(run.switched).Round(time.Millisecond))
 		if at.Before(run.switched) {
-			left = fmt.Sprintf("flushed %v before", run.switched.Sub(at).Round(time.Millisecond))
+			left = fmt.Sprintf("flushed %v before the client's Sentinel named the new master", run.switched.Sub(at).Round(time.Millisecond))
 		}
 	default:
 	}
@@ -370,7 +371,7 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	during, outside := run.loadsPerExpiry(ttl, began, switched)
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; the near cache %s the client's Sentinel named the new master; loads per expiry %d during the failover, %d outside (%d loads)",
+	t.Logf("%s: %d reads, %d superseded past the bound (oldest %v; bound %v + stalls, the longest %v); near hits resumed %v after the switch; the near cache %s; loads per expiry %d during the failover, %d outside (%d loads)",
 		mode, run.reads, run.stale, run.oldest, lease, run.stalls.Worst(), resumed.Round(time.Millisecond), left, during, outside, len(run.loads))
 	if run.last >= 0 {
 		lost := 0
@@ -379,8 +380,8 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 				lost++
 			}
 		}
-		t.Logf("%s: the promoted replica had version %d; %d later versions the old master acknowledged were lost; %d reads of them began after the client's Sentinel named the new master",
-			mode, run.last, lost, run.lostReads)
+		t.Logf("%s: the promoted replica had version %d; %d later versions the old master acknowledged were lost; promoted at most %v before the client's Sentinel named it; %d reads of lost versions began after that",
+			mode, run.last, lost, run.switched.Sub(run.back).Round(time.Millisecond), run.lostReads)
 	}
 	if run.stale > 0 {
 		t.Errorf("%d reads returned a version superseded more than the bound before they began (oldest %v)", run.stale, run.oldest)

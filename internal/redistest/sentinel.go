@@ -262,30 +262,64 @@ func (s *Sentinel) WaitSwitch(ctx context.Context, from string) (string, error) 
 	}
 }
 
-// WatchSwitch watches the Sentinel that clients ask (the first; see
-// Options) from now on, asking it every millisecond, and sends on the
-// channel it returns when that Sentinel first named a master other than
-// from: the moment a client following it can know of the switch (the
-// other Sentinels hear of it up to seconds later). It gives up when ctx
-// ends, and the channel is then closed.
-func (s *Sentinel) WatchSwitch(ctx context.Context, from string) <-chan time.Time {
-	ch := make(chan time.Time, 1)
+// Switch is when a failover happened, as WatchSwitch saw it.
+type Switch struct {
+	// Promoted: the replica was promoted after this (the last time it
+	// answered ROLE as a replica).
+	Promoted time.Time
+	// Named: by this time the Sentinel that clients ask (the first; see
+	// Options) named the new master, the moment a client following it can
+	// know of the switch (the other Sentinels hear of it up to seconds
+	// later).
+	Named time.Time
+}
+
+// WatchSwitch watches, from now on, the replica of the master at from and
+// the Sentinel that clients ask, asking each every millisecond, and sends
+// on the channel it returns once the replica answers ROLE as a master and
+// the Sentinel names a master other than from. It gives up when ctx ends,
+// and the channel is then closed.
+func (s *Sentinel) WatchSwitch(ctx context.Context, from string) <-chan Switch {
+	ch := make(chan Switch, 1)
+	var replica string
+	for _, a := range s.Addrs() {
+		if a != from {
+			replica = a
+		}
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica})
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.SentinelAddrs()[0]})
 	go func() {
 		defer close(ch)
+		defer rc.Close()
 		defer sc.Close()
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
+		var sw Switch
+		promoted := false
 		for {
-			hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
-			if err == nil && len(hp) == 2 && net.JoinHostPort(hp[0], hp[1]) != from {
-				ch <- time.Now()
+			if !promoted {
+				role, err := rc.Do(ctx, "ROLE").Slice()
+				if err == nil && len(role) > 0 && role[0] == "master" {
+					promoted = true
+				} else if err == nil {
+					sw.Promoted = time.Now()
+				}
+			}
+			if sw.Named.IsZero() {
+				hp, err := sc.GetMasterAddrByName(ctx, MasterName).Result()
+				if err == nil && len(hp) == 2 && net.JoinHostPort(hp[0], hp[1]) != from {
+					sw.Named = time.Now()
+				}
+			}
+			if promoted && !sw.Named.IsZero() {
+				ch <- sw
 				return
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C: // SENTINEL replies are the only signal of a switch
+			case <-tick.C: // ROLE and SENTINEL replies are the only signals of a switch
 			}
 		}
 	}()
