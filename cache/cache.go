@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/flight"
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/peek"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
@@ -289,58 +289,6 @@ func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime t
 	return string(b), fresh + stale
 }
 
-// noStaleGrace is how long past its FreshUntil an entry without a stale
-// window still counts as fresh while the server keeps it. The server's
-// expiry counts from the write's arrival, a little after FreshUntil was
-// computed, and the writer's and reader's clocks differ a little; in that
-// moment such an entry must be neither served as stale nor refreshed
-// (a refresh would be a second load next to the reload that follows).
-const noStaleGrace = time.Second
-
-// state of a stored value, as read.
-type state uint8
-
-const (
-	stateFresh state = iota
-	stateStale
-	stateBuilding // a rebuild claim (lock value) sits where the value goes
-	stateCorrupt  // not an entry this version can read
-)
-
-func (c *Cache) classify(raw []byte) (codec.Entry, state, error) {
-	e, err := codec.Decode(raw)
-	if err != nil {
-		if _, ok := lockx.ParseValue(string(raw)); ok && !codec.IsEntry(raw) {
-			return e, stateBuilding, nil
-		}
-		return e, stateCorrupt, err
-	}
-	return e, c.state(e), nil
-}
-
-// state says whether the entry e is fresh or stale now.
-func (c *Cache) state(e codec.Entry) state { return c.stateAt(e, c.s.now()) }
-
-// stateAt is state at now (by Options.Now's clock).
-func (c *Cache) stateAt(e codec.Entry, now time.Time) state {
-	if now.Before(e.FreshUntil) || e.NoStale && now.Before(e.FreshUntil.Add(noStaleGrace)) {
-		return stateFresh
-	}
-	return stateStale
-}
-
-// early reports whether an XFetch early refresh is due for a fresh entry.
-func (c *Cache) early(e codec.Entry) bool {
-	if c.s.beta == 0 || e.LoadTime <= 0 || !c.s.now().Before(e.FreshUntil) {
-		return false // past FreshUntil only a NoStale entry is fresh, and it is about to go
-	}
-	// Compare in float64: with a large beta the gap does not fit a
-	// time.Duration, and such a conversion is implementation-defined (on
-	// amd64 it comes out negative, so the refresh never happened).
-	gap := float64(e.LoadTime) * c.s.beta * -logRand()
-	return gap >= float64(e.FreshUntil.Sub(c.s.now()))
-}
-
 func logRand() float64 {
 	r := rand.Float64()
 	for r == 0 {
@@ -419,33 +367,48 @@ func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
 		}
 		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
 	}
-	e, st, derr := c.classify(raw)
-	found := EventHit
-	if st == stateStale {
-		found = EventStale
+	rd := c.decide(raw, c.s.now())
+	v, err := got[V](c, key, rd)
+	c.countGet(ctx, key, gotEvent(rd, err), false)
+	if err == nil && rd.use == useValue {
+		peekFound(ctx, raw)
 	}
+	return v, err
+}
+
+// got is what Get answers for the reading rd of key: the value (with
+// ErrStale when stale), ErrNotFound for a not-found, fresh or expired
+// (Get does not load: it is the last word stored), and otherwise an error
+// wrapping ErrMiss.
+func got[V any](c *Cache, key string, rd reading) (V, error) {
+	var zero V
 	switch {
-	case st == stateBuilding:
-		c.countGet(ctx, key, EventMiss, false)
+	case rd.use == useWait:
 		return zero, ErrMiss
-	case st == stateCorrupt:
-		c.countGet(ctx, key, EventMiss, false)
-		return zero, fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, derr)
-	case e.NotFound:
-		c.countGet(ctx, key, found, false)
+	case rd.corrupt():
+		return zero, fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
+	case rd.e.NotFound:
 		return zero, ErrNotFound
 	}
-	v, err := decode[V](c, key, e.Payload)
-	if err != nil {
-		c.countGet(ctx, key, EventMiss, false)
+	v, err := decode[V](c, key, rd.e.Payload)
+	switch {
+	case err != nil:
 		return zero, fmt.Errorf("%w, %w", ErrMiss, err) // e.g. stored as another type
-	}
-	c.countGet(ctx, key, found, false)
-	peekFound(ctx, raw)
-	if st == stateStale {
+	case rd.stale:
 		return v, ErrStale
 	}
 	return v, nil
+}
+
+// gotEvent is what Get counts for its answer err to the reading rd.
+func gotEvent(rd reading, err error) EventKind {
+	switch {
+	case errors.Is(err, ErrMiss):
+		return EventMiss
+	case rd.stale:
+		return EventStale
+	}
+	return EventHit
 }
 
 // nearGet answers Get from the near cache, if it can; ok is false when
@@ -456,24 +419,22 @@ func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, 
 	if ne == nil {
 		return v, nil, false
 	}
-	found := EventHit
-	if c.stateAt(ne.e, c.clock(now)) == stateStale {
-		found = EventStale
+	rd := c.decideEntry(ne.e, c.clock(now))
+	if rd.use == useValue {
+		if v, err = nearValue[V](c, key, ne); err != nil {
+			return v, nil, false // the server path says why
+		}
+		if rd.stale {
+			err = ErrStale
+		}
+	} else {
+		err = ErrNotFound // the near tier keeps values and not-founds only
 	}
-	if ne.e.NotFound {
-		c.countGet(ctx, key, found, true)
-		return v, ErrNotFound, true
+	c.countGet(ctx, key, gotEvent(rd, err), true)
+	if rd.use == useValue {
+		peekFound(ctx, ne.raw)
 	}
-	v, err = nearValue[V](c, key, ne)
-	if err != nil {
-		return v, nil, false
-	}
-	c.countGet(ctx, key, found, true)
-	peekFound(ctx, ne.raw)
-	if found == EventStale {
-		return v, ErrStale, true
-	}
-	return v, nil, true
+	return v, err, true
 }
 
 // Set stores v under key, replacing what is there, and wakes processes

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -78,55 +77,21 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		// returned here; everything else goes to the flight (join).
 		if !c.down() {
 			r := c.read(ctx, k)
-			raw, err := r.raw, r.err
 			obs = observation{read: true, done: r.done}
 			switch {
-			case err == nil:
-				e, st, derr := c.classify(raw)
-				switch st {
-				case stateFresh, stateStale:
-					if e.NotFound && st == stateFresh {
-						if first {
-							c.count(EventHit, key, false)
-						}
-						return zero, ErrNotFound
-					}
-					if e.NotFound {
-						break // an expired negative entry: load again
-					}
-					if st == stateStale || c.early(e) {
-						c.refresh(ctx, k, it, raw, encoded(c, key, load))
-					}
-					v, err := decode[V](c, key, e.Payload)
-					if err != nil {
-						bad = raw // e.g. another type under the key: rebuild it
-						break
-					}
-					switch {
-					case !first:
-					case st == stateStale:
-						c.count(EventStale, key, false)
-					default:
-						c.count(EventHit, key, false)
-					}
-					return v, nil
-				case stateBuilding:
-					info, _ := lockx.ParseValue(string(raw))
-					obs.claim = info.Token
-				case stateCorrupt:
-					if first {
-						c.n.decodeFailures.Add(1)
-						c.emit(EventDecodeFailure, key, 0, derr)
-					}
-					bad = raw
+			case r.err == nil:
+				rd := c.decide(r.raw, c.s.now())
+				if v, err, ok := served[V](ctx, c, k, it, load, rd, r.raw, first); ok {
+					return v, err
 				}
-			case redisx.IsNil(err):
+				bad, obs.claim = unusable(c, k, rd, r.raw, first)
+			case redisx.IsNil(r.err):
 			case redisx.CallerDone(ctx):
 				// The caller's own deadline or cancellation, not a server
 				// failure: nobody else must fail open because of it.
 				return zero, callerErr(ctx)
 			default:
-				c.serverError(key, err)
+				c.serverError(key, r.err)
 				obs = observation{}
 			}
 		}
@@ -146,6 +111,50 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		}
 		return v, nil
 	}
+}
+
+// served answers GetOrLoad from the reading rd of what the hit path read
+// (raw), if it can: a value, fresh or stale (starting the refresh it calls
+// for), or a fresh not-found. ok is false when the caller must go on to
+// the flight. Only the first round counts in Stats.
+func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte, first bool) (v V, err error, ok bool) {
+	switch rd.use {
+	case useNotFound:
+		err = ErrNotFound
+	case useValue:
+		if rd.refresh {
+			c.refresh(ctx, k, it, raw, encoded(c, k.user, load))
+		}
+		if v, err = decode[V](c, k.user, rd.e.Payload); err != nil {
+			return v, nil, false // e.g. another type under the key: rebuild it
+		}
+	default:
+		return v, nil, false
+	}
+	if first {
+		c.count(rd.event(), k.user, false)
+	}
+	return v, err, true
+}
+
+// unusable says what the flight needs to know of a reading the hit path
+// could not serve: the stored bytes to replace (bad), or the claim of the
+// rebuild to wait for. An undecodable entry counts as a decode failure
+// (on the first round).
+func unusable(c *Cache, k keys, rd reading, raw []byte, first bool) (bad []byte, claim string) {
+	switch {
+	case rd.use == useWait:
+		return nil, rd.claim
+	case rd.corrupt():
+		if first {
+			c.n.decodeFailures.Add(1)
+			c.emit(EventDecodeFailure, k.user, 0, rd.err)
+		}
+		return raw, ""
+	case rd.use == useValue:
+		return raw, "" // the caller could not decode it
+	}
+	return nil, "" // an expired not-found: load again
 }
 
 // encoded wraps load to return the codec's bytes, which is what flights
@@ -176,18 +185,17 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
 	}
-	e, st, _ := c.classify(raw)
+	rd := c.decide(raw, c.s.now())
 	switch {
-	case st == stateBuilding:
-		info, _ := lockx.ParseValue(string(raw))
-		return waitFor(info.Token, sent)
-	case st == stateFresh && e.NotFound:
+	case rd.use == useWait:
+		return waitFor(rd.claim, sent)
+	case rd.use == useNotFound:
 		return answer(outcome{notFound: true, seen: sent}, nil)
-	case (st == stateFresh || st == stateStale) && !e.NotFound && (bad == nil || !bytes.Equal(raw, bad)):
-		if st == stateStale {
+	case rd.use == useValue && (bad == nil || !bytes.Equal(raw, bad)):
+		if rd.refresh {
 			c.refresh(ctx, k, it, raw, load)
 		}
-		return answer(outcome{payload: e.Payload, seen: sent}, nil)
+		return answer(outcome{payload: rd.e.Payload, seen: sent}, nil)
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
 	// not decode: replace it.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -232,31 +231,79 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			rest = append(rest, key)
 			continue
 		}
-		st := c.stateAt(ne.e, c.clock(now))
-		if ne.e.NotFound {
-			if st != stateFresh {
-				rest = append(rest, key) // an expired not-found: load again
+		rd := c.decideEntry(ne.e, c.clock(now))
+		switch rd.use {
+		case useNotFound:
+		case useValue:
+			v, err := nearValue[V](c, key, ne)
+			if err != nil {
+				rest = append(rest, key) // the server path replaces it
 				continue
 			}
-			c.count(EventHit, key, true)
+			m.serve(c.keys(key), v, rd, ne.raw)
+		default:
+			rest = append(rest, key) // an expired not-found: load again
 			continue
 		}
-		v, err := nearValue[V](c, key, ne)
-		if err != nil {
-			rest = append(rest, key) // the server path replaces it
-			continue
-		}
-		m.out[key] = v
-		if st == stateStale || c.early(ne.e) {
-			m.stale = append(m.stale, staleKey{k: c.keys(key), old: ne.raw})
-		}
-		if st == stateStale {
-			c.count(EventStale, key, true)
-		} else {
-			c.count(EventHit, key, true)
-		}
+		c.count(rd.event(), key, true)
 	}
 	return rest
+}
+
+// serve puts v, read as rd from raw, in the answer, and notes the
+// refresh it calls for.
+func (m *many[V]) serve(k keys, v V, rd reading, raw []byte) {
+	m.out[k.user] = v
+	if rd.refresh {
+		m.stale = append(m.stale, staleKey{k: k, old: raw})
+	}
+}
+
+// todo is a key that fromServer found no usable value for.
+type todo struct {
+	k     keys
+	obs   observation
+	bad   []byte
+	claim string
+	w     *waiter // registered before the read, for a claimed key
+	sent  time.Time
+	found bool // something is stored: replaced as GetOrLoad would (fill)
+}
+
+// fromRead answers k from what the read found (r) if it can, counting the
+// hit; otherwise it returns what the key's flight needs (ok). w was
+// registered for k before the read: it is kept for a claim the flight
+// waits for, or one a batch may find taken, and unregistered otherwise.
+func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t todo, ok bool) {
+	c := m.c
+	t = todo{k: k, obs: observation{read: true, done: r.done}, sent: sent, found: r.found}
+	if !r.found {
+		t.w = w // for a claim the batch finds taken (batch.member)
+		return t, true
+	}
+	rd := c.decide(r.raw, c.s.now())
+	switch {
+	case rd.use == useWait:
+		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w
+		return t, true
+	case rd.corrupt():
+		c.n.decodeFailures.Add(1)
+		c.emit(EventDecodeFailure, k.user, 0, rd.err)
+		t.bad = r.raw
+	case rd.use == useValue:
+		v, err := decode[V](c, k.user, rd.e.Payload)
+		if err != nil {
+			t.bad = r.raw
+			break
+		}
+		m.serve(k, v, rd, r.raw)
+	}
+	c.ann.unregister(k.value, w)
+	if t.bad != nil || rd.use == useReplace {
+		return t, true // an expired not-found, or bytes nobody here can use: replace
+	}
+	c.count(rd.event(), k.user, false)
+	return t, false
 }
 
 // fromServer reads keys in one round trip, answers the fresh and stale
@@ -271,15 +318,6 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 	ks := make([]keys, len(users))
 	for i, u := range users {
 		ks[i] = c.keys(u)
-	}
-	type todo struct {
-		k     keys
-		obs   observation
-		bad   []byte
-		claim string
-		w     *waiter // registered before the read, for a claimed key
-		sent  time.Time
-		found bool // something is stored: replaced as GetOrLoad would (fill)
 	}
 	var todos []todo
 	down := c.down()
@@ -314,52 +352,9 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 			rs = nil
 		}
 		for i, r := range rs {
-			k := ks[i]
-			t := todo{k: k, obs: observation{read: true, done: r.done}, sent: sent, found: r.found}
-			if r.found {
-				e, st, derr := c.classify(r.raw)
-				switch st {
-				case stateFresh, stateStale:
-					if e.NotFound && st == stateFresh {
-						c.ann.unregister(k.value, ws[i])
-						c.count(EventHit, k.user, false)
-						continue
-					}
-					if e.NotFound {
-						break // an expired negative entry: load again
-					}
-					v, err := decode[V](c, k.user, e.Payload)
-					if err != nil {
-						t.bad = r.raw
-						break
-					}
-					c.ann.unregister(k.value, ws[i])
-					m.out[k.user] = v
-					if st == stateStale || c.early(e) {
-						m.stale = append(m.stale, staleKey{k: k, old: r.raw})
-					}
-					if st == stateStale {
-						c.count(EventStale, k.user, false)
-					} else {
-						c.count(EventHit, k.user, false)
-					}
-					continue
-				case stateBuilding:
-					info, _ := lockx.ParseValue(string(r.raw))
-					t.claim, t.obs.claim, t.w = info.Token, info.Token, ws[i]
-				case stateCorrupt:
-					c.n.decodeFailures.Add(1)
-					c.emit(EventDecodeFailure, k.user, 0, derr)
-					t.bad = r.raw
-				}
+			if t, ok := m.fromRead(ks[i], r, ws[i], sent); ok {
+				todos = append(todos, t)
 			}
-			switch {
-			case !t.found:
-				t.w = ws[i] // for a claim the batch finds taken (batch.member)
-			case t.w == nil:
-				c.ann.unregister(k.value, ws[i])
-			}
-			todos = append(todos, t)
 		}
 	}
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/lockvalue"
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -257,13 +256,12 @@ func (b *batch) run(ctx context.Context) {
 // claim of another process, take a fresh value or not-found, and
 // otherwise go the way of GetOrLoad (fill).
 func (c *Cache) foundInstead(k keys, old string, sent time.Time) batchResult {
-	e, st, _ := c.classify([]byte(old))
+	rd := c.decide([]byte(old), c.s.now())
 	switch {
-	case st == stateBuilding:
-		info, _ := lockx.ParseValue(old)
-		return batchResult{claim: info.Token, seen: sent}
-	case st == stateFresh:
-		return batchResult{res: outcome{payload: e.Payload, notFound: e.NotFound, seen: sent}}
+	case rd.use == useWait:
+		return batchResult{claim: rd.claim, seen: sent}
+	case (rd.use == useValue || rd.use == useNotFound) && !rd.stale:
+		return batchResult{res: outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, seen: sent}}
 	}
 	return batchResult{fill: true}
 }

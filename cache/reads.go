@@ -195,8 +195,8 @@ func (c *Cache) nearEntry(raw []byte, err error, ttl *redis.DurationCmd, sent ti
 	if err != nil || ttl.Err() != nil {
 		return nil
 	}
-	e, st, _ := c.classify(raw)
-	if st != stateFresh && st != stateStale || e.NotFound && st == stateStale {
+	rd := c.decide(raw, c.s.now())
+	if rd.use != useValue && rd.use != useNotFound {
 		return nil
 	}
 	until := int64(math.MaxInt64) // no expiry (PTTL -1)
@@ -207,7 +207,7 @@ func (c *Cache) nearEntry(raw []byte, err error, ttl *redis.DurationCmd, sent ti
 	default:
 		until = sent.UnixNano() + int64(d)
 	}
-	return &nearEntry{raw: raw, e: e, until: until}
+	return &nearEntry{raw: raw, e: rd.e, until: until}
 }
 
 // nearValue returns ne's value as a V: the one decoded by an earlier hit
@@ -235,27 +235,22 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 	if ne == nil {
 		return v, nil, false
 	}
-	st := c.stateAt(ne.e, c.clock(now))
-	if ne.e.NotFound {
-		if st != stateFresh {
-			return v, nil, false // an expired not-found: load again
+	rd := c.decideEntry(ne.e, c.clock(now))
+	switch rd.use {
+	case useNotFound:
+		err = ErrNotFound
+	case useValue:
+		if v, err = nearValue[V](c, key, ne); err != nil {
+			return v, nil, false // the server path replaces what this caller cannot decode
 		}
-		c.count(EventHit, key, true)
-		return v, ErrNotFound, true
+		if rd.refresh {
+			c.refresh(ctx, c.keys(key), it, ne.raw, encoded(c, key, load))
+		}
+	default:
+		return v, nil, false // an expired not-found: load again
 	}
-	v, err = nearValue[V](c, key, ne)
-	if err != nil {
-		return v, nil, false // the server path replaces what this caller cannot decode
-	}
-	if st == stateStale || c.early(ne.e) {
-		c.refresh(ctx, c.keys(key), it, ne.raw, encoded(c, key, load))
-	}
-	if st == stateStale {
-		c.count(EventStale, key, true)
-	} else {
-		c.count(EventHit, key, true)
-	}
-	return v, nil, true
+	c.count(rd.event(), key, true)
+	return v, err, true
 }
 
 // nearDrop drops k's near-cache entry after this process wrote or deleted

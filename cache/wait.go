@@ -159,9 +159,11 @@ func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict 
 		if n.text == "" {
 			return verdict{next: readAgain} // too large to come along: read it
 		}
-		if e, st, err := c.classify([]byte(n.text)); err == nil && st != stateBuilding {
+		// The rebuild's own write, whatever its freshness now (a waiter
+		// takes what it waited for); not a claim, nor bytes it cannot read.
+		if rd := c.decide([]byte(n.text), c.s.now()); rd.use != useWait && !rd.corrupt() {
 			c.emit(EventWait, k.user, time.Since(waitStart), nil)
-			return answer(outcome{payload: e.Payload, notFound: e.NotFound, claim: v.claim, seen: v.seen}, nil)
+			return answer(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: v.claim, seen: v.seen}, nil)
 		}
 	case noticeNotFound:
 		c.emit(EventWait, k.user, time.Since(waitStart), nil)
