@@ -19,7 +19,8 @@ func TestDecide(t *testing.T) {
 			LoadTime: time.Millisecond, Payload: []byte("v"),
 		})
 	}
-	claim := lockvalue.Encode("tok-1", now, "")
+	tok := lockvalue.NewToken()
+	claim := lockvalue.Encode(tok, now, "")
 	for _, tc := range []struct {
 		name    string
 		raw     []byte
@@ -45,8 +46,8 @@ func TestDecide(t *testing.T) {
 				t.Errorf("decide = use %d stale %v refresh %v event %v; want use %d stale %v refresh %v event %v",
 					rd.use, rd.stale, rd.refresh, rd.event(), tc.use, tc.stale, tc.refresh, tc.event)
 			}
-			if tc.use == useWait && rd.claim != "tok-1" {
-				t.Errorf("claim %q; want tok-1", rd.claim)
+			if tc.use == useWait && rd.claim != tok {
+				t.Errorf("claim %q; want %q", rd.claim, tok)
 			}
 			if (tc.name == "bytes of no entry" || tc.name == "empty") != rd.corrupt() {
 				t.Errorf("corrupt() = %v", rd.corrupt())
