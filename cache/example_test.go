@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -214,4 +215,91 @@ func ExampleGetOrLoadMany() {
 	// 2 name of user:1 <nil>
 	// SELECT … WHERE id IN [user:4]
 	// 3 name of user:1 <nil>
+}
+
+// The snippets of README.md and docs/ below are these Examples' bodies
+// (docs_test.go checks it). They are compiled, not run: they connect to a
+// server on localhost:6379.
+
+type User struct {
+	ID   int
+	Name string
+}
+
+type userDB struct{}
+
+func (userDB) LoadUser(ctx context.Context, id int) (User, error) { return User{ID: id}, ctx.Err() }
+
+func (userDB) LoadUsers(ctx context.Context, ids []string) (map[string]User, error) {
+	return map[string]User{}, ctx.Err()
+}
+
+var db userDB
+
+// A read-through cache: GetOrLoad, Set, Delete, Get.
+func Example_getOrLoad() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient
+	c, err := cache.New(rdb, &cache.Options{
+		TTL:      time.Minute,      // fresh for
+		StaleTTL: 10 * time.Minute, // then served stale while one process refreshes
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	u, err := cache.GetOrLoad(ctx, c, "user:42", func(ctx context.Context) (User, error) {
+		return db.LoadUser(ctx, 42) // runs once per key across all processes
+	})
+	switch {
+	case errors.Is(err, cache.ErrNotFound): // the loader returned loader.ErrNotFound
+	case errors.Is(err, cache.ErrWaitTimeout): // another process took longer than WaitTimeout
+	}
+
+	// Write-through (wakes waiters); invalidate (a rebuild in flight does
+	// not write over it); read without loading (ErrMiss, or the value with
+	// ErrStale if stale).
+	if err := cache.Set(ctx, c, "user:42", u); err != nil {
+		log.Print(err)
+	}
+	if err := c.Delete(ctx, "user:42"); err != nil {
+		log.Print(err)
+	}
+	v, err := cache.Get[User](ctx, c, "user:42")
+	fmt.Println(v, err, c.Stats()) // hits, stale hits, misses (Get counts too), loads, waits, ...
+}
+
+// A coherent near cache in front of the server.
+func Example_near() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, &cache.Options{
+		TTL:  time.Minute,
+		Near: &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20}, // Lease: 1s by default
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
+
+// Many keys in a few round trips, with one loader call.
+func Example_batch() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ids := []string{"1", "2", "3"}
+	ctx := context.Background()
+
+	users, err := cache.GetOrLoadMany(ctx, c, ids, func(ctx context.Context, ids []string) (map[string]User, error) {
+		return db.LoadUsers(ctx, ids) // one query for the ids no process has cached or is loading
+	})
+	var failed *cache.BatchError
+	switch {
+	case errors.As(err, &failed): // failed.Errors[id] for each id that failed; users has the others
+	case err != nil: // ErrInvalid, ErrClosed, or ctx ended: users is nil
+	}
+	fmt.Println(users)
 }

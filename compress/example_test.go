@@ -2,10 +2,12 @@ package compress_test
 
 import (
 	"fmt"
+	"log"
 	"strings"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
+	"github.com/redis/go-redis/v9"
 )
 
 func ExampleS2() {
@@ -36,4 +38,17 @@ func ExampleS2() {
 	// framed: true, smaller: true
 	// true
 	// hi
+}
+
+// The snippet of docs/cache.md (docs_test.go checks it). Compiled, not
+// run: it connects to a server on localhost:6379.
+func Example_cache() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, &cache.Options{
+		Codec: compress.S2(cache.Msgpack, nil), // or compress.Zstd(...), or compress.New(inner, opts) for an error instead of a panic
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 }

@@ -7,6 +7,7 @@ replace github.com/hotkv/stampede => ../
 require (
 	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
 	github.com/klauspost/compress v1.20.4
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -14,7 +15,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/maypok86/otter/v2 v2.4.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect

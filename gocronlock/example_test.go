@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"os"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/go-co-op/gocron/v2"
 	"github.com/hotkv/stampede/gocronlock"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
@@ -53,4 +56,35 @@ func Example() {
 	// b skips the tick: true
 	// lock kept for the rest of MinHold: true
 	// next tick, b runs the job: true
+}
+
+func report() { fmt.Println("report") }
+
+// The snippet of docs/locks.md (docs_test.go checks it): one schedule on
+// every replica, each tick run by one. Compiled, not run: it connects to a
+// server on localhost:6379.
+func Example_scheduler() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	locks, err := lock.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	hostname, _ := os.Hostname()
+	locker, err := gocronlock.New(locks, &gocronlock.Options{
+		MinHold:  50 * time.Second, // most of the job's interval
+		Metadata: hostname,         // who ran it, for locks.Inspect
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = s.NewJob(gocron.DurationJob(time.Minute), gocron.NewTask(report),
+		gocron.WithName("report")) // the key: "gocron:report" (Options.Prefix)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s.Start()
 }

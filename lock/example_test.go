@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -264,4 +265,57 @@ func ExampleObtainOptions_handoff() {
 	// Output:
 	// waiter holds it: true
 	// release: <nil>
+}
+
+// The snippets of README.md and docs/locks.md below are these Examples'
+// bodies (docs_test.go checks it). They are compiled, not run: they
+// connect to a server on localhost:6379.
+
+func buildReport(ctx context.Context) error { return ctx.Err() }
+
+func cleanup(ctx context.Context) error { return ctx.Err() }
+
+// Hold a lock while work runs.
+func Example_do() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient
+	locks, err := lock.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// Hold a lock while work runs; it is refreshed every ttl/3 and ctx is
+	// cancelled (cause lock.ErrLost) the moment it is lost.
+	err = locks.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
+		return buildReport(ctx)
+	}, nil)
+	if errors.Is(err, lock.ErrNotObtained) {
+		log.Print("another instance is on it")
+	}
+}
+
+// Obtain and release by hand; run a cron's job on one replica.
+func Example_obtain() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	locks, err := lock.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	l, err := locks.Obtain(ctx, "order:42", 10*time.Second, &lock.ObtainOptions{
+		Retry:    lock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond),
+		Metadata: "pod-7", // readable by anyone with locks.Inspect
+		Fencing:  true,    // l.Fence() grows with every acquisition of the key
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	log.Print("fencing number ", l.Fence())
+
+	// A cron on every replica, run by one: the others get ran == false.
+	ran, err := locks.RunOnce(ctx, "cron:cleanup", 10*time.Minute, cleanup,
+		&lock.RunOnceOptions{MinHold: time.Minute})
+	log.Print(ran, err)
 }

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -155,4 +156,49 @@ func ExampleOptions_observer() {
 	// HIT user 7
 	// event: bypass /users/{id} "authorization"
 	// BYPASS user 7
+}
+
+// The snippets of README.md and docs/http.md below are these Examples'
+// bodies (docs_test.go checks it). They are compiled, not run: they
+// connect to a server on localhost:6379.
+
+func report(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "daily report") }
+
+func search(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.URL.Query().Get("id")) }
+
+// The middleware on chi routes: the simple form and a configured one.
+func Example_chi() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.With(middleware.Cache(c, time.Minute)).Get("/report", report) // or r.Use(...)
+
+	m, err := middleware.New(c, &middleware.Options{
+		KeyQuery:    []string{"id", "page"}, // only these are keyed and reach the handler
+		StoreLimit:  2 << 20,
+		WaitTimeout: 2 * time.Second, // then render yourself, as nginx's proxy_cache_lock_timeout
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(m.Handler)
+		r.Get("/search", search)
+	})
+	log.Fatal(http.ListenAndServe(":8080", r))
+}
+
+// Hot pages answered from process memory.
+func Example_near() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, &cache.Options{Near: &cache.Near{MaxEntries: 10_000}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.Cache(c, time.Minute))
+	r.Get("/report", report)
 }

@@ -3,6 +3,7 @@ package stampedeotel_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"slices"
 
 	"github.com/alicebob/miniredis/v2"
@@ -79,4 +80,30 @@ func Example() {
 	// stampede.cache.events stampede.cache=users,stampede.event=miss = 1
 	// stampede.cache.load.duration stampede.cache=users,stampede.result=ok: 1 recorded
 	// span stampede.cache.load
+}
+
+func loadUser(ctx context.Context) (string, error) { return "Ada", ctx.Err() }
+
+// The snippet of docs/observability.md (docs_test.go checks it): metrics
+// and spans on the global providers, and a load span inside the caller's
+// trace. Compiled, not run: it connects to a server on localhost:6379.
+func Example_service() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	// The global MeterProvider and TracerProvider; or &stampedeotel.Options{
+	// MeterProvider, TracerProvider, Buckets, MaxRoutes, SpanKeys}.
+	tel, err := stampedeotel.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := cache.New(rdb, &cache.Options{Observer: tel.CacheObserver("users")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tel.CacheStats("users", c); err != nil {
+		log.Fatal(err)
+	}
+	// tel.LockObserver and tel.MiddlewareObserver as with stampedeprom.
+	ctx := context.Background()
+	u, err := cache.GetOrLoad(ctx, c, "user:42", stampedeotel.Traced(tel, "load user", loadUser)) // a load span inside the caller's trace
+	fmt.Println(u, err)
 }
