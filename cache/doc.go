@@ -48,7 +48,9 @@
 // # Keys
 //
 // A key K in namespace NS is stored at NS:{K}, its rebuild lock at
-// NS:{K}:lock, in one Redis Cluster slot. Keys longer than 128 bytes or
-// containing braces, spaces or non-printable bytes are replaced by a
-// 128-bit hash inside the braces. Every key written has a TTL.
+// NS:{K}:lock, in one Redis Cluster slot. Keys longer than 128 bytes,
+// starting with "#", or containing braces, spaces or non-printable bytes
+// are replaced by "#" and the hex SHA-256 of the key inside the braces (a
+// cryptographic hash, so that nobody who chooses keys can make two share
+// an entry). Every key written has a TTL.
 package cache
