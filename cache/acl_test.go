@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The ACL tests run the cache as a user holding exactly what the README's
-// Permissions section lists (redistest.CachePerms), and check that taking
+// The ACL tests run the cache as a user holding exactly what
+// docs/permissions.md lists (redistest.CachePerms), and check that taking
 // one permission away gives a clear error at once, not a timeout.
 
 // aclCache returns a Cache in namespace ns on a client of its own logged in

@@ -39,7 +39,7 @@ var ErrInvalid = lock.ErrInvalid
 
 // ErrPermission is lock.ErrPermission: it is matched by errors caused by
 // the server's ACL refusing the client's user a command, key or channel
-// the cache needs (see the README's Permissions section). GetOrLoad
+// the cache needs (see docs/permissions.md). GetOrLoad
 // returns it at once, without claiming the key or running the loader, when
 // a rebuild would need a script the server refuses; callers waiting in
 // other processes for a rebuild whose write was refused get it together

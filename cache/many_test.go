@@ -1042,8 +1042,8 @@ func TestGetOrLoadMany_joinedFlightOlderThanDelete(t *testing.T) {
 	}, manyKinds...)
 }
 
-// As a least-privilege ACL user: with the README's cache permissions and
-// +mget the batch is one loader call; without +mget every key goes the
+// As a least-privilege ACL user: with the cache permissions of
+// docs/permissions.md and +mget the batch is one loader call; without +mget every key goes the
 // per-key way (correct, not batched), never a refusal or a timeout.
 func TestGetOrLoadMany_acl(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {

@@ -69,8 +69,8 @@
 // package cache's rebuild locks) is released the plain way; waiters queued
 // for it find it by their poll, in queue order, but a newcomer's SET NX may
 // take it first. So may a newcomer after a lock expired. Hand-off needs
-// scripts (EVALSHA) and the commands of the README's Permissions section;
-// where the server refuses them, waiters poll as before and the Client
+// scripts (EVALSHA) and the commands listed in docs/permissions.md;
+// where the server refuses them, waiters poll and the Client
 // warns once (Options.Logger). Without the channel, hand-offs still happen
 // and waiters find them by their poll, with a warning.
 //

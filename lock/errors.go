@@ -38,7 +38,7 @@ func invalid(format string, args ...any) error {
 
 // ErrPermission is matched by errors caused by the server's ACL refusing
 // the client's user a command, key or channel that the operation needs
-// (see the README's Permissions section). It is not transient: the error
+// (see docs/permissions.md). It is not transient: the error
 // names what was refused and what would work. Where a refusal can be known
 // in advance (scripts refused, and the operation needs one on this
 // server), Obtain returns it before taking the lock, so that no lock is

@@ -168,7 +168,7 @@ func (c *Client) handoffRefused(reply string, perm bool) {
 	}
 	fix := "the server does not run it"
 	if perm {
-		fix = "grant the commands listed in the README's Permissions section"
+		fix = "grant the commands listed in docs/permissions.md"
 	}
 	c.log(slog.LevelWarn, "waiters poll for released locks instead of being handed them: the server refused the hand-off script ("+fix+
 		")", "err", reply, "retry_after", c.conn.Recheck())
@@ -187,7 +187,7 @@ func (c *Client) handoffWorks() {
 func (c *Client) publishRefused(msg string) {
 	if msg != "" && c.pubDenied.CompareAndSwap(false, true) {
 		c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused PUBLISH (SPUBLISH with sharded pub/sub) on the hand-off channel "+
-			"(grant the channel, see the README's Permissions section)", "err", msg)
+			"(grant the channel, see docs/permissions.md)", "err", msg)
 	}
 }
 

@@ -135,7 +135,7 @@ func (l *Lock) Metadata() string { return l.meta }
 // WARNING: a server whose clock is behind the last number drawn (a clock set
 // back, or a replica's clock behind its old master's) and that has lost the
 // counter or holds an older one can hand out a number that was already
-// drawn; see the README's "Guarantees and their limits".
+// drawn; see docs/locks.md, "Guarantees and their limits".
 func (l *Lock) Fence() int64 { return l.fence }
 
 // Obtain takes the lock on key for ttl, with one SET NX PX round trip (a

@@ -38,7 +38,7 @@ func (c *Client) wakeHub() *keysub.Hub {
 			Refused: func(err error, first bool) {
 				if first {
 					c.log(slog.LevelWarn, "waiters learn of hand-offs by polling: the server refused SUBSCRIBE (SSUBSCRIBE with sharded pub/sub) on the hand-off channel "+
-						"(grant the channel, see the README's Permissions section)", "err", err)
+						"(grant the channel, see docs/permissions.md)", "err", err)
 				}
 			},
 			Panicked: func(r any) { c.log(slog.LevelError, "hand-off subscription panicked", "panic", r) },

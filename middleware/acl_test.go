@@ -15,8 +15,8 @@ import (
 )
 
 // TestACL_middleware_leastPrivilege: the middleware needs nothing beyond
-// its Cache's permissions (redistest.CachePerms, the README's Permissions
-// section): as a user holding just those, a response is rendered once and
+// its Cache's permissions (redistest.CachePerms, docs/permissions.md): as
+// a user holding just those, a response is rendered once and
 // then served from the cache.
 func TestACL_middleware_leastPrivilege(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {

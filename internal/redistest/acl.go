@@ -77,8 +77,9 @@ func (u *User) Client(tb testing.TB) redis.UniversalClient {
 	return c
 }
 
-// The permissions below are the README's "Permissions" section, which the
-// ACL tests grant and nothing more. Keep them in step.
+// The permissions below are those of docs/permissions.md, which the ACL
+// tests grant and nothing more; GetOrLoadMany's +mget is added by its own
+// test. Keep them in step.
 
 // ConnPerms are what a go-redis client needs to connect (HELLO; CLUSTER
 // SLOTS to find a cluster's nodes), whatever it is used for.

@@ -198,7 +198,7 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 		// and the caller could not use its key either.
 		if err := cmd.Err(); IsNoPerm(err) && strings.Contains(err.Error(), "key") {
 			return Capabilities{}, Denied(fmt.Sprintf("capability probe on key %q", key), err,
-				fmt.Sprintf("grant the user access to keys starting %q (see the README's Permissions section)", prefix))
+				fmt.Sprintf("grant the user access to keys starting %q (see docs/permissions.md)", prefix))
 		}
 	}
 

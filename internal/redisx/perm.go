@@ -64,7 +64,7 @@ func Denied(op string, err error, fix string) error {
 		return err
 	}
 	if fix == "" {
-		fix = "grant the user the command, key or channel the reply names (see the README's Permissions section)"
+		fix = "grant the user the command, key or channel the reply names (see docs/permissions.md)"
 	}
 	return &PermissionError{Op: op, Reply: err.Error(), Fix: fix, err: err}
 }
