@@ -103,6 +103,6 @@ func Example_service() {
 	r := chi.NewRouter()
 	r.With(mw.Handler).Get("/users/{id}", showUser) // on the route: the route label is "/users/{id}"
 	r.Handle("/metrics", promhttp.Handler())
-	_ = locks // for the jobs
+	_ = locks // every Obtain, Release, Do of these locks is counted
 	log.Fatal(http.ListenAndServe(":8080", r))
 }
