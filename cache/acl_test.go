@@ -240,8 +240,8 @@ func TestACL_cache_scriptsRevokedDuringLoad(t *testing.T) {
 }
 
 // TestACL_cache_permissionRemoved: a user lacking one command that the
-// README lists for the server gets ErrPermission naming it at once, and
-// nothing is left behind.
+// docs/permissions.md lists for the server gets ErrPermission naming it
+// at once, and nothing is left behind.
 func TestACL_cache_permissionRemoved(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -165,7 +165,8 @@ func TestACL_lock_scriptsDenied(t *testing.T) {
 }
 
 // TestACL_lock_permissionRemoved: a user lacking one command that the
-// README lists gets ErrPermission naming it, and no lock is left.
+// docs/permissions.md lists gets ErrPermission naming it, and no lock is
+// left.
 func TestACL_lock_permissionRemoved(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -160,8 +160,8 @@ func TestLock_killedHolder(t *testing.T) {
 // appends its fencing number to a list. Every other acquisition is left
 // to expire instead of being released.
 // fencedPush appends ARGV[1], a fence, to the list KEYS[1] only if it is
-// greater than the last fence there: the list is a fenced store, as the
-// README tells a fenced lock's users to keep. It returns 1 if appended.
+// greater than the last fence there: the list is a fenced store, as
+// docs/locks.md tells a fenced lock's users to keep. It returns 1 if appended.
 var fencedPush = redis.NewScript(`
 local last = redis.call('LINDEX', KEYS[1], -1)
 if last and tonumber(last) >= tonumber(ARGV[1]) then return 0 end

@@ -23,8 +23,8 @@ type fenceDraw struct {
 // replica that had not received the last acquisitions (its replication
 // link broke, the master went on acknowledging, then hung and died). The
 // lock a holder took on the old master is lost with it, and another
-// process obtains the key from the promoted replica: the limit the README
-// states (a failover to a replica that had not received the lock can let a
+// process obtains the key from the promoted replica: the limit
+// docs/locks.md states (a failover to a replica that had not received the lock can let a
 // second holder in). What the library promises there is that fencing
 // numbers keep growing across the failover, the lost ones included, as long
 // as the promoted replica's clock is not behind its old master's (here
