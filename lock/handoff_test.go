@@ -687,7 +687,9 @@ func TestHandoff_shardedPubSub(t *testing.T) {
 // TestHandoff_expiredLock: the holder never releases and its lock
 // expires. The second waiter, polling every 10ms, finds it free first, but
 // hands it to the first waiter, which polls once an hour and is woken by
-// that hand-off's notification; the second waits its turn.
+// that hand-off's notification; the second waits its turn. The lock is
+// made to expire once both wait (a PEXPIRE, as its TTL running out would):
+// a short TTL could end before they queue on a busy machine.
 func TestHandoff_expiredLock(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
@@ -696,7 +698,7 @@ func TestHandoff_expiredLock(t *testing.T) {
 		var w wakeCounter
 		first, _ := newClient(t, s, &lock.Options{Observer: w.observe})
 		second, _ := newClient(t, s, nil)
-		h, err := holder.Obtain(ctx, key, 300*time.Millisecond, never)
+		h, err := holder.Obtain(ctx, key, time.Minute, never)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -704,6 +706,9 @@ func TestHandoff_expiredLock(t *testing.T) {
 		waitQueued(t, ctx, rc, key, 1)
 		got2 := obtainAsync(ctx, second, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)})
 		waitQueued(t, ctx, rc, key, 2)
+		if err := rc.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
 		r1 := redistest.Recv(t, ctx, got1, "the first waiter, after the holder's lock expired")
 		if r1.err != nil {
 			t.Fatal(r1.err)
