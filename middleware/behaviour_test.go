@@ -648,8 +648,22 @@ func TestMiddleware_staleIfError(t *testing.T) {
 	b.get(t, "/sie").check(t, 500, "BYPASS", "boom\n")
 	b.waitGone(t, "/sie")
 	failing.Store(false)
-	b.get(t, "/sie").check(t, 200, "MISS", "good-4")
-	b.get(t, "/sie").check(t, 200, "HIT", "good-4")
+	// The failed render's flight can still be ending in this process when
+	// its claim is gone (it frees the claim, announces, then returns; on a
+	// busy machine that takes a while): a request that joins it shares
+	// its failure, as every waiter of a failed render does, and renders
+	// for itself without storing (BYPASS). Stats.Coalesced tells; such a
+	// request is answered only after that flight ended, so the next one
+	// starts its own.
+	coalesced := b.stats().Coalesced
+	r, want := b.get(t, "/sie"), "good-4"
+	if b.stats().Coalesced > coalesced && r.cache() == "BYPASS" {
+		r.check(t, 200, "BYPASS", "good-4")
+		t.Logf("a request joined the failed render's ending flight: %v", r)
+		r, want = b.get(t, "/sie"), "good-5"
+	}
+	r.check(t, 200, "MISS", want)
+	b.get(t, "/sie").check(t, 200, "HIT", want)
 }
 
 // ---------------------------------------------------------------------------
