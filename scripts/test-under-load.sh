@@ -9,8 +9,9 @@
 #   scripts/test-under-load.sh                 # two hogs, the five packages
 #   HOGS=4 scripts/test-under-load.sh -run TestDo_faults -v
 #
-# Extra arguments go to every go test. The exit status is non-zero when
-# any package failed.
+# Extra arguments go to every go test, after -count=1 (a result go test
+# cached from an idle run would say nothing about this one; a -count of
+# your own wins). The exit status is non-zero when any package failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(./scripts/provision.sh | grep '^export ')"
@@ -31,7 +32,7 @@ run() { # run DIR PKG...: go test in module DIR
   echo "test-under-load.sh: $dir $*" >&2
   (cd "$dir" && GOWORK=off go test -race -timeout 20m "${args[@]}" "$@") || failed+=("$dir $*")
 }
-args=("$@")
+args=(-count=1 "$@")
 run . ./lock/ ./cache/ ./middleware/
 run ./compare ./...
 run ./examples ./...
