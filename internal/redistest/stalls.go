@@ -3,9 +3,12 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Stalls measures how late this process runs a goroutine that asked to
@@ -21,6 +24,7 @@ import (
 // Stalls is safe for concurrent use. Use MeasureStalls to create one.
 type Stalls struct {
 	tick time.Duration
+	what string // what the stalls delayed, for the log: "scheduler", "server round trips"
 
 	mu     sync.Mutex // guards stalls and worst
 	stalls []stall    // in order of their end; only those longer than 2 ticks
@@ -34,14 +38,14 @@ type stall struct{ from, to time.Time }
 // two milliseconds late.
 func MeasureStalls(tb testing.TB) *Stalls {
 	tb.Helper()
-	s := &Stalls{tick: time.Millisecond}
+	s := &Stalls{tick: time.Millisecond, what: "scheduler"}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	tb.Cleanup(func() {
 		close(done)
 		<-stopped
 		if w := s.Worst(); w > 0 {
-			tb.Logf("scheduler: the longest stall seen was %v", w.Round(time.Millisecond))
+			tb.Logf("%s: the longest stall seen was %v", s.what, w.Round(time.Millisecond))
 		}
 	})
 	go func() {
@@ -68,12 +72,77 @@ func MeasureStalls(tb testing.TB) *Stalls {
 	return s
 }
 
-// Within returns how long this process was stalled during [from, to]:
-// the stalls that overlapped it, clipped to it, added up.
+// MeasureRoundTrips starts measuring until tb ends how late the servers at
+// addrs answer: one goroutine per address sends PING, one at a time, a
+// millisecond apart, and records every answer that took more than two
+// milliseconds, from the moment it was sent to its answer. On a busy
+// machine the server's process waits for a CPU too, and a lock refreshed
+// on time is lost when its answer comes after the TTL: no client can beat
+// that either. A round trip's delay is the server's, the network's or this
+// process's, so these stalls include those MeasureStalls sees. Within,
+// Longest and Worst report them as they do this process's stalls.
+func MeasureRoundTrips(tb testing.TB, addrs ...string) *Stalls {
+	tb.Helper()
+	s := &Stalls{what: "server round trips"}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	tb.Cleanup(func() {
+		close(done)
+		wg.Wait()
+		if w := s.Worst(); w > 0 {
+			tb.Logf("%s: the longest stall seen was %v", s.what, w.Round(time.Millisecond))
+		}
+	})
+	for _, addr := range addrs {
+		rc := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer rc.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-done:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			t := time.NewTicker(time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+				}
+				sent := time.Now()
+				err := rc.Ping(ctx).Err()
+				answered := time.Now()
+				if err != nil && ctx.Err() != nil {
+					return
+				}
+				// A failed PING (a server stopped by the test) is as late as
+				// its answer would have been.
+				if rtt := answered.Sub(sent); rtt > 2*time.Millisecond {
+					s.mu.Lock()
+					s.stalls = append(s.stalls, stall{sent, answered})
+					s.worst = max(s.worst, rtt)
+					s.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return s
+}
+
+// Within returns how long this process was stalled (or, for
+// MeasureRoundTrips, answers were late) during [from, to]: the stalls
+// that overlapped it, clipped to it, added up; time that several
+// overlapping stalls cover (round trips to several servers) counts once.
 func (s *Stalls) Within(from, to time.Time) time.Duration {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var d time.Duration
+	var in []stall
 	for _, st := range s.stalls {
 		a, b := st.from.Add(s.tick), st.to // the tick itself was asked for
 		if a.Before(from) {
@@ -83,7 +152,20 @@ func (s *Stalls) Within(from, to time.Time) time.Duration {
 			b = to
 		}
 		if b.After(a) {
-			d += b.Sub(a)
+			in = append(in, stall{a, b})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(in, func(x, y stall) int { return x.from.Compare(y.from) })
+	var d time.Duration
+	var end time.Time // the end of the time counted so far
+	for _, st := range in {
+		if st.from.Before(end) {
+			st.from = end
+		}
+		if st.to.After(st.from) {
+			d += st.to.Sub(st.from)
+			end = st.to
 		}
 	}
 	return d
