@@ -42,10 +42,11 @@ type failoverRun struct {
 	loads  []time.Time // when each load of the expiring key began
 }
 
-// failoverRead is a read of version v that began at began.
+// failoverRead is a read of version v that began at began and returned
+// at ended.
 type failoverRead struct {
-	v     int
-	began time.Time
+	v            int
+	began, ended time.Time
 }
 
 // failoverWrite is a write the server acknowledged.
@@ -103,11 +104,12 @@ func (r *failoverRun) acknowledgedAfter(v int, server string) int {
 	return n
 }
 
-// read records a read of version v that began at began.
-func (r *failoverRun) read(v int, began time.Time) {
+// read records a read of version v that began at began and returned at
+// ended.
+func (r *failoverRun) read(v int, began, ended time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.readsSeen = append(r.readsSeen, failoverRead{v, began})
+	r.readsSeen = append(r.readsSeen, failoverRead{v, began, ended})
 }
 
 // check counts the reads that returned a version superseded by an
@@ -144,8 +146,11 @@ func (r *failoverRun) check() {
 		switch {
 		case r.lost(rd.v) && (a.IsZero() || r.switched.Before(a)):
 			a = r.switched // the promoted replica never had it
-		case rd.v == r.last && !rd.began.Before(r.back):
-			a = next // the master's again from the promotion on
+		case rd.v == r.last && !rd.ended.Before(r.back):
+			// The master's again from the promotion on: a read that
+			// returned after it (one that began while the old master
+			// hung, say) may return it.
+			a = next
 		}
 		if d := rd.began.Sub(a); !a.IsZero() && d > r.lease && d > r.lease+r.stalls.Within(a, rd.began) {
 			r.stale++
@@ -249,7 +254,7 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 			for wctx.Err() == nil {
 				began := time.Now()
 				if v, err := cache.Get[int](wctx, c, "k"); err == nil {
-					run.read(v, began) // a failed read (the master away) returned nothing
+					run.read(v, began, time.Now()) // a failed read (the master away) returned nothing
 				}
 			}
 		})
