@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,14 @@ import (
 // the Cluster in tb.Cleanup.
 func StartClusterWithReplica(tb testing.TB, nodeTimeout time.Duration) *Server {
 	tb.Helper()
-	s, err := startClusterWithReplica(tb.TempDir(), nodeTimeout)
+	return StartClusterWithReplicaOf(tb, Redis8, nodeTimeout)
+}
+
+// StartClusterWithReplicaOf is StartClusterWithReplica with the server
+// binary of kind (Redis8 or Valkey).
+func StartClusterWithReplicaOf(tb testing.TB, kind Kind, nodeTimeout time.Duration) *Server {
+	tb.Helper()
+	s, err := startClusterWithReplica(kind, tb.TempDir(), nodeTimeout)
 	if err != nil {
 		missing(tb, err)
 	}
@@ -31,10 +39,10 @@ func StartClusterWithReplica(tb testing.TB, nodeTimeout time.Duration) *Server {
 	return s
 }
 
-func startClusterWithReplica(dir string, nodeTimeout time.Duration) (*Server, error) {
-	bin, env := Binary(Cluster)
+func startClusterWithReplica(kind Kind, dir string, nodeTimeout time.Duration) (*Server, error) {
+	bin, env := Binary(kind)
 	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%s server binary %s (set %s): %w", Cluster, bin, env, errMissing)
+		return nil, fmt.Errorf("%s server binary %s (set %s): %w", kind, bin, env, errMissing)
 	}
 	s := &Server{Kind: Cluster}
 	for i := range 4 {
@@ -120,6 +128,19 @@ func (s *Server) KillNode(i int) {
 	s.nodes[i].kill()
 }
 
+// PauseNode stops process i of the server (in Addrs order) with SIGSTOP:
+// it holds its connections and answers nothing, as a hung host does.
+// KillNode ends it.
+func (s *Server) PauseNode(i int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nd := s.nodes[i]
+	if nd.cmd == nil {
+		return fmt.Errorf("redistest: %s is not running", nd.addr())
+	}
+	return nd.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
 // WaitMaster waits until process i of a Cluster says it is a master (a
 // replica promoted after its master died), or ctx ends.
 func (s *Server) WaitMaster(ctx context.Context, i int) error {
@@ -137,6 +158,26 @@ func (s *Server) WaitMaster(ctx context.Context, i int) error {
 		case <-time.After(10 * time.Millisecond): // polling is the only signal a promotion gives here
 		}
 	}
+}
+
+// ClusterFailover makes process i of a Cluster, a replica, take over its
+// master's slots, with CLUSTER FAILOVER (graceful: the master stops
+// taking writes until the replica has caught up) or, with takeover set,
+// CLUSTER FAILOVER TAKEOVER (no agreement with the master or the other
+// masters: the old master goes on taking writes until it learns of the
+// new epoch). It returns once process i says it is a master, or ctx ends.
+func (s *Server) ClusterFailover(ctx context.Context, i int, takeover bool) error {
+	addrs := s.Addrs()
+	c := redis.NewClient(&redis.Options{Addr: addrs[i]})
+	defer c.Close()
+	args := []any{"CLUSTER", "FAILOVER"}
+	if takeover {
+		args = append(args, "TAKEOVER")
+	}
+	if err := c.Do(ctx, args...).Err(); err != nil {
+		return fmt.Errorf("redistest: %v on %s: %w", args, addrs[i], err)
+	}
+	return s.WaitMaster(ctx, i)
 }
 
 // WaitDialsEnd waits until go-redis's background dials of closed clients'
