@@ -172,7 +172,8 @@ type Options struct {
 // invalidations: the tracking connection is pinged every Lease/4, and an
 // entry is served only if a ping sent less than Lease ago was answered.
 // A lost or reset tracking connection, a server restart, a change of the
-// Cluster's masters or a lapse of the Lease empties the near cache; reads
+// Cluster's masters (a node that no longer owns its slots answers the
+// pings' probe with MOVED) or a lapse of the Lease empties the near cache; reads
 // go to the server until invalidations flow again. On servers without
 // CLIENT TRACKING (miniredis, or an ACL that refuses it) the near cache
 // stays off and every read goes to the server (see NearActive); it asks

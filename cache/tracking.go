@@ -43,6 +43,14 @@ import (
 // lost, or silent for 3 leases, is closed and made again, and the near
 // cache is flushed.
 //
+// On a Cluster a node can stop owning its slots while it stays up and
+// answers pings: CLUSTER FAILOVER (TAKEOVER or not) makes its replica the
+// master and it a replica, which hears the new master's writes only once
+// it has synced. So each ping round asks the node, on the reader, about a
+// key in a slot it masters (tracker.probe): MOVED ends the tracking
+// connection, which flushes, as a lost one does; and a lost or disowned
+// node asks watch to look at the masters at once.
+//
 // A failover client (redis.NewFailoverClient) asks a Sentinel for the
 // master on every dial, and so do the tracker's connections, which are
 // made with its options. But a connection stays where it was dialed, and
@@ -106,6 +114,11 @@ type tracker struct {
 	node     atomic.Pointer[string]
 	moved    atomic.Bool
 
+	// A Cluster master's tracker: probeKey is a key of the namespace in a
+	// slot the node masters by the client's slot map (see probe); nil
+	// until one is found, and again after the node disowned it.
+	probeKey atomic.Pointer[string]
+
 	pmu     sync.Mutex
 	pending []int64 // send times of the pings not yet answered, oldest first
 	done    chan struct{}
@@ -127,9 +140,10 @@ func startTracking(rc RedisClient, n *nearCache, logf func(slog.Level, string, .
 		t.targeted, t.cluster = true, c
 		// ForEachMaster reloads the Cluster's state (CLUSTER SLOTS): every
 		// clusterWatch, and when a fill finds its key's master untracked
-		// (fillSource). Nothing depends on it for coherence: a key is
+		// (fillSource) or a tracker lost its node or found it no longer
+		// master (run). Nothing depends on it for coherence: a key is
 		// filled only through its master's reader, and a master that goes
-		// away ends its tracker, which flushes.
+		// away or loses its slots ends its tracker, which flushes.
 		t.watch(clusterWatch, func(ctx context.Context) (map[string]*redis.Options, error) {
 			return nodes(ctx, c.ForEachMaster)
 		})
@@ -164,15 +178,16 @@ func nodes(ctx context.Context, forEach func(context.Context, func(context.Conte
 const clusterWatch = 10 * time.Second
 
 // watch keeps the trackers in step with the nodes list returns: every
-// period, at once, and when kicked (see fillSource). A change of nodes
-// flushes the near cache: a key may have moved to a node that was not
-// tracked.
+// period, at once, and when kicked (see fillSource and tracker.probe). A
+// change of nodes flushes the near cache: a key may have moved to a node
+// that was not tracked.
 func (t *tracking) watch(period time.Duration, list func(context.Context) (map[string]*redis.Options, error)) {
 	t.kick = make(chan struct{}, 1)
 	t.wg.Go(func() {
 		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
+			looked := time.Now()
 			ctx, cancel := context.WithTimeout(t.ctx, t.n.lease)
 			m, err := list(ctx)
 			cancel()
@@ -184,12 +199,14 @@ func (t *tracking) watch(period time.Duration, list func(context.Context) (map[s
 				return
 			case <-tick.C:
 			case <-t.kick:
-				// At most one look a second for fills: a master not
-				// tracked yet only costs those fills until then.
+				// A kick is acted on at once, but looks that follow
+				// kicks are kickEvery apart: a master not tracked yet
+				// only costs fills until then, and a node that lost its
+				// slots serves nothing meanwhile (its tracker ended).
 				select {
 				case <-t.ctx.Done():
 					return
-				case <-time.After(time.Second):
+				case <-time.After(time.Until(looked.Add(t.kickEvery()))):
 				}
 			}
 		}
@@ -271,16 +288,29 @@ func (t *tracking) fillSource(ctx context.Context, key string) (c *redis.Client,
 	}
 	t.mu.Unlock()
 	if tr == nil {
-		if t.kick != nil {
-			select {
-			case t.kick <- struct{}{}: // a master not tracked yet
-			default:
-			}
-		}
+		t.kickWatch() // a master not tracked yet
 		return nil, false
 	}
 	c = tr.reader.Load()
 	return c, c != nil
+}
+
+// kickEvery is how far apart the looks at the nodes that kicks ask for
+// are: half a Lease, between 100ms and a second. Kicks come while a node
+// is lost or disowned a slot, or a fill finds an untracked master, so
+// during a failover; a look is one CLUSTER SLOTS from the process.
+func (t *tracking) kickEvery() time.Duration {
+	return min(max(t.n.lease/2, 100*time.Millisecond), time.Second)
+}
+
+// kickWatch asks watch, if it runs, to look at the nodes now.
+func (t *tracking) kickWatch() {
+	if t.kick != nil {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // newReader makes the client whose connections redirect their tracking
@@ -540,8 +570,13 @@ func (tr *tracker) run(ctx context.Context) {
 			wait = tr.t.recheck()
 		} else if moved {
 			tr.t.logger(slog.LevelInfo, "near cache: the master changed; following it", "addr", tr.addr)
+			tr.t.kickWatch()
 		} else if ctx.Err() == nil {
 			tr.t.logger(slog.LevelWarn, "near cache: tracking connection lost; reading from the server until it is back", "addr", tr.addr, "err", err)
+			// A node that is gone may have a successor (a replica
+			// promoted): watch looks, at most once a second, rather than
+			// wait for its period while nothing is served.
+			tr.t.kickWatch()
 		}
 		select {
 		case <-ctx.Done():
@@ -643,7 +678,10 @@ func (tr *tracker) ping(ctx context.Context, ps *redis.PubSub, stop <-chan struc
 //
 // A failover client's tracker asks for the master before both (see the
 // overview): a ping answered then says the node was the master at now or
-// later. No answer sends no ping this round; another master ends ps.
+// later. No answer sends no ping this round; another master ends ps. A
+// Cluster tracker's reader ping is a probe of a slot the node masters
+// (see probe): MOVED ends ps, so a ping answered says the node still
+// owned its slot at now or later.
 func (tr *tracker) pingOnce(ctx context.Context, ps *redis.PubSub, now int64) bool {
 	pctx, cancel := context.WithTimeout(ctx, tr.t.n.lease)
 	defer cancel()
@@ -657,13 +695,64 @@ func (tr *tracker) pingOnce(ctx context.Context, ps *redis.PubSub, now int64) bo
 			return false
 		}
 	}
-	if r := tr.reader.Load(); r != nil && r.Ping(pctx).Err() != nil {
-		return true
+	if r := tr.reader.Load(); r != nil {
+		if err := tr.probe(pctx, r); err != nil {
+			if _, ok := redis.IsMovedError(err); ok {
+				tr.moved.Store(true)
+				return false
+			}
+			return true
+		}
 	}
 	tr.pmu.Lock()
 	tr.pending = append(tr.pending, now)
 	tr.pmu.Unlock()
 	return ps.Ping(pctx, strconv.FormatInt(now, 10)) == nil
+}
+
+// probe is the reader's half of a ping round: a PING, or on a Cluster a
+// PTTL of the tracker's probe key, which a node answers only while it
+// masters the key's slot: a node that lost it (a replica promoted in its
+// place, by CLUSTER FAILOVER, TAKEOVER or election; a resharding) answers
+// MOVED, and pingOnce then ends the tracking connection, as a lost one
+// is, which flushes and asks watch to look at the masters at once. So
+// entries read from a node are served at most a Lease past the last
+// round in which it still owned the slot, as for a node that stops
+// answering. PTTL is what fills send already: no other permission.
+func (tr *tracker) probe(ctx context.Context, r *redis.Client) error {
+	if tr.t.cluster == nil {
+		return r.Ping(ctx).Err()
+	}
+	key := tr.probeKey.Load()
+	if key == nil {
+		key = tr.findProbeKey(ctx)
+		if key == nil {
+			return r.Ping(ctx).Err() // no key found in its slots: a liveness check only
+		}
+		tr.probeKey.Store(key)
+	}
+	err := r.PTTL(ctx, *key).Err()
+	if _, ok := redis.IsMovedError(err); ok {
+		tr.probeKey.Store(nil) // the next connection looks again, once watch has the new map
+	}
+	return err
+}
+
+// findProbeKey returns a key of the namespace whose slot tr's node
+// masters by the client's slot map, or nil when a thousand candidates
+// found none (a node with a handful of slots).
+func (tr *tracker) findProbeKey(ctx context.Context) *string {
+	for i := range 1024 {
+		k := tr.t.n.prefix + "stampede-probe-" + strconv.Itoa(i) + "}"
+		m, err := tr.t.cluster.MasterForKey(ctx, k)
+		if err != nil {
+			return nil
+		}
+		if m.Options().Addr == tr.addr {
+			return &k
+		}
+	}
+	return nil
 }
 
 var (
