@@ -33,6 +33,7 @@ type Cache struct {
 
 	flights   flight.Group[outcome] // loads and waits, by value key
 	refreshes flight.Group[struct{}]
+	runs      loadRuns // the loader runs of both, by value key, which fail-open loads join
 
 	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
 	warned    sync.Map     // cause -> *atomic.Int64, Unix ns of the last warning about it (see warnOnce)
@@ -319,6 +320,7 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	// it. So also when it failed: a write that timed out may have reached
 	// the server.
 	c.flights.Forget(k.value)
+	c.runs.forget(k.value)
 	c.nearDrop(k)
 	if err := del.Err(); err != nil {
 		return c.writeFailed(ctx, "delete", key, err)
@@ -465,6 +467,7 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
 	c.flights.Forget(k.value) // as in Delete, also when it failed
+	c.runs.forget(k.value)
 	c.nearDrop(k)
 	if err := set.Err(); err != nil {
 		return c.writeFailed(ctx, "set", key, err)

@@ -35,3 +35,16 @@ func AddFillHook(c *Cache, rc redis.UniversalClient, h redis.Hook) {
 		}
 	}
 }
+
+// LoadJoiners returns how many callers wait for the loader run of key in
+// progress in c besides the one running it (fail-open loads that joined
+// it), or 0 if none is in progress.
+func LoadJoiners(c *Cache, key string) int { return c.runs.joiners(c.keys(key).value) }
+
+// BeginLoad registers a loader run of key in c, as a fail-open load
+// does when it starts, and returns the function that ends it.
+func BeginLoad(c *Cache, key string) (end func()) {
+	k := c.keys(key).value
+	r := c.runs.begin(k, false)
+	return func() { c.runs.end(k, r, outcome{}, nil) }
+}

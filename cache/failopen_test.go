@@ -93,3 +93,117 @@ func TestFailOpen_said(t *testing.T) {
 		})
 	}
 }
+
+// TestGetOrLoad_failOpenJoinsRefresh: a background refresh of a stale
+// value is running its loader when the server goes away, and a GetOrLoad
+// of the same key fails open meanwhile: it takes the refresh's load
+// rather than running the loader beside it. Once per key per process
+// holds while failing open too.
+func TestGetOrLoad_failOpenJoinsRefresh(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8) // killed: not shared
+	rc := s.Client(t)
+	ctx := testCtx(t)
+	var clock atomic.Int64 // offset from the real time, ns
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, rc, &cache.Options{TTL: time.Minute, StaleTTL: time.Hour, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute)) // "old" is stale
+
+	var runs, running, most atomic.Int32
+	entered := make(chan struct{}, 2)
+	release := make(chan struct{})
+	load := func(ctx context.Context) (string, error) {
+		runs.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return "new", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	// The stale value is served, and its refresh starts loading.
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "old" {
+		t.Fatalf("GetOrLoad = %q, %v; want the stale value", v, err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the refresh did not start its load")
+	}
+	s.Kill()
+	type result struct {
+		v   string
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		v, err := cache.GetOrLoad(ctx, c, "k", load)
+		got <- result{v, err}
+	}()
+	// Either the fail-open call joined the refresh's load, or it runs the
+	// loader beside it.
+	redistest.WaitFor(t, ctx, "the fail-open call to join the refresh's load or run its own",
+		func() bool { return cache.LoadJoiners(c, "k") > 0 || runs.Load() > 1 })
+	close(release)
+	var r result
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		t.Fatal("the fail-open call did not return")
+	}
+	// Back (empty), so that the refresh's writes end now, not after
+	// their timeout.
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("loader runs %d, at most %d at once; the fail-open call got %q, %v (fail-open loads counted %d)",
+		runs.Load(), most.Load(), r.v, r.err, c.Stats().FailOpenLoads)
+	if runs.Load() != 1 || most.Load() != 1 {
+		t.Errorf("the loader ran %d times, %d at once, for one key in one process; want once: the fail-open call joins the refresh's load", runs.Load(), most.Load())
+	}
+	if r.err != nil || r.v != "new" {
+		t.Errorf("the fail-open call got %q, %v; want the refresh's load, \"new\"", r.v, r.err)
+	}
+}
+
+// TestGetOrLoad_refreshBesideFailOpen: while a load of a key runs in the
+// process (a fail-open one, which began while the server failed), a
+// stale read of the key does not start a refresh's load beside it; once
+// it ended, the next stale read refreshes.
+func TestGetOrLoad_refreshBesideFailOpen(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8)
+	ctx := testCtx(t)
+	var clock atomic.Int64 // offset from the real time, ns
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, s.Client(t), &cache.Options{TTL: time.Minute, StaleTTL: time.Hour, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute)) // "old" is stale
+	var runs atomic.Int32
+	load := func(context.Context) (string, error) { runs.Add(1); return "new", nil }
+
+	end := cache.BeginLoad(c, "k")
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "old" {
+		t.Fatalf("GetOrLoad = %q, %v; want the stale value", v, err)
+	}
+	redistest.WaitFor(t, ctx, "the refresh to end", func() bool { return !cache.RefreshRunning(c, "k") })
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the refresh ran the loader %d times beside the load in progress; want none", n)
+	}
+	end()
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "old" {
+		t.Fatalf("GetOrLoad = %q, %v; want the stale value", v, err)
+	}
+	redistest.WaitFor(t, ctx, "the refresh to end", func() bool { return !cache.RefreshRunning(c, "k") })
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the refresh after the load ended ran the loader %d times; want once", n)
+	}
+}

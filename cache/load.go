@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hotkv/stampede/internal/flight"
@@ -29,8 +30,101 @@ func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
-// run calls the loader once, limited by LoadTimeout, counting it.
+// loadRuns are the loader runs in progress in a process, by value key, so
+// that the loader runs once per key at a time in the process, failing
+// open too: a fail-open load joins the run in progress (loadAlone), and a
+// background refresh does not start one beside another (refreshStale).
+// Fills and refreshes are flights of their own (Cache.flights,
+// Cache.refreshes); this is where they meet. The zero value is ready to
+// use.
+type loadRuns struct {
+	mu sync.Mutex // guards m and every loadRun's joined
+	m  map[string]*loadRun
+}
+
+// loadRun is one run of the loader for a key.
+type loadRun struct {
+	done   chan struct{} // closed when res and err are set
+	res    outcome
+	err    error
+	joined int // fail-open loads waiting for it
+}
+
+// begin registers a run of key, which the caller then runs (run) and
+// ends (end). With idle set it registers none, and returns nil, while a
+// run of key is in progress; otherwise the run begun is the one later
+// callers join, even beside one in progress (a rebuild under a claim must
+// not take a load that began before its claim).
+func (g *loadRuns) begin(key string, idle bool) *loadRun {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if idle && g.m[key] != nil {
+		return nil
+	}
+	if g.m == nil {
+		g.m = make(map[string]*loadRun)
+	}
+	r := &loadRun{done: make(chan struct{})}
+	g.m[key] = r
+	return r
+}
+
+// join returns the run of key in progress, counting the caller as
+// waiting for it, or registers a new one that the caller runs (lead).
+func (g *loadRuns) join(key string) (r *loadRun, lead bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.m[key]; r != nil {
+		r.joined++
+		return r, false
+	}
+	if g.m == nil {
+		g.m = make(map[string]*loadRun)
+	}
+	r = &loadRun{done: make(chan struct{})}
+	g.m[key] = r
+	return r, true
+}
+
+// end records r's result for those that joined it.
+func (g *loadRuns) end(key string, r *loadRun, res outcome, err error) {
+	r.res, r.err = res, err
+	g.mu.Lock()
+	if g.m[key] == r {
+		delete(g.m, key)
+	}
+	g.mu.Unlock()
+	close(r.done)
+}
+
+// forget makes later fail-open loads of key run the loader again rather
+// than join the run in progress, whose result may predate a write.
+func (g *loadRuns) forget(key string) {
+	g.mu.Lock()
+	delete(g.m, key)
+	g.mu.Unlock()
+}
+
+// joiners returns how many fail-open loads wait for the run of key in
+// progress (tests).
+func (g *loadRuns) joiners(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.m[key]; r != nil {
+		return r.joined
+	}
+	return 0
+}
+
+// run calls the loader once, limited by LoadTimeout, counting it; the
+// run is the one fail-open loads of the key join meanwhile.
 func (c *Cache) run(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
+	return c.runAs(ctx, k, load, c.runs.begin(k.value, false))
+}
+
+// runAs runs the loader as r, registered with c.runs, and ends r.
+func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *loadRun) (res outcome, err error) {
+	defer func() { c.runs.end(k.value, r, res, err) }()
 	ctx, cancel := context.WithTimeout(ctx, c.s.loadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -47,11 +141,29 @@ func (c *Cache) run(ctx context.Context, k keys, load loader.Func[[]byte]) (outc
 	return outcome{payload: payload}, nil
 }
 
-// loadAlone runs the loader without the server (fail open).
+// loadAlone runs the loader without the server (fail open), or takes
+// the result of the run of the key in progress in this process (a
+// background refresh's, a rebuild's, another fail-open load's): without
+// the server there is nothing fresher to wait for, and the loader runs
+// once per key at a time in the process.
 func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
 	c.n.failOpen.Add(1)
 	c.emit(EventFailOpen, k.user, 0, nil)
-	return c.run(ctx, k, load)
+	for {
+		r, lead := c.runs.join(k.value)
+		if lead {
+			return c.runAs(ctx, k, load, r)
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, ctx.Err())
+		}
+		if errors.Is(r.err, context.Canceled) && ctx.Err() == nil {
+			continue // the run's callers left, not this one: run again
+		}
+		return outcome{payload: r.res.payload, notFound: r.res.notFound}, r.err
+	}
 }
 
 // loaded is the result of a load run while holding a claim or the rebuild
@@ -78,10 +190,15 @@ func (ld loaded) storable() bool {
 // of it. A claim or lock lost during the load is not reported either: the
 // write that follows is conditional and finds out.
 func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) loaded {
+	return c.loadHoldingAs(ctx, k, it, load, l, c.runs.begin(k.value, false))
+}
+
+// loadHoldingAs is loadHolding run as r (see loadRuns.begin).
+func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, r *loadRun) loaded {
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	start := time.Now()
 	exp := &expiry{}
-	res, err := c.run(context.WithValue(ctx, expiryKey{}, exp), k, load)
+	res, err := c.runAs(context.WithValue(ctx, expiryKey{}, exp), k, load, r)
 	took := time.Since(start)
 	if exp.set {
 		it.ttl, it.stale = exp.fresh, exp.stale

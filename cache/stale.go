@@ -86,9 +86,17 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 	if !c.stillHolds(ctx, k, l, old) {
 		return
 	}
+	// A load of the key in progress in this process (a fail-open one,
+	// which began while the server failed) is not run beside: the stale
+	// value goes on being served, and a later read refreshes it.
+	r := c.runs.begin(k.value, true)
+	if r == nil {
+		c.release(ctx, k, l)
+		return
+	}
 	c.n.refreshes.Add(1)
 	c.emit(EventRefresh, k.user, 0, nil)
-	ld := c.loadHolding(ctx, k, it, load, l)
+	ld := c.loadHoldingAs(ctx, k, it, load, l, r)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	if ld.err != nil {
