@@ -147,11 +147,13 @@ func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *
 // the server there is nothing fresher to wait for, and the loader runs
 // once per key at a time in the process.
 func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte]) (outcome, error) {
-	c.n.failOpen.Add(1)
-	c.emit(EventFailOpen, k.user, 0, nil)
 	for {
 		r, lead := c.runs.join(k.value)
 		if lead {
+			// Counted when the loader runs: a call that joins another
+			// run is not a load (Stats.FailOpenLoads, EventFailOpen).
+			c.n.failOpen.Add(1)
+			c.emit(EventFailOpen, k.user, 0, nil)
 			return c.runAs(ctx, k, load, r)
 		}
 		select {
