@@ -285,7 +285,7 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 			for wctx.Err() == nil {
 				began := time.Now()
 				if v, err := cache.Get[int](wctx, c, key); err == nil {
-					run.read(v, began)
+					run.read(v, began, time.Now())
 				}
 			}
 		})
