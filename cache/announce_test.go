@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/faultproxy"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // The tests of per-key announcements (issue 13): a write is delivered to
@@ -537,4 +540,114 @@ func TestAnnounce_faults(t *testing.T) {
 			})
 		}
 	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestDelete_wakesWaitersElsewhere (issue 10, #16): a Delete tells the
+// other processes, so that a flight there waiting for a rebuild that the
+// Delete overtook reads the key again at once instead of waiting for that
+// rebuild's announcement (or a poll): a caller that starts after the
+// Delete gets a load made after it without that wait.
+func TestDelete_wakesWaitersElsewhere(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		// Polls are off the table, and A's announcement never comes in
+		// time: only the Delete's notice can end B's wait.
+		opts := cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute}
+		rcA := s.Client(t)
+		recA := record(rcA)
+		a := newCacheOn(t, rcA, &opts)
+		b := newCacheOn(t, s.Client(t), &opts)
+		d := newCacheOn(t, s.Client(t), &opts)
+		publishing := make(chan struct{}, 1)
+		announce, letAnnounce := gate(t)
+		recA.onBefore(func(args []string) {
+			if isAnnouncement(args, ns) {
+				publishing <- struct{}{}
+				<-announce
+			}
+		})
+
+		started := make(chan struct{})
+		release, open := gate(t)
+		a1 := goGetOrLoad(ctx, a, "k", heldLoader(started, release, "before the Delete"))
+		redistest.Recv(t, ctx, started, "A's load to start")
+		b1 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "B's load", nil })
+		redistest.WaitFor(t, ctx, "B to wait for A's claim", func() bool { return b.Stats().Waits == 1 })
+		open()
+		redistest.Recv(t, ctx, publishing, "A to write and announce")
+
+		if err := d.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		b2 := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "B's load", nil })
+		// A hang here (until the announcement or a poll) is the failure.
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for name, ch := range map[string]<-chan result[string]{"B's caller before the Delete": b1, "B's caller after the Delete": b2} {
+			if r := redistest.Recv(t, wctx, ch, name); r.err != nil || r.v != "B's load" {
+				t.Errorf("%s got %q, %v; want B's load, made after the Delete", name, r.v, r.err)
+			}
+		}
+		letAnnounce()
+		if r := redistest.Recv(t, ctx, a1, "A's caller"); r.err != nil || r.v != "before the Delete" {
+			t.Errorf("A's caller got %q, %v", r.v, r.err)
+		}
+	}, redistest.Redis8, redistest.Redis7)
+}
+
+// A waiter takes a value from an announcement only if it comes from the
+// rebuild whose claim the waiter saw: an announcement of an older rebuild
+// (say, one published after a Delete) only makes it read the key again.
+func TestGetOrLoad_announcementOfAnotherClaimIsNotTaken(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	ns := namespace(t)
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond, Broadcast: true}) // the test publishes on NS:announce
+	locks, err := lock.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := valueKey(ns, "k")
+	claim, err := locks.Obtain(ctx, stored, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	got := goGetOrLoad(ctx, c, "k", neverLoad[string](&calls))
+	redistest.WaitFor(t, ctx, "the waiter to wait", func() bool { return c.Stats().Waits == 1 })
+
+	payload, err := msgpack.Marshal("from an older rebuild")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	old := codec.Append(nil, codec.Entry{Written: now, FreshUntil: now.Add(time.Hour), Payload: payload})
+	foreign := strings.Repeat("0", 32)
+	if err := rc.Publish(ctx, ns+":announce", "v"+stored+"\x00"+foreign+"\x00"+string(old)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Then the claim's own rebuild reports a failure, repeatedly, since a
+	// message sent while the waiter re-reads the key would be missed.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-got:
+			if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "the claim's own") {
+				t.Fatalf("waiter got %q, %v; want the claim's ErrRemoteLoad, not the older rebuild's value", r.v, r.err)
+			}
+			if calls.Load() != 0 {
+				t.Fatalf("the waiter loaded %d times", calls.Load())
+			}
+			return
+		case <-tick.C:
+			msg := "e" + stored + "\x00" + claim.Token() + "\x00the claim's own failure"
+			if err := rc.Publish(ctx, ns+":announce", msg).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the waiter never returned")
+		}
+	}
 }

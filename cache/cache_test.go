@@ -3,12 +3,16 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/redis/go-redis/v9"
 )
 
 type user struct {
@@ -127,4 +131,244 @@ func TestStats_Add(t *testing.T) {
 	if got := a.Add(cache.Stats{}); got != a {
 		t.Fatalf("Add of zero = %+v, want %+v", got, a)
 	}
+}
+
+// TestGetOrLoad_awkwardKeys: long, braced and binary keys work everywhere
+// (on a cluster the value and lock keys must share a slot, which Delete's
+// two-key DEL checks) and distinct keys stay distinct.
+func TestGetOrLoad_awkwardKeys(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	keys := []string{
+		strings.Repeat("x", redisx.MaxPlainKey), strings.Repeat("x", redisx.MaxPlainKey+1),
+		long + "a", long + "b", "{tag}", "{tag}x", "a}{b", "{", "}", "{}",
+		"a\x00b", "a\x00c", "\x00", "with space", "ünïcödé", "#short", redisx.Tag(long + "a"),
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newCache(t, s, nil)
+		for _, k := range keys {
+			if v, err := cache.GetOrLoad(ctx, c, k, func(context.Context) (string, error) { return k, nil }); err != nil || v != k {
+				t.Fatalf("GetOrLoad(%.20q) = %.20q, %v", k, v, err)
+			}
+		}
+		var calls atomic.Int32
+		for _, k := range keys {
+			if v, err := cache.GetOrLoad(ctx, c, k, neverLoad[string](&calls)); err != nil || v != k {
+				t.Errorf("second GetOrLoad(%.20q) = %.20q, %v; want a hit", k, v, err)
+			}
+		}
+		if st := c.Stats(); st.Loads != uint64(len(keys)) || calls.Load() != 0 {
+			t.Errorf("stats = %+v; want %d loads", st, len(keys))
+		}
+		for i, k := range keys {
+			if i%2 == 0 {
+				if err := c.Delete(ctx, k); err != nil {
+					t.Errorf("Delete(%.20q): %v", k, err)
+				}
+			}
+		}
+		for i, k := range keys {
+			v, err := cache.Get[string](ctx, c, k)
+			switch {
+			case i%2 == 0 && !errors.Is(err, cache.ErrMiss):
+				t.Errorf("Get(%.20q) after Delete = %.20q, %v; want ErrMiss", k, v, err)
+			case i%2 == 1 && (err != nil || v != k):
+				t.Errorf("Get(%.20q) = %.20q, %v; want its own value", k, v, err)
+			}
+		}
+	})
+}
+
+// wantInvalid fails tb unless err wraps want, names the problem (contains
+// text) and carries the package prefix.
+func wantInvalid(tb testing.TB, err, want error, text string) {
+	tb.Helper()
+	switch {
+	case !errors.Is(err, want):
+		tb.Errorf("err = %v, want %v", err, want)
+	case !strings.Contains(err.Error(), text):
+		tb.Errorf("err = %q, want it to name the problem: %q", err, text)
+	case !strings.HasPrefix(err.Error(), "cache: "):
+		tb.Errorf("err = %q, want the cache: prefix", err)
+	}
+}
+
+func TestNew_nilClient(t *testing.T) {
+	tests := []struct {
+		name string
+		rc   cache.RedisClient
+	}{
+		{"nil interface", nil},
+		{"nil *redis.Client", (*redis.Client)(nil)},
+		{"nil *redis.ClusterClient", (*redis.ClusterClient)(nil)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := cache.New(tt.rc, nil)
+			if c != nil {
+				t.Errorf("New returned a Cache for a nil client")
+			}
+			wantInvalid(t, err, cache.ErrInvalid, "nil Redis client")
+		})
+	}
+}
+
+// TestCalls_badInput: bad arguments to the package's functions are refused
+// with ErrInvalid (or ErrValueTooLarge), before any server call and
+// without running the loader.
+func TestCalls_badInput(t *testing.T) {
+	rc, rec := deadClient(t)
+	ctx := testCtx(t)
+	c, err := cache.New(rc, &cache.Options{Namespace: namespace(t), MaxValueSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var nilCache *cache.Cache
+	var loads atomic.Int32
+	load := func(context.Context) (string, error) { loads.Add(1); return "v", nil }
+
+	tests := []struct {
+		name string
+		call func() error
+		want error
+		text string
+	}{
+		{"GetOrLoad empty key", func() error { _, err := cache.GetOrLoad(ctx, c, "", load); return err }, cache.ErrInvalid, "empty key"},
+		{"Get empty key", func() error { _, err := cache.Get[string](ctx, c, ""); return err }, cache.ErrInvalid, "empty key"},
+		{"Set empty key", func() error { return cache.Set(ctx, c, "", "v") }, cache.ErrInvalid, "empty key"},
+		{"Delete empty key", func() error { return c.Delete(ctx, "") }, cache.ErrInvalid, "empty key"},
+		{"GetOrLoad nil loader", func() error { _, err := cache.GetOrLoad[string](ctx, c, "k", nil); return err }, cache.ErrInvalid, `nil loader for key "k"`},
+		{"GetOrLoad nil cache", func() error { _, err := cache.GetOrLoad(ctx, nilCache, "k", load); return err }, cache.ErrInvalid, "nil *Cache"},
+		{"Get nil cache", func() error { _, err := cache.Get[string](ctx, nilCache, "k"); return err }, cache.ErrInvalid, "nil *Cache"},
+		{"Set nil cache", func() error { return cache.Set(ctx, nilCache, "k", "v") }, cache.ErrInvalid, "nil *Cache"},
+		{"Delete nil cache", func() error { return nilCache.Delete(ctx, "k") }, cache.ErrInvalid, "nil *Cache"},
+		{"GetOrLoad WithTTL(0)", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(0)); return err }, cache.ErrInvalid, "TTL 0s is below 1ms"},
+		{"GetOrLoad WithTTL negative", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(-time.Second)); return err }, cache.ErrInvalid, "TTL -1s is below 1ms"},
+		{"GetOrLoad WithStaleTTL negative", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithStaleTTL(-time.Second))
+			return err
+		}, cache.ErrInvalid, "StaleTTL -1s is negative"},
+		{"GetOrLoad WithNegativeTTL negative", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithNegativeTTL(-time.Second))
+			return err
+		}, cache.ErrInvalid, "NegativeTTL -1s is negative"},
+		{"Set WithTTL(0)", func() error { return cache.Set(ctx, c, "k", "v", cache.WithTTL(0)) }, cache.ErrInvalid, "TTL 0s is below 1ms"},
+		{"Set above MaxValueSize", func() error { return cache.Set(ctx, c, "k", strings.Repeat("x", 100)) }, cache.ErrValueTooLarge, "MaxValueSize is 16"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec.reset()
+			wantInvalid(t, tt.call(), tt.want, tt.text)
+			if cmds := rec.reset(); len(cmds) != 0 {
+				t.Errorf("server calls made: %q", cmds)
+			}
+		})
+	}
+	if n := loads.Load(); n != 0 {
+		t.Errorf("the loader ran %d times for bad input", n)
+	}
+}
+
+// TestCalls_closed: every call on a closed Cache returns ErrClosed without
+// a server call; Close is idempotent.
+func TestCalls_closed(t *testing.T) {
+	rc, rec := deadClient(t)
+	ctx := testCtx(t)
+	c, err := cache.New(rc, &cache.Options{Namespace: namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	var loads atomic.Int32
+	load := func(context.Context) (int, error) { loads.Add(1); return 1, nil }
+	calls := map[string]func() error{
+		"GetOrLoad": func() error { _, err := cache.GetOrLoad(ctx, c, "k", load); return err },
+		"Get":       func() error { _, err := cache.Get[int](ctx, c, "k"); return err },
+		"Set":       func() error { return cache.Set(ctx, c, "k", 1) },
+		"Delete":    func() error { return c.Delete(ctx, "k") },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, cache.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	if cmds := rec.reset(); len(cmds) != 0 || loads.Load() != 0 {
+		t.Errorf("calls after Close sent %q and ran the loader %d times", cmds, loads.Load())
+	}
+}
+
+// TestCache_wrongType: a key that holds a value of another type (a hash
+// written by someone else under the cache's name) is an error that says
+// so, from every read, never a plain miss; nothing overwrites it.
+func TestCache_wrongType(t *testing.T) {
+	reads := []struct {
+		name string
+		read func(ctx context.Context, c *cache.Cache, key string) error
+	}{
+		{"Get", func(ctx context.Context, c *cache.Cache, key string) error {
+			_, err := cache.Get[string](ctx, c, key)
+			return err
+		}},
+		{"GetOrLoad", func(ctx context.Context, c *cache.Cache, key string) error {
+			_, err := cache.GetOrLoad(ctx, c, key, func(context.Context) (string, error) { return "loaded", nil })
+			return err
+		}},
+		{"GetOrLoadMany", func(ctx context.Context, c *cache.Cache, key string) error {
+			_, err := cache.GetOrLoadMany(ctx, c, []string{key}, func(_ context.Context, ks []string) (map[string]string, error) {
+				return map[string]string{ks[0]: "loaded"}, nil
+			})
+			return err
+		}},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, near := range []bool{false, true} {
+			for _, tc := range reads {
+				name := tc.name
+				if near {
+					name += "/near"
+				}
+				t.Run(name, func(t *testing.T) {
+					ctx := testCtx(t)
+					opts := &cache.Options{Namespace: namespace(t)}
+					if near {
+						opts.Near = &cache.Near{MaxEntries: 100}
+					}
+					c, rc := newCache(t, s, opts)
+					if err := rc.HSet(ctx, opts.Namespace+":{k}", "f", "v").Err(); err != nil {
+						t.Fatal(err)
+					}
+					err := tc.read(ctx, c, "k")
+					if err == nil || errors.Is(err, cache.ErrMiss) || !strings.Contains(err.Error(), "WRONGTYPE") {
+						t.Errorf("err = %v, want an error that says the key holds another type", err)
+					}
+					if typ := rc.Type(ctx, opts.Namespace+":{k}").Val(); typ != "hash" {
+						t.Errorf("the key is now a %s", typ)
+					}
+				})
+			}
+		}
+	}, redistest.Redis8, redistest.Valkey)
+}
+
+// TestGet_otherType: Get of a key whose value was stored as another Go
+// type is a miss that says why, not a plain one: errors.Is finds ErrMiss,
+// and the message names the type.
+func TestGet_otherType(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newCache(t, s, nil)
+		if err := cache.Set(ctx, c, "int", 42); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cache.Get[string](ctx, c, "int")
+		if !errors.Is(err, cache.ErrMiss) || !strings.Contains(err.Error(), "as string") {
+			t.Errorf("Get[string] of an int: %v, want a miss that names the type", err)
+		}
+	}, redistest.Redis8)
 }

@@ -48,3 +48,8 @@ func BeginLoad(c *Cache, key string) (end func()) {
 	r := c.runs.begin(k, false)
 	return func() { c.runs.end(k, r, outcome{}, nil) }
 }
+
+// Joined returns how many callers share c's flight (load or wait) for key
+// in progress, 0 if none is; tests use it to know that a caller has joined
+// a flight before letting it end.
+func Joined(c *Cache, key string) int { return c.flights.Joined(c.keys(key).value) }

@@ -2,7 +2,9 @@ package cache_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -205,5 +207,132 @@ func TestGetOrLoad_refreshBesideFailOpen(t *testing.T) {
 	redistest.WaitFor(t, ctx, "the refresh to end", func() bool { return !cache.RefreshRunning(c, "k") })
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the refresh after the load ended ran the loader %d times; want once", n)
+	}
+}
+
+// TestGetOrLoad_failOpen: with the server dead, GetOrLoad still serves
+// loaded values, paying for the dead server once per FailOpenCooldown;
+// after the cool-down the revived server is used again.
+func TestGetOrLoad_failOpen(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8)
+	ctx := testCtx(t)
+	clk := newClock()
+	// go-redis stops dialling for a while once a pool has seen PoolSize
+	// failed dials (the subscription's reconnects count too); a large pool
+	// keeps that breaker out of this test.
+	rc := redis.NewClient(&redis.Options{Addr: s.Addrs()[0], PoolSize: 1000})
+	t.Cleanup(func() { _ = rc.Close() })
+	rec := record(rc)
+	const cooldown = time.Minute
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: cooldown, Now: clk.Now})
+	var loads atomic.Int32
+	load := func(context.Context) (int, error) { return int(loads.Add(1)), nil }
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != 1 {
+		t.Fatalf("before the kill: %d, %v", v, err)
+	}
+
+	s.Kill()
+	rec.reset()
+	for i := range 5 {
+		v, err := cache.GetOrLoad(ctx, c, "k", load)
+		if err != nil || v != i+2 {
+			t.Fatalf("call %d with the server dead: %d, %v; want a fresh load", i, v, err)
+		}
+	}
+	if cmds := rec.reset(); len(cmds) != 1 || cmds[0][0] != "get" {
+		t.Errorf("with the server dead, 5 calls sent %q; want the one GET that failed", cmds)
+	}
+	st := c.Stats()
+	if st.FailOpenLoads != 5 || st.ServerErrors != 1 || st.Loads != 6 {
+		t.Errorf("stats = %+v; want 5 fail-open loads and 1 server error", st)
+	}
+
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != 7 || len(rec.reset()) != 0 {
+		t.Errorf("within the cool-down: %d, %v; want a fail-open load without server calls", v, err)
+	}
+	clk.Advance(cooldown + time.Second)
+	if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != 8 {
+		t.Fatalf("after the cool-down: %d, %v", v, err)
+	}
+	var calls atomic.Int32
+	if v, err := cache.GetOrLoad(ctx, c, "k", neverLoad[int](&calls)); err != nil || v != 8 {
+		t.Errorf("after the cool-down, second call: %d, %v; want the stored 8", v, err)
+	}
+	st = c.Stats()
+	if st.FailOpenLoads != 6 || st.ServerErrors != 1 || st.Hits != 1 {
+		t.Errorf("stats = %+v; want 6 fail-open loads, still 1 server error, 1 hit", st)
+	}
+}
+
+// TestGetOrLoad_callerDeadlineIsNotServerFailure (issue 10, #12): with
+// ContextTimeoutEnabled (the caller's deadline becomes the connection's)
+// and no retries, callers whose own ctx expires while their GET is on the
+// wire are not counted as server failures: the cache does not start failing
+// open, and the next caller with time to spare uses the server.
+func TestGetOrLoad_callerDeadlineIsNotServerFailure(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	p := startProxy(t, s.Addrs()[0])
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = rc.Close() })
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: time.Hour})
+	// A first load settles the capability probe and opens a connection.
+	if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (string, error) { return "w", nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every reply now takes longer than the callers below allow.
+	p.SetLatency(200 * time.Millisecond)
+	var calls atomic.Int32
+	const impatient = 20
+	for i := range impatient {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		_, err := cache.GetOrLoad(cctx, c, "k", neverLoad[string](&calls))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("impatient caller %d: %v; want its own context.DeadlineExceeded", i, err)
+		}
+	}
+	p.SetLatency(0)
+
+	v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "v", nil })
+	if err != nil || v != "v" {
+		t.Fatalf("patient caller: %q, %v", v, err)
+	}
+	if st := c.Stats(); st.FailOpenLoads != 0 || st.ServerErrors != 0 {
+		t.Errorf("stats %+v; want no server error and no fail-open load: the callers' deadlines were their own", st)
+	}
+	if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v" {
+		t.Errorf("Get = %q, %v; want the patient caller's value stored", v, err)
+	}
+	if calls.Load() != 0 {
+		t.Errorf("the impatient callers' loader ran %d times", calls.Load())
+	}
+}
+
+// TestGetOrLoad_foreverFailOpenCooldown (issue 10, #13): a FailOpenCooldown
+// set huge to mean "never retry the server" does not overflow the end of
+// the cool-down (Unix nanoseconds) into the past: after the first failure
+// no call goes to the server again.
+func TestGetOrLoad_foreverFailOpenCooldown(t *testing.T) {
+	ctx := testCtx(t)
+	rc, rec := deadClient(t)
+	c := newCacheOn(t, rc, &cache.Options{FailOpenCooldown: time.Duration(math.MaxInt64)})
+	var loads atomic.Int32
+	load := func(context.Context) (int32, error) { return loads.Add(1), nil }
+	for i := range 3 {
+		if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != int32(i+1) {
+			t.Fatalf("call %d: %d, %v; want a fail-open load", i, v, err)
+		}
+	}
+	if cmds := rec.reset(); len(cmds) != 1 {
+		t.Errorf("3 calls sent %q; want the one GET that failed", cmds)
+	}
+	if st := c.Stats(); st.ServerErrors != 1 || st.FailOpenLoads != 3 {
+		t.Errorf("stats %+v; want 1 server error and 3 fail-open loads", st)
 	}
 }

@@ -1,0 +1,158 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/loader"
+)
+
+// TestGetOrLoad_callerCancels: a caller that gives up returns its ctx
+// error at once; the load goes on, undisturbed, for the caller that shares
+// the flight and for a caller in another Cache waiting on the claim.
+func TestGetOrLoad_callerCancels(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.Client(t)
+		a := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		b := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		release, open := gate(t)
+		started := make(chan struct{})
+		var loads atomic.Int32
+		load := func(ctx context.Context) (string, error) {
+			if loads.Add(1) == 1 {
+				close(started)
+			}
+			select {
+			case <-release:
+				return "v", nil
+			case <-ctx.Done():
+				return "", fmt.Errorf("the load's context ended: %w", ctx.Err())
+			}
+		}
+
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		first := goGetOrLoad(cctx, a, "k", load)
+		redistest.Recv(t, ctx, started, "the load to start")
+		joiner := goGetOrLoad(ctx, a, "k", load)
+		other := goGetOrLoad(ctx, b, "k", load)
+
+		cancel()
+		// The load is still blocked, so this returns only if the cancelled
+		// caller does not wait for it.
+		r := redistest.Recv(t, ctx, first, "the cancelled caller to return")
+		if !errors.Is(r.err, context.Canceled) || r.v != "" {
+			t.Fatalf("cancelled caller got %q, %v; want context.Canceled", r.v, r.err)
+		}
+
+		open()
+		for name, ch := range map[string]<-chan result[string]{"joiner": joiner, "caller in another Cache": other} {
+			r := redistest.Recv(t, ctx, ch, name)
+			if r.err != nil || r.v != "v" {
+				t.Errorf("%s got %q, %v; want v", name, r.v, r.err)
+			}
+		}
+		if n := loads.Load(); n != 1 {
+			t.Errorf("%d loads, want 1", n)
+		}
+		if v, err := cache.Get[string](ctx, b, "k"); err != nil || v != "v" {
+			t.Errorf("Get after the load = %q, %v; want v stored", v, err)
+		}
+	})
+}
+
+// TestGetOrLoad_freshHitIsOneGet: a fresh hit sends one GET of the value
+// key and nothing else: no lock, no script, no publish.
+func TestGetOrLoad_freshHitIsOneGet(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.Client(t)
+		rec := record(rc)
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, StaleTTL: time.Minute})
+		if v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (user, error) { return user{1, "ada"}, nil }); err != nil || v.Name != "ada" {
+			t.Fatalf("first call: %+v, %v", v, err)
+		}
+		if len(rec.reset()) == 0 {
+			t.Fatal("the recorder saw no command for the miss: the hook does not work")
+		}
+		var calls atomic.Int32
+		const hits = 3
+		for i := range hits {
+			v, err := cache.GetOrLoad(ctx, c, "k", neverLoad[user](&calls))
+			if err != nil || v != (user{1, "ada"}) {
+				t.Fatalf("hit %d: %+v, %v", i, v, err)
+			}
+		}
+		cmds := rec.reset()
+		if len(cmds) != hits {
+			t.Fatalf("%d hits sent %d commands, want %d: %q", hits, len(cmds), hits, cmds)
+		}
+		for _, cmd := range cmds {
+			if len(cmd) != 2 || cmd[0] != "get" || cmd[1] != valueKey(ns, "k") {
+				t.Errorf("a hit sent %q, want [get %s]", cmd, valueKey(ns, "k"))
+			}
+		}
+		if st := c.Stats(); st.Hits != hits || st.Loads != 1 || calls.Load() != 0 {
+			t.Errorf("stats = %+v, loader calls %d; want %d hits, 1 load", st, calls.Load(), hits)
+		}
+	})
+}
+
+// TestGetOrLoad_negative: loader.ErrNotFound is remembered for
+// NegativeTTL, in every Cache, and not at all without it.
+func TestGetOrLoad_negative(t *testing.T) {
+	tests := []struct {
+		name      string
+		negative  time.Duration
+		wantLoads int32
+		wantGet   error
+	}{
+		{"remembered", time.Minute, 1, cache.ErrNotFound},
+		{"not remembered", 0, 3, cache.ErrMiss},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := testCtx(t)
+				clk := newClock()
+				opts := cache.Options{Namespace: namespace(t), NegativeTTL: tt.negative, Now: clk.Now}
+				rc := s.Client(t)
+				a, b := newCacheOn(t, rc, &opts), newCacheOn(t, rc, &opts)
+				var loads atomic.Int32
+				notFound := func(context.Context) (user, error) {
+					loads.Add(1)
+					return user{}, fmt.Errorf("user 9: %w", loader.ErrNotFound)
+				}
+				for i, c := range []*cache.Cache{a, a, b} {
+					if v, err := cache.GetOrLoad(ctx, c, "user:9", notFound); !errors.Is(err, cache.ErrNotFound) || v != (user{}) {
+						t.Fatalf("call %d: %+v, %v; want ErrNotFound", i, v, err)
+					}
+				}
+				if n := loads.Load(); n != tt.wantLoads {
+					t.Errorf("%d loads, want %d", n, tt.wantLoads)
+				}
+				if _, err := cache.Get[user](ctx, a, "user:9"); !errors.Is(err, tt.wantGet) {
+					t.Errorf("Get: %v, want %v", err, tt.wantGet)
+				}
+				if tt.negative == 0 {
+					return
+				}
+				// Past NegativeTTL the loader runs again, and its value is kept.
+				clk.Advance(2 * tt.negative)
+				v, err := cache.GetOrLoad(ctx, a, "user:9", func(context.Context) (user, error) { loads.Add(1); return user{9, "ida"}, nil })
+				if err != nil || v != (user{9, "ida"}) || loads.Load() != tt.wantLoads+1 {
+					t.Errorf("after NegativeTTL: %+v, %v, %d loads; want a new load", v, err, loads.Load())
+				}
+			})
+		}
+	})
+}
