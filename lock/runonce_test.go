@@ -97,3 +97,89 @@ func TestClient_RunOnce_maxHoldCancels(t *testing.T) {
 		t.Errorf("RunOnce = %t, %v with cause %v; want the job cancelled with ErrLost", ran, err, cause)
 	}
 }
+
+// Issue 10, defect 15: a cancelled or expired context is the caller's own
+// doing, not "another instance ran it": RunOnce, like Obtain and Do,
+// returns errors.Join(ErrNotObtained, ctx.Err()), runs nothing and leaves
+// no lock.
+func TestClient_RunOnce_cancelled(t *testing.T) {
+	cancelled := func(*testing.T) (context.Context, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx, context.Canceled
+	}
+	expired := func(t *testing.T) (context.Context, error) {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		t.Cleanup(cancel)
+		return ctx, context.DeadlineExceeded
+	}
+	calls := []struct {
+		name string
+		call func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error
+	}{
+		{"RunOnce", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
+			ran, err := c.RunOnce(ctx, key, time.Minute, fn, nil)
+			if ran {
+				return fmt.Errorf("ran = true (err %v)", err)
+			}
+			return err
+		}},
+		{"RunOnce fenced", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
+			ran, err := c.RunOnce(ctx, key, time.Minute, fn, &lock.RunOnceOptions{Fencing: true})
+			if ran {
+				return fmt.Errorf("ran = true (err %v)", err)
+			}
+			return err
+		}},
+		{"Do", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
+			return c.Do(ctx, key, time.Minute, fn, nil)
+		}},
+		{"Obtain", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
+			l, err := c.Obtain(ctx, key, time.Minute, nil)
+			if l != nil {
+				return fmt.Errorf("obtained %v (err %v)", l.Key(), err)
+			}
+			return err
+		}},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		c, _ := newClient(t, s, nil)
+		for _, mk := range []struct {
+			name string
+			ctx  func(*testing.T) (context.Context, error)
+		}{{"cancelled", cancelled}, {"expired", expired}} {
+			for _, tc := range calls {
+				t.Run(mk.name+"/"+tc.name, func(t *testing.T) {
+					key := "{" + redistest.Key(t, "job") + "}"
+					ctx, want := mk.ctx(t)
+					ran := false
+					err := tc.call(ctx, c, key, func(context.Context) error { ran = true; return nil })
+					if ran || !errors.Is(err, want) || !errors.Is(err, lock.ErrNotObtained) {
+						t.Errorf("ran = %t, err = %v; want nothing run and errors.Join(ErrNotObtained, %v)", ran, err, want)
+					}
+					if _, err := c.Inspect(testCtx(t), key); !errors.Is(err, lock.ErrNotHeld) {
+						t.Errorf("Inspect after = %v; want ErrNotHeld (no lock left behind)", err)
+					}
+				})
+			}
+		}
+	}, redistest.Redis8, redistest.Cluster, redistest.Miniredis)
+}
+
+// The control for TestClient_RunOnce_cancelled: a lock held by another
+// instance, with the caller's context alive, is still (false, nil).
+func TestClient_RunOnce_heldElsewhere(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	c, _ := newClient(t, s, nil)
+	key := redistest.Key(t, "job")
+	other, err := c.Obtain(ctx, key, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	ran, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil }, nil)
+	if ran || err != nil {
+		t.Errorf("RunOnce = %t, %v; want false, nil while another instance holds the lock", ran, err)
+	}
+}
