@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -221,5 +222,91 @@ func TestChi_renderedAgain(t *testing.T) {
 		if route != "/o/{id} id=7" {
 			t.Errorf("a render saw %q, want /o/{id} id=7", route)
 		}
+	}
+}
+
+// TestMiddleware_chiRoutePatternOnMiss: since d31cf5c the render a
+// request did itself (a MISS) ran on the load's context, whose chi
+// routing context is a copy taken before routing. With the middleware in
+// a chi router's r.Use, chi then routed on that copy, and the request's
+// own routing context, which outer middlewares read after next returns
+// (the usual way to label metrics and logs by route pattern), was left
+// without the route: every MISS was labelled "". The render in the
+// request's goroutine uses the request's own context values again.
+func TestMiddleware_chiRoutePatternOnMiss(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	patterns := make(chan string, 4)
+	metrics := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r)
+			patterns <- chi.RouteContext(r.Context()).RoutePattern()
+		})
+	}
+	b := newTestBed(t, s, nil, &bedOptions{router: func(m *middleware.Middleware, _ *cache.Cache) http.Handler {
+		r := chi.NewRouter()
+		r.Use(metrics, m.Handler)
+		r.Get("/items/{id}", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "item %s", chi.URLParam(r, "id"))
+		})
+		return r
+	}})
+	b.get(t, "/items/1").check(t, 200, "MISS", "item 1")
+	if p := <-patterns; p != "/items/{id}" {
+		t.Errorf("an outer middleware saw route pattern %q for a MISS, want /items/{id}", p)
+	}
+	b.get(t, "/items/1").check(t, 200, "HIT", "item 1")
+	<-patterns // a HIT is not routed past the middleware: nothing to check
+}
+
+// TestMiddleware_renderKeepsRequestDeadline: the render a request did for
+// the cache ran on context.WithoutCancel of the load's context, so it
+// carried no deadline at all, and an application's own request deadline
+// (chi's middleware.Timeout, http.TimeoutHandler, a WithTimeout set by an
+// outer middleware) no longer bounded it: its end counted as "the client
+// went" and the render ran on to LoadTimeout. Here the application gives
+// each request 200ms; the render was cut only by LoadTimeout (3s), and
+// the handler, which budgets its work by ctx.Deadline, saw none. Only a
+// client that goes away (a cancellation before the deadline) is ignored
+// now; the render has the request's deadline and ends at it, and what it
+// wrote is not stored.
+func TestMiddleware_renderKeepsRequestDeadline(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	type seen struct {
+		deadline bool
+		took     time.Duration
+	}
+	out := make(chan seen, 2)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		start := time.Now()
+		_, ok := r.Context().Deadline()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		out <- seen{ok, time.Since(start)}
+		fmt.Fprintf(w, "done %d", n)
+	}), &bedOptions{
+		cache: &cache.Options{LoadTimeout: 3 * time.Second},
+		wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx, cancel := context.WithTimeout(r.Context(), 200*time.Millisecond)
+				defer cancel()
+				h.ServeHTTP(w, r.WithContext(ctx))
+			})
+		},
+	})
+	_ = b.get(t, "/slow")
+	got := <-out
+	if !got.deadline {
+		t.Errorf("the handler rendering for the cache sees no deadline on its context")
+	}
+	if got.took > time.Second {
+		t.Errorf("the render ran %v although the application's deadline for the request was 200ms", got.took)
+	}
+	// Cut by its deadline, the render was no answer for anyone else.
+	if r := b.get(t, "/slow"); r.cache() == "HIT" {
+		t.Errorf("the render cut by the request's deadline was stored: %v", r)
 	}
 }

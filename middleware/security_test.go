@@ -1,8 +1,11 @@
 package middleware_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -965,4 +968,29 @@ func TestSecurity_variantsFilled(t *testing.T) {
 	b.get(t, "/vary", "Accept-Language", "en", procHeader, "0").check(t, 200, "HIT", fmt.Sprintf("GET %d", n))
 	n++
 	b.get(t, "/vary", "Accept-Language", "junk-0", procHeader, "0").check(t, 200, "MISS", fmt.Sprintf("GET %d", n))
+}
+
+// rawRequest writes req (a whole HTTP/1.1 request, CRLF line ends) to the
+// bed's server on a connection of its own and reads the response.
+func (b *testBed) rawRequest(tb testing.TB, req string) reply {
+	tb.Helper()
+	conn, err := net.DialTimeout("tcp", b.srv.Listener.Addr().String(), 10*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, req); err != nil {
+		tb.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return reply{status: res.StatusCode, header: res.Header, body: string(body)}
 }
