@@ -53,3 +53,7 @@ func BeginLoad(c *Cache, key string) (end func()) {
 // in progress, 0 if none is; tests use it to know that a caller has joined
 // a flight before letting it end.
 func Joined(c *Cache, key string) int { return c.flights.Joined(c.keys(key).value) }
+
+// Slot is the Cluster hash slot of the keys whose hash tag is tag (the
+// server confirms it where tests rely on it).
+func Slot(tag string) uint16 { return slot(tag) }

@@ -220,9 +220,9 @@ func sameSlot(t *testing.T, s *redistest.Server, n int) []string {
 		}
 		return keys
 	}
-	want := keySlot("k0")
+	want := cache.Slot("k0")
 	for i := 1; len(keys) < n; i++ {
-		if k := fmt.Sprint("k", i); keySlot(k) == want {
+		if k := fmt.Sprint("k", i); cache.Slot(k) == want {
 			keys = append(keys, k)
 		}
 	}
@@ -236,23 +236,6 @@ func sameSlot(t *testing.T, s *redistest.Server, n int) []string {
 		}
 	}
 	return keys
-}
-
-// keySlot is the Cluster's hash slot of the key {tag}: CRC16 (XMODEM) of
-// tag, modulo 16384.
-func keySlot(tag string) uint16 {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
 }
 
 // TestNear_clusterStateReads: on a Cluster, the near cache does not read
