@@ -61,6 +61,11 @@ func (g *loadRuns) begin(key string, idle bool) *loadRun {
 	if idle && g.m[key] != nil {
 		return nil
 	}
+	return g.startLocked(key)
+}
+
+// startLocked registers a new run of key, under mu.
+func (g *loadRuns) startLocked(key string) *loadRun {
 	if g.m == nil {
 		g.m = make(map[string]*loadRun)
 	}
@@ -78,12 +83,7 @@ func (g *loadRuns) join(key string) (r *loadRun, lead bool) {
 		r.joined++
 		return r, false
 	}
-	if g.m == nil {
-		g.m = make(map[string]*loadRun)
-	}
-	r = &loadRun{done: make(chan struct{})}
-	g.m[key] = r
-	return r, true
+	return g.startLocked(key), true
 }
 
 // end records r's result for those that joined it.

@@ -574,8 +574,8 @@ func (tr *tracker) run(ctx context.Context) {
 		} else if ctx.Err() == nil {
 			tr.t.logger(slog.LevelWarn, "near cache: tracking connection lost; reading from the server until it is back", "addr", tr.addr, "err", err)
 			// A node that is gone may have a successor (a replica
-			// promoted): watch looks, at most once a second, rather than
-			// wait for its period while nothing is served.
+			// promoted): watch looks now (then kickEvery apart), rather
+			// than wait for its period while nothing is served.
 			tr.t.kickWatch()
 		}
 		select {
