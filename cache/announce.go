@@ -66,11 +66,13 @@ type waiter struct {
 	dead bool        // nothing could be subscribed: only the poll helps
 }
 
-// drain drops a notice received before now.
-func (w *waiter) drain() {
+// pending takes the notice received and not yet taken, if any.
+func (w *waiter) pending() (notice, bool) {
 	select {
-	case <-w.ch:
+	case n := <-w.ch:
+		return n, true
 	default:
+		return notice{}, false
 	}
 }
 
@@ -91,6 +93,7 @@ type announcer struct {
 	pubRefused atomic.Pointer[string]
 
 	rechecks atomic.Uint64 // waits that read the key again once subscribed (see Cache.await), for tests
+	covered  atomic.Uint64 // waits that began subscribed before their read (every notice reaches them), for tests
 
 	// beforeSubscribe, set only by tests before the Cache is used, runs
 	// when a waiter is about to subscribe, after its read of the key.

@@ -13,3 +13,8 @@ func AnnounceCounts(c *Cache) (delivered, subscribes, rechecks uint64) {
 // the stored value key (NS:{K}), is about to subscribe to its channel.
 // Call it before c is used.
 func BeforeSubscribe(c *Cache, fn func(valueKey string)) { c.ann.beforeSubscribe = fn }
+
+// CoveredWaits returns how many waits of c began with a subscription the
+// server confirmed before the read that found the rebuild to wait for: a
+// notice of that rebuild's outcome reaches them (see Cache.await).
+func CoveredWaits(c *Cache) uint64 { return c.ann.covered.Load() }

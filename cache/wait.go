@@ -73,11 +73,22 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 	if claimed && !c.down() {
 		c.ann.prepare(ctx, k.value, w, c.s.poll)
 	}
+	var waited verdict // the rebuild this caller last waited for
 	for {
 		if c.down() {
 			return c.loadAlone(ctx, k, load)
 		}
-		w.drain() // a notice from before this read: the read is newer
+		// A notice that came since the last read is dropped: the read
+		// about to be made is newer. But not the outcome of the rebuild
+		// this caller waited for, which is its answer: that read would
+		// find the rebuild's claim gone (an error is announced, never
+		// stored) and load, as if it had not waited. It arrives here
+		// when the subscription's confirmation ended the wait first.
+		if n, ok := w.pending(); ok && waited.claim != "" {
+			if h := c.heard(k, n, waited, waitStart); h.next == answered {
+				return h.res, h.err
+			}
+		}
 		sent := time.Now()
 		v := c.step(ctx, k, it, load, bad)
 		switch v.next {
@@ -107,6 +118,7 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 		if h := c.heard(k, n, v, waitStart); h.next == answered {
 			return h.res, h.err
 		}
+		waited = v
 	}
 }
 
@@ -128,6 +140,9 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 // the poll remains for lost messages (a broken connection, a failover).
 func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, sent time.Time) (notice, error) {
 	ready := c.ann.subscribe(ctx, k.value, w, sent)
+	if ready == nil && !w.dead {
+		c.ann.covered.Add(1)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -19,6 +19,13 @@ BIN=${STAMPEDE_BIN:-$HOME/.cache/stampede/bin}
 WORK=${STAMPEDE_BUILD:-$HOME/.cache/stampede/build}
 mkdir -p "$BIN" "$WORK"
 
+# One run at a time: runs started together (test scripts side by side in
+# several checkouts) would otherwise build in the same source tree at once
+# and break each other's builds. A later run waits, then finds the
+# binaries built and skips.
+exec 9>"$WORK/.lock"
+flock 9
+
 step() { # step NAME CMD...: runs CMD, prints NAME and how long it took
   local name=$1 t0 rc=0; shift
   t0=$(date +%s.%N)
