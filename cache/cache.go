@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/flight"
-	"github.com/hotkv/stampede/internal/peek"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -120,11 +120,6 @@ func (c *Cache) Close() error {
 	}
 	return nil
 }
-
-// MaxValueSize returns the largest encoded value c stores
-// (Options.MaxValueSize, or its default), for layers that must keep what
-// they store within it. It is safe for concurrent use.
-func (c *Cache) MaxValueSize() int { return c.s.maxSize }
 
 // keys of one entry; all share a hash slot.
 type keys struct {
@@ -348,58 +343,87 @@ func (c *Cache) check(key string) error {
 // not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
 // counts as a server error (unless ctx ended it).
 func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
-	var zero V
-	if err := c.check(key); err != nil {
-		return zero, err
-	}
-	if c.near != nil {
-		if v, err, ok := nearGet[V](ctx, c, key); ok {
-			return v, err
-		}
-	}
-	r := c.read(ctx, c.keys(key))
-	raw, err := r.raw, r.err
-	if redisx.IsNil(err) {
-		c.countGet(ctx, key, EventMiss, false)
-		return zero, ErrMiss
-	}
-	if err != nil {
-		if !redisx.CallerDone(ctx) {
-			c.serverError(key, err)
-		}
-		return zero, fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", err, ""))
-	}
-	rd := c.decide(raw, c.s.now())
-	v, err := got[V](c, key, rd)
-	c.countGet(ctx, key, gotEvent(rd, err), false)
-	if err == nil && rd.use == useValue {
-		peekFound(ctx, raw)
-	}
-	return v, err
+	var dst engine.Into[V]
+	_, err := c.get(ctx, key, &dst, false)
+	return dst.V, err
 }
 
-// got is what Get answers for the reading rd of key: the value (with
-// ErrStale when stale), ErrNotFound for a not-found, fresh or expired
-// (Get does not load: it is the last word stored), and otherwise an error
-// wrapping ErrMiss.
-func got[V any](c *Cache, key string, rd reading) (V, error) {
-	var zero V
+// getResult is what one Get found: its answer, the event it counts and
+// the entry that holds the value it answers with.
+type getResult struct {
+	err  error
+	kind EventKind // 0: the call failed, nothing to count
+	near bool      // answered from the near cache
+	raw  []byte    // the entry as stored, when the answer is a value
+}
+
+// get is Get, decoding the value it answers with into dst (which
+// otherwise holds its zero value). It counts what it found at once or,
+// with peek (package middleware's look, see Engine), leaves that to the
+// Found it returns, which holds the entry found too.
+func (c *Cache) get(ctx context.Context, key string, dst engine.Dst, peek bool) (engine.Found, error) {
+	if err := c.check(key); err != nil {
+		return engine.Found{}, err
+	}
+	var g getResult
+	ok := false
+	if c.near != nil {
+		g, ok = c.nearGet(key, dst)
+	}
+	if !ok {
+		g = c.serverGet(ctx, key, dst)
+	}
+	switch {
+	case g.kind == 0:
+		return engine.Found{}, g.err // the call failed
+	case peek:
+		return engine.NewFound(g.raw, c.counter(g.kind, key, g.near)), g.err
+	}
+	c.count(g.kind, key, g.near)
+	return engine.Found{}, g.err
+}
+
+// serverGet answers Get from the server.
+func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getResult {
+	r := c.read(ctx, c.keys(key))
+	if redisx.IsNil(r.err) {
+		return getResult{kind: EventMiss, err: ErrMiss}
+	}
+	if r.err != nil {
+		if !redisx.CallerDone(ctx) {
+			c.serverError(key, r.err)
+		}
+		return getResult{err: fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", r.err, ""))}
+	}
+	rd := c.decide(r.raw, c.s.now())
+	err := gotInto(c, key, rd, dst)
+	g := getResult{err: err, kind: gotEvent(rd, err)}
+	if err == nil && rd.use == useValue {
+		g.raw = r.raw
+	}
+	return g
+}
+
+// gotInto is what Get answers for the reading rd of key, decoding a
+// value into dst: nil for a fresh value, ErrStale for a stale one,
+// ErrNotFound for a not-found, fresh or expired (Get does not load: it is
+// the last word stored), and otherwise an error wrapping ErrMiss.
+func gotInto(c *Cache, key string, rd reading, dst engine.Dst) error {
 	switch {
 	case rd.use == useWait:
-		return zero, ErrMiss
+		return ErrMiss
 	case rd.corrupt():
-		return zero, fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
+		return fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
 	case rd.e.NotFound:
-		return zero, ErrNotFound
+		return ErrNotFound
 	}
-	v, err := decode[V](c, key, rd.e.Payload)
-	switch {
+	switch err := decodeInto(c, key, rd.e.Payload, dst); {
 	case err != nil:
-		return zero, fmt.Errorf("%w, %w", ErrMiss, err) // e.g. stored as another type
+		return fmt.Errorf("%w, %w", ErrMiss, err) // e.g. stored as another type
 	case rd.stale:
-		return v, ErrStale
+		return ErrStale
 	}
-	return v, nil
+	return nil
 }
 
 // gotEvent is what Get counts for its answer err to the reading rd.
@@ -415,33 +439,38 @@ func gotEvent(rd reading, err error) EventKind {
 
 // nearGet answers Get from the near cache, if it can; ok is false when
 // the server must be asked.
-func nearGet[V any](ctx context.Context, c *Cache, key string) (v V, err error, ok bool) {
+func (c *Cache) nearGet(key string, dst engine.Dst) (g getResult, ok bool) {
 	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
-		return v, nil, false
+		return g, false
 	}
 	rd := c.decideEntry(ne.e, c.clock(now))
+	g.near = true
 	if rd.use == useValue {
-		if v, err = nearValue[V](c, key, ne); err != nil {
-			return v, nil, false // the server path says why
+		if err := nearInto(c, key, ne, dst); err != nil {
+			return g, false // the server path says why
 		}
+		g.raw = ne.raw
 		if rd.stale {
-			err = ErrStale
+			g.err = ErrStale
 		}
 	} else {
-		err = ErrNotFound // the near tier keeps values and not-founds only
+		g.err = ErrNotFound // the near tier keeps values and not-founds only
 	}
-	c.countGet(ctx, key, gotEvent(rd, err), true)
-	if rd.use == useValue {
-		peekFound(ctx, ne.raw)
-	}
-	return v, err, true
+	g.kind = gotEvent(rd, g.err)
+	return g, true
 }
 
 // Set stores v under key, replacing what is there, and wakes processes
 // waiting for key. A rebuild in progress for key will not overwrite it.
 func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) error {
+	return c.set(ctx, key, v, nil, opts)
+}
+
+// set is Set of v, the value of a V. With old set it writes only if key
+// still holds old (see setIfUnchanged).
+func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []Option) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
@@ -458,7 +487,7 @@ func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) 
 	}
 	k := c.keys(key)
 	val, ttl := c.entry(it, payload, false, 0)
-	if old, ok := peek.Expected(ctx); ok {
+	if old != nil {
 		return c.setIfUnchanged(ctx, k, string(old), val, ttl)
 	}
 	pipe := c.rc.Pipeline()
@@ -488,11 +517,24 @@ func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) erro
 func decode[V any](c *Cache, key string, payload []byte) (V, error) {
 	var v V
 	if err := c.s.codec.Unmarshal(payload, &v); err != nil {
-		c.n.decodeFailures.Add(1)
-		err = fmt.Errorf("cache: decode %q as %T: %w", key, v, err)
-		c.emit(EventDecodeFailure, key, 0, err)
 		var zero V
-		return zero, err
+		return zero, c.decodeFailed(key, fmt.Errorf("cache: decode %q as %T: %w", key, v, err))
 	}
 	return v, nil
+}
+
+// decodeInto is decode into dst, for Get (see engine.Dst).
+func decodeInto(c *Cache, key string, payload []byte, dst engine.Dst) error {
+	if err := dst.Decode(c.s.codec, payload); err != nil {
+		return c.decodeFailed(key, fmt.Errorf("cache: decode %q as %T: %w", key, dst.Value(), err))
+	}
+	return nil
+}
+
+// decodeFailed counts err, the failed decoding of key's value, and
+// returns it.
+func (c *Cache) decodeFailed(key string, err error) error {
+	c.n.decodeFailures.Add(1)
+	c.emit(EventDecodeFailure, key, 0, err)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -223,6 +224,19 @@ func nearValue[V any](c *Cache, key string, ne *nearEntry) (V, error) {
 		ne.val.Store(&boxed{v: v})
 	}
 	return v, err
+}
+
+// nearInto is nearValue for Get: ne's value into dst, the one decoded by
+// an earlier hit of the same type, or a new one, kept for the next.
+func nearInto(c *Cache, key string, ne *nearEntry, dst engine.Dst) error {
+	if b := ne.val.Load(); b != nil && dst.Reuse(b.v) {
+		return nil
+	}
+	if err := decodeInto(c, key, ne.e.Payload, dst); err != nil {
+		return err
+	}
+	ne.val.Store(&boxed{v: dst.Value()})
+	return nil
 }
 
 // nearHit answers GetOrLoad from the near cache, if it can: a fresh or

@@ -1,11 +1,9 @@
 package cache
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 
-	"github.com/hotkv/stampede/internal/peek"
 	"github.com/hotkv/stampede/internal/striped"
 )
 
@@ -139,18 +137,6 @@ func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
 	}
 }
 
-// countGet counts what Get found (EventHit, EventStale or EventMiss) in
-// Stats and as an Event. When ctx carries a peek.Probe (package
-// middleware's first look, which asks GetOrLoad next unless it answers with
-// what Get found) the counting is left to the probe.
-func (c *Cache) countGet(ctx context.Context, key string, kind EventKind, near bool) {
-	if p := peek.From(ctx); p != nil {
-		p.Defer(func() { c.count(kind, key, near) })
-		return
-	}
-	c.count(kind, key, near)
-}
-
 // count counts a hit, stale hit or miss; near says it came from the near
 // cache.
 func (c *Cache) count(kind EventKind, key string, near bool) {
@@ -169,4 +155,10 @@ func (c *Cache) count(kind EventKind, key string, near bool) {
 	if c.s.observer != nil {
 		c.s.observer(Event{Kind: kind, Key: key, Near: near})
 	}
+}
+
+// counter returns a func that counts kind for key as count does, for a
+// look of package middleware's to count later (see Engine).
+func (c *Cache) counter(kind EventKind, key string, near bool) func() {
+	return func() { c.count(kind, key, near) }
 }

@@ -70,11 +70,12 @@ func (h *handoff) close() *job {
 	}
 }
 
-// loader is the loader of r's GetOrLoad call for the key of base and
-// the Vary names vary (see variantKey); route is r's Event.Route. With rv
-// set the render refreshes rv.prior, and revalidates it if it has
-// validators (see revalidate.go).
-func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base string, vary []string, route string, rv *revalidation) func(context.Context) (response, error) {
+// loader is the loader of x's GetOrLoad call for the key of its base and
+// the Vary names vary (see variantKey). With rv set the render refreshes
+// rv.prior, and revalidates it if it has validators (see revalidate.go).
+// It never writes to x.w: it may run after x's request was answered.
+func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalidation) func(context.Context) (response, error) {
+	r, base := x.r, x.base
 	var prior *response
 	if rv != nil && rv.prior.validators() {
 		prior = rv.prior
@@ -108,11 +109,11 @@ func (h *handoff) loader(m *Middleware, next http.Handler, r *http.Request, base
 			defer cancel()
 		}
 		start := time.Now()
-		res := m.render(nil, r.Clone(ctx), next, prior)
+		res := m.render(nil, r.Clone(ctx), x.next, prior)
 		if m.observing() {
 			o := rendered(res)
 			o.kind = EventBackground
-			m.observe(route, time.Since(start), o)
+			m.observe(x.route, time.Since(start), o)
 		}
 		return m.toStore(ctx, r, base, vary, rv, res)
 	}
@@ -190,22 +191,23 @@ type lookup struct {
 	cancel context.CancelFunc // ends the call's context; call it once the request is answered
 }
 
-// look starts GetOrLoad for key in the background, with a loader that
-// hands the render to r's goroutine, and waits for the first of: that
-// job, GetOrLoad's result, or r's client going away.
+// look starts GetOrLoad for key (the key of x's base for the Vary names
+// vary) in the background, with a loader that hands the render to x's
+// goroutine, and waits for the first of: that job, GetOrLoad's result, or
+// x's client going away.
 //
 // With rv set, the render revalidates rv.prior (see revalidation).
-func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, vary []string, route string, rv *revalidation) lookup {
+func (m *Middleware) look(x *exchange, key string, vary []string, rv *revalidation) lookup {
 	h := newHandoff()
 	results := make(chan result, 1)
-	ctx := r.Context()
+	ctx := x.r.Context()
 	// WaitTimeout bounds the wait for a render in this process too
 	// (the cache's own limit is for other processes). The loader may
 	// render in the background after this request has ended: give it
 	// routing state of its own (see detachRoute).
 	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
 	go func() {
-		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, next, r, base, vary, route, rv),
+		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, x, vary, rv),
 			cache.WithWaitTimeout(m.wait), cache.OnStored(func() { h.tellStored(true) }))
 		// A write of this call's load comes before the call returns. One
 		// still to come (the call gave up waiting after WaitTimeout) is
@@ -234,11 +236,12 @@ func (m *Middleware) look(r *http.Request, next http.Handler, key, base string, 
 	return l
 }
 
-// take decides what r does with the render job l holds: render it, or
+// take decides what x does with the render job l holds: render it, or
 // decline it (the loader then renders in the background) and answer with
 // the stale response found (stale, cached) or, done false, with l's
 // result.
-func (m *Middleware) take(w http.ResponseWriter, r *http.Request, next http.Handler, base string, l lookup, stale bool, cached *response) (o outcome, done bool) {
+func (m *Middleware) take(x *exchange, l lookup, stale bool, cached *response) (o outcome, done bool) {
+	w, r, next := x.w, x.r, x.next
 	j := l.job
 	switch {
 	case r.Context().Err() != nil:

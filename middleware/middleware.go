@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/engine"
 )
 
 // Middleware caches HTTP responses in a cache.Cache. It is safe for
 // concurrent use. Use New to create a Middleware.
 type Middleware struct {
 	c            *cache.Cache
+	e            engine.View // c's operations for the middleware: looks counted on answering, writes only if unchanged
 	o            Options
 	now          func() time.Time
 	statusHeader string   // canonical, or "-"
@@ -38,7 +39,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	m := &Middleware{c: c, o: o, now: o.Now, statusHeader: o.StatusHeader, limit: o.StoreLimit, wait: o.WaitTimeout}
+	m := &Middleware{c: c, e: c.Engine(), o: o, now: o.Now, statusHeader: o.StatusHeader, limit: o.StoreLimit, wait: o.WaitTimeout}
 	if m.now == nil {
 		m.now = time.Now
 	}
@@ -48,7 +49,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if m.statusHeader != "-" {
 		m.statusHeader = http.CanonicalHeaderKey(m.statusHeader)
 	}
-	m.maxValue = c.MaxValueSize()
+	m.maxValue = m.e.MaxValueSize()
 	limit, err := o.storeLimit(m.maxValue)
 	if err != nil {
 		return nil, err
@@ -128,8 +129,29 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 	return m.serve(w, r, next, base, route)
 }
 
+// exchange is one request on its way through serve: what each step of
+// answering it through the cache needs.
+type exchange struct {
+	w     http.ResponseWriter
+	r     *http.Request
+	next  http.Handler
+	base  string // r's base key (see baseKey)
+	route string // r's Event.Route
+}
+
+// step is what a step of serve leaves to do.
+type step uint8
+
+const (
+	stepOn    step = iota // go on to the next step
+	stepDone              // r is answered
+	stepAgain             // look again: the index, or the key, changed
+	stepStop              // no stored variant matches r: pass it through
+)
+
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
+	x := &exchange{w: w, r: r, next: next, base: base, route: route}
 	// A look for the Vary this process knows, one more when the base's
 	// marker names another Vary or generation, one under the variant's
 	// key after a render that made the marker, and one for going back to
@@ -137,104 +159,127 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	looked := false // a look was made in the current generation: GetOrLoad counted r then
 	for attempt := 0; attempt < 4; attempt++ {
 		vary, gen := m.vary.get(base)
-		key := variantKey(generationBase(base, gen), vary, r)
-		if len(vary) == 0 {
-			key = base
+		key := base
+		if len(vary) > 0 {
+			key = variantKey(generationBase(base, gen), vary, r)
 		}
-
-		// Fresh hits first, without the machinery a render needs. The
-		// cache counts this look only if it answers r on the first look
-		// in the current generation: otherwise GetOrLoad counts what it
-		// finds (see peek), and a later look belongs to a request
-		// GetOrLoad has counted already.
-		probe := new(peek.Probe)
-		cached, err, current := m.find(r.Context(), probe, base, key, vary, gen)
+		p, current := m.find(r.Context(), base, key, vary, gen)
 		if !current {
 			continue // the index now holds what base's marker says
 		}
-		counted := looked
+		// The cache counts this look only if it answers r on the first
+		// look in the current generation: otherwise GetOrLoad counts
+		// what it finds, and a later look belongs to a request GetOrLoad
+		// has counted already.
+		p.counted = looked
 		looked = true
-		if cached.RevalidateFrom != 0 && (errors.Is(err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
-			cached.matches(r) && cached.mustRevalidate(m.now()) {
-			// Kept past its stale window, or a no-cache response
-			// (RevalidateNoCache, never fresh): never served without a
-			// revalidation, which one request in the cluster makes. (Any
-			// other value the cache holds as fresh is within its
-			// lifetime: the time kept is in the cache's stale window.)
-			o, again := m.revalidate(w, r, next, base, key, vary, route, &cached)
-			if !again {
-				return o
-			}
-			continue
+		o, s := m.fromStored(x, key, vary, &p)
+		if s == stepOn {
+			o, s = m.throughCache(x, key, vary, &p)
 		}
-		if err == nil && cached.matches(r) {
-			if !counted {
-				probe.Count()
-			}
-			m.write(w, r, &cached, statusHit)
-			return outcome{kind: EventHit}
+		if s == stepDone {
+			return o
 		}
-		// A stale response for r: GetOrLoad answers with it and starts a
-		// refresh, whose job may reach us before that answer does.
-		stale := errors.Is(err, cache.ErrStale) && cached.matches(r)
-		var rv *revalidation
-		if stale {
-			// The refresh revalidates it (if it has validators); the cache
-			// stores the result, or ends it (see toStore).
-			rv = &revalidation{prior: &cached}
+		if s == stepStop {
+			break
 		}
-
-		l := m.look(r, next, key, base, vary, route, rv)
-		defer l.cancel()
-		if l.job != nil {
-			if o, done := m.take(w, r, next, base, l, stale, &cached); done {
-				return o
-			}
-		}
-		if err := r.Context().Err(); err != nil {
-			return outcome{kind: EventCanceled, err: err} // the client is gone
-		}
-		if l.res.err != nil {
-			// The render failed, could not be stored, or took longer than
-			// WaitTimeout: render for this request alone.
-			m.setStatus(w.Header(), statusBypass)
-			next.ServeHTTP(w, r)
-			return unshared(l.res.err)
-		}
-		resp := &l.res.resp
-		if resp.marker() {
-			// The base's marker (a render for other header values made
-			// it): now that we know what the response varies on, look
-			// again under the variant's key.
-			m.vary.put(base, resp.Vary, resp.Version)
-			continue
-		}
-		if !resp.matches(r) {
-			break // a response whose Vary changed, for other header values
-		}
-		if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
-			// GetOrLoad found it kept past its stale window (and served
-			// it, as the cache serves what it holds as stale). A no-cache
-			// response (never fresh) is the render this request waited
-			// for: it is as new as a revalidation.
-			o, again := m.revalidate(w, r, next, base, key, resp.Vary, route, resp)
-			if !again {
-				return o
-			}
-			continue
-		}
-		// This request did not render: a hit, even when it waited for
-		// another request's render.
-		if !resp.fresh(m.now()) {
-			m.write(w, r, resp, statusStale)
-			return outcome{kind: EventStale}
-		}
-		m.write(w, r, resp, statusHit)
-		return outcome{kind: EventHit}
 	}
 	m.setStatus(w.Header(), statusBypass)
 	next.ServeHTTP(w, r)
 	return outcome{kind: EventBypass, reason: "no stored variant matches the request"}
+}
+
+// fromStored answers r from p, what a look under key found, if it can:
+// fresh hits first, without the machinery a render needs. A response
+// kept past its stale window is revalidated first.
+func (m *Middleware) fromStored(x *exchange, key string, vary []string, p *peeked) (outcome, step) {
+	cached, r := &p.resp, x.r
+	if cached.RevalidateFrom != 0 && (errors.Is(p.err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
+		cached.matches(r) && cached.mustRevalidate(m.now()) {
+		// Kept past its stale window, or a no-cache response
+		// (RevalidateNoCache, never fresh): never served without a
+		// revalidation, which one request in the cluster makes. (Any
+		// other value the cache holds as fresh is within its
+		// lifetime: the time kept is in the cache's stale window.)
+		if o, again := m.revalidate(x, key, vary, cached); !again {
+			return o, stepDone
+		}
+		return outcome{}, stepAgain
+	}
+	if p.err == nil && cached.matches(r) {
+		if !p.counted {
+			p.found.Count()
+		}
+		m.write(x.w, r, cached, statusHit)
+		return outcome{kind: EventHit}, stepDone
+	}
+	return outcome{}, stepOn
+}
+
+// throughCache answers r with GetOrLoad of key, which p, the look before,
+// did not answer: r renders the response for the cluster, or waits for
+// the render of the request that does, or (p stale) answers with p and
+// leaves the refresh to the cache.
+func (m *Middleware) throughCache(x *exchange, key string, vary []string, p *peeked) (outcome, step) {
+	w, r := x.w, x.r
+	// A stale response for r: GetOrLoad answers with it and starts a
+	// refresh, whose job may reach us before that answer does.
+	stale := errors.Is(p.err, cache.ErrStale) && p.resp.matches(r)
+	var rv *revalidation
+	if stale {
+		// The refresh revalidates it (if it has validators); the cache
+		// stores the result, or ends it (see toStore).
+		rv = &revalidation{prior: &p.resp}
+	}
+	l := m.look(x, key, vary, rv)
+	defer l.cancel()
+	if l.job != nil {
+		if o, done := m.take(x, l, stale, &p.resp); done {
+			return o, stepDone
+		}
+	}
+	if err := r.Context().Err(); err != nil {
+		return outcome{kind: EventCanceled, err: err}, stepDone // the client is gone
+	}
+	if l.res.err != nil {
+		// The render failed, could not be stored, or took longer than
+		// WaitTimeout: render for this request alone.
+		m.setStatus(w.Header(), statusBypass)
+		x.next.ServeHTTP(w, r)
+		return unshared(l.res.err), stepDone
+	}
+	return m.loaded(x, key, &l.res.resp)
+}
+
+// loaded answers r with resp, what GetOrLoad of key returned.
+func (m *Middleware) loaded(x *exchange, key string, resp *response) (outcome, step) {
+	switch {
+	case resp.marker():
+		// The base's marker (a render for other header values made
+		// it): now that we know what the response varies on, look
+		// again under the variant's key.
+		m.vary.put(x.base, resp.Vary, resp.Version)
+		return outcome{}, stepAgain
+	case !resp.matches(x.r):
+		return outcome{}, stepStop // a response whose Vary changed, for other header values
+	case resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()):
+		// GetOrLoad found it kept past its stale window (and served
+		// it, as the cache serves what it holds as stale). A no-cache
+		// response (never fresh) is the render this request waited
+		// for: it is as new as a revalidation.
+		if o, again := m.revalidate(x, key, resp.Vary, resp); !again {
+			return o, stepDone
+		}
+		return outcome{}, stepAgain
+	}
+	// This request did not render: a hit, even when it waited for
+	// another request's render.
+	if !resp.fresh(m.now()) {
+		m.write(x.w, x.r, resp, statusStale)
+		return outcome{kind: EventStale}, stepDone
+	}
+	m.write(x.w, x.r, resp, statusHit)
+	return outcome{kind: EventHit}, stepDone
 }
 
 // result is what a render or a cache lookup produced.
@@ -246,12 +291,21 @@ type result struct {
 	notStored bool          // rendered for the cache, which did not write it (renderFor)
 }
 
+// peeked is what a look under a key found (see find).
+type peeked struct {
+	resp    response
+	err     error        // the cache's answer: nil, cache.ErrStale with resp, or why there is no resp
+	found   engine.Found // counts the look in the cache's Stats, once r is answered from it
+	counted bool         // GetOrLoad counted r already: the look must not count again
+}
+
 // find reads key, r's key for base with the Vary names vary of the
 // generation gen (base itself when vary is empty), and, with vary, base's
 // marker alongside it (see generationBase): in parallel, so a variant's
 // hit waits for no more round trips than a plain one (with the near
-// cache on, both are answered in the process). The marker's read is not
-// counted in Stats; probe is key's (see peek).
+// cache on, both are answered in the process). Neither read counts in
+// the cache's Stats (see engine.View.Peek): key's does through
+// peeked.found, once it answers r; the marker's never does.
 //
 // current is false when what r looked under is not the base's current
 // generation: the marker names other Vary names or another generation,
@@ -259,14 +313,14 @@ type result struct {
 // key is base and holds a marker. The index then holds what the marker
 // says (nothing, without one), and r looks again. A failed read of the
 // marker leaves the index as it is.
-func (m *Middleware) find(ctx context.Context, probe *peek.Probe, base, key string, vary []string, gen uint64) (cached response, err error, current bool) {
+func (m *Middleware) find(ctx context.Context, base, key string, vary []string, gen uint64) (p peeked, current bool) {
 	if len(vary) == 0 {
-		cached, err = cache.Get[response](peek.With(ctx, probe), m.c, key)
-		if (err == nil || errors.Is(err, cache.ErrStale)) && cached.marker() {
-			m.vary.put(base, cached.Vary, cached.Version)
-			return cached, err, false
+		p.resp, p.found, p.err = engine.Peek[response](ctx, m.e, key)
+		if (p.err == nil || errors.Is(p.err, cache.ErrStale)) && p.resp.marker() {
+			m.vary.put(base, p.resp.Vary, p.resp.Version)
+			return p, false
 		}
-		return cached, err, true
+		return p, true
 	}
 	type read struct {
 		mk  response
@@ -274,10 +328,10 @@ func (m *Middleware) find(ctx context.Context, probe *peek.Probe, base, key stri
 	}
 	marker := make(chan read, 1)
 	go func() {
-		mk, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, base)
+		mk, _, err := engine.Peek[response](ctx, m.e, base)
 		marker <- read{mk, err}
 	}()
-	cached, err = cache.Get[response](peek.With(ctx, probe), m.c, key)
+	p.resp, p.found, p.err = engine.Peek[response](ctx, m.e, key)
 	mr := <-marker
 	switch {
 	case mr.err == nil, errors.Is(mr.err, cache.ErrStale), errors.Is(mr.err, cache.ErrMiss):
@@ -285,15 +339,15 @@ func (m *Middleware) find(ctx context.Context, probe *peek.Probe, base, key stri
 		// The server failed to answer for the marker: what the index
 		// says stands for this request (a write's Delete of the marker
 		// fails as well), as the variant's read has failed or not.
-		return cached, err, true
+		return p, true
 	}
 	if !mr.mk.marker() {
 		m.vary.put(base, nil, 0)
-		return cached, err, false
+		return p, false
 	}
 	if mr.mk.Version != gen || !slices.Equal(mr.mk.Vary, vary) {
 		m.vary.put(base, mr.mk.Vary, mr.mk.Version)
-		return cached, err, false
+		return p, false
 	}
-	return cached, err, true
+	return p, true
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/engine"
 )
 
 // Revalidation (RFC 9111 4.3): a stored response that has a validator of
@@ -140,26 +140,27 @@ func freshened(stored, h http.Header, responded time.Time) http.Header {
 	return out
 }
 
-// revalidate answers r, for which prior, stored under key (the variant
-// key of base for vary), is kept past its stale window: one request in
-// the cluster revalidates it (see the comment at the top of this file),
-// the others wait for that render and answer with what it stored.
+// revalidate answers x, for which prior, stored under key (the variant
+// key of x's base for vary), is kept past its stale window: one request
+// in the cluster revalidates it (see the comment at the top of this
+// file), the others wait for that render and answer with what it stored.
 //
-// again reports that r is not answered: the revalidation ended without
+// again reports that x is not answered: the revalidation ended without
 // leaving a response for r under key (a write deleted it, or another
 // render replaced it, meanwhile), and r goes back to the key, where it
 // shares the one render (or finds the response) that every other
 // request for it, in every process, finds too. Rendering alone there
 // would re-open the stampede a write is bound to: at most one render per
 // key after it.
-func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next http.Handler, base, key string, vary []string, route string, prior *response) (o outcome, again bool) {
+func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *response) (o outcome, again bool) {
+	w, r := x.w, x.r
 	// The revalidation of this version of the stored response: once it
 	// is stored again, its next revalidation has a key of its own.
 	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
-	l := m.look(r, next, rkey, base, vary, route, &revalidation{prior: prior, key: key})
+	l := m.look(x, rkey, vary, &revalidation{prior: prior, key: key})
 	defer l.cancel()
 	if l.job != nil {
-		if o, done := m.take(w, r, next, base, l, false, nil); done {
+		if o, done := m.take(x, l, false, nil); done {
 			return o, false
 		}
 	}
@@ -170,12 +171,13 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 		// The revalidation failed, or took longer than WaitTimeout:
 		// render for this request alone.
 		m.setStatus(w.Header(), statusBypass)
-		next.ServeHTTP(w, r)
+		x.next.ServeHTTP(w, r)
 		return unshared(err), false
 	}
 	// Another request revalidated it: read what it stored. (The cache
-	// counted this request once already, as a miss.)
-	cur, gerr := cache.Get[response](peek.With(r.Context(), new(peek.Probe)), m.c, key)
+	// counted this request once already, as a miss: this look is not
+	// counted.)
+	cur, _, gerr := engine.Peek[response](r.Context(), m.e, key)
 	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
 	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
 		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) {
@@ -198,24 +200,25 @@ func (m *Middleware) revalidate(w http.ResponseWriter, r *http.Request, next htt
 // again by another render stays as it is. The marker then has Version 0
 // (no render's, see overtaken), and is no error: the waiters go back to
 // the key and share its next render (see revalidate), rather than each
-// render alone. The write is conditional on the server (peek.Expect: SET
-// IFEQ the entry read here), so an invalidation that lands between the
+// render alone. The write is conditional on the server (SetIfUnchanged:
+// SET IFEQ the entry read here), so an invalidation that lands between the
 // read and the write wins too. A new response that varies on other
 // headers than prior goes under prior's key too (it is served only to
 // requests it matches): the base's marker names the Vary that lookups
 // use, until it ends (see toStore).
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
-	probe := new(peek.Probe)
-	cur, err := cache.Get[response](peek.With(ctx, probe), m.c, rv.key)
+	cur, found, err := engine.Peek[response](ctx, m.e, rv.key) // not counted: the check of a write
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
 		return m.overtaken(ctx), nil
 	}
-	wctx := ctx
-	if probe.Stored() != nil {
-		wctx = peek.Expect(ctx, probe.Stored())
+	ttl, stale := max(res.fresh, time.Millisecond), res.stale
+	if found.Raw != nil {
+		err = m.e.SetIfUnchanged(ctx, rv.key, res.resp, found.Raw, ttl, stale)
+	} else {
+		err = cache.Set(ctx, m.c, rv.key, res.resp, cache.WithTTL(ttl), cache.WithStaleTTL(stale))
 	}
-	if err := cache.Set(wctx, m.c, rv.key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)); err != nil {
-		if errors.Is(err, peek.ErrChanged) {
+	if err != nil {
+		if errors.Is(err, engine.ErrChanged) {
 			return m.overtaken(ctx), nil
 		}
 		return response{}, err
@@ -232,7 +235,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 // check and the delete are a round trip apart: a response stored in
 // between is deleted too, and rendered again.
 func (m *Middleware) endRevalidated(ctx context.Context, rv *revalidation) {
-	cur, err := cache.Get[response](peek.With(ctx, new(peek.Probe)), m.c, rv.key)
+	cur, _, err := engine.Peek[response](ctx, m.e, rv.key) // not counted: the check of a delete
 	if (err == nil || errors.Is(err, cache.ErrStale)) && cur.Version == rv.prior.Version {
 		_ = m.c.Delete(ctx, rv.key)
 	}

@@ -3,17 +3,18 @@ package cache_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/peek"
+	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/redistest"
 )
 
-// TestSet_expect: a Set on a context from peek.Expect (the middleware's
-// revalidation) writes only if the key still holds the entry a Get saw,
-// in one conditional write: a Set or Delete after that Get wins, however
-// the two calls interleave.
-func TestSet_expect(t *testing.T) {
+// TestEngine_SetIfUnchanged: Engine's SetIfUnchanged (the middleware's revalidation)
+// writes only if the key still holds the entry a Peek saw, in one
+// conditional write: a Set or Delete after that Peek wins, however the
+// two calls interleave.
+func TestEngine_SetIfUnchanged(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		for _, near := range []bool{false, true} {
 			if near && s.Kind == redistest.Miniredis {
@@ -36,14 +37,14 @@ func TestSet_expect(t *testing.T) {
 				other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
 				seen := func() []byte {
 					t.Helper()
-					p := new(peek.Probe)
-					if _, err := cache.Get[string](peek.With(ctx, p), c, "k"); err != nil {
+					_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
+					if err != nil {
 						t.Fatal(err)
 					}
-					if p.Stored() == nil {
-						t.Fatal("Get recorded no stored entry")
+					if f.Raw == nil {
+						t.Fatal("Peek returned no stored entry")
 					}
-					return p.Stored()
+					return f.Raw
 				}
 				get := func(want string) {
 					t.Helper()
@@ -66,8 +67,8 @@ func TestSet_expect(t *testing.T) {
 				if err := cache.Set(ctx, other, "k", "v2"); err != nil {
 					t.Fatal(err)
 				}
-				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v3"); !errors.Is(err, peek.ErrChanged) {
-					t.Fatalf("Set after another Set: %v; want peek.ErrChanged", err)
+				if err := c.Engine().SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
+					t.Fatalf("Set after another Set: %v; want engine.ErrChanged", err)
 				}
 				get("v2")
 
@@ -78,7 +79,7 @@ func TestSet_expect(t *testing.T) {
 					})
 				}
 				old = seen()
-				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v3"); err != nil {
+				if err := c.Engine().SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); err != nil {
 					t.Fatalf("Set on an unchanged key: %v", err)
 				}
 				get("v3")
@@ -90,8 +91,8 @@ func TestSet_expect(t *testing.T) {
 				if err := other.Delete(ctx, "k"); err != nil {
 					t.Fatal(err)
 				}
-				if err := cache.Set(peek.Expect(ctx, old), c, "k", "v4"); !errors.Is(err, peek.ErrChanged) {
-					t.Fatalf("Set after a Delete: %v; want peek.ErrChanged", err)
+				if err := c.Engine().SetIfUnchanged(ctx, "k", "v4", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
+					t.Fatalf("Set after a Delete: %v; want engine.ErrChanged", err)
 				}
 				get("")
 			})

@@ -1,0 +1,59 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hotkv/stampede/internal/engine"
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// Engine is for package middleware of this module and has no use outside
+// it: it returns the typed operations the middleware needs of c beyond
+// this package's API (a Get that leaves its counting in Stats to the
+// middleware and returns the entry as stored, a Set that writes only if
+// the key still holds such an entry, and Options.MaxValueSize as c
+// applies it). Its result's type is internal to the module. It is safe
+// for concurrent use.
+func (c *Cache) Engine() engine.View { return view{c} }
+
+// view is the engine.View of a Cache.
+type view struct{ c *Cache }
+
+// Peek implements engine.View: Get, counted when the Found says.
+func (v view) Peek(ctx context.Context, key string, dst engine.Dst) (engine.Found, error) {
+	return v.c.get(ctx, key, dst, true)
+}
+
+// SetIfUnchanged implements engine.View.
+func (v view) SetIfUnchanged(ctx context.Context, key string, val any, old []byte, ttl, stale time.Duration) error {
+	if old == nil {
+		return engine.ErrChanged // no entry was found: nothing to be unchanged
+	}
+	return v.c.set(ctx, key, val, old, []Option{WithTTL(ttl), WithStaleTTL(stale)})
+}
+
+// MaxValueSize implements engine.View.
+func (v view) MaxValueSize() int { return v.c.s.maxSize }
+
+// setIfUnchanged is Set for view.SetIfUnchanged: it writes val only if
+// the value key still holds old, the entry a Peek found, in one
+// conditional write (SET IFEQ, or a script where the server has no SET
+// IFEQ), so a Delete or Set that came after that Peek wins. It returns
+// engine.ErrChanged when the key holds something else, or nothing.
+func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl time.Duration) error {
+	wrote, err := c.conn.SetIfEqual(ctx, k.value, old, val, ttl)
+	if err != nil {
+		return fmt.Errorf("cache: set %q: %w", k.user, redisx.Denied("set", err, ""))
+	}
+	if !wrote {
+		return engine.ErrChanged
+	}
+	// Waiters are woken as after Set (whose pipeline carries this too).
+	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
+	c.flights.Forget(k.value) // as in Set
+	c.runs.forget(k.value)
+	c.nearDrop(k)
+	return nil
+}
