@@ -398,8 +398,8 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 	rd := c.decide(r.raw, c.s.now())
 	err := gotInto(c, key, rd, dst)
 	g := getResult{err: err, kind: gotEvent(rd, err)}
-	if err == nil && rd.use == useValue {
-		g.raw = r.raw
+	if rd.use == useValue && (err == nil || errors.Is(err, ErrStale)) {
+		g.raw = r.raw // stale too, as from the near cache
 	}
 	return g
 }

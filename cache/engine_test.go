@@ -99,3 +99,60 @@ func TestEngine_SetIfUnchanged(t *testing.T) {
 		}
 	})
 }
+
+// TestEngine_Peek: a Peek answers as Get does but counts nothing until
+// its Found's Count, which counts what Get would have, once; a value's
+// Found holds its entry as stored, stale ones too, so that
+// SetIfUnchanged can write against it.
+func TestEngine_Peek(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis7)
+	ctx := testCtx(t)
+	clk := newClock()
+	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: time.Hour, Now: clk.Now})
+	e := c.Engine()
+	if err := cache.Set(ctx, c, "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		key     string
+		advance time.Duration
+		wantErr error
+		want    func(cache.Stats) uint64
+	}{
+		{"miss", "none", 0, cache.ErrMiss, func(s cache.Stats) uint64 { return s.Misses }},
+		{"fresh", "k", 0, nil, func(s cache.Stats) uint64 { return s.Hits }},
+		{"stale", "k", 2 * time.Minute, cache.ErrStale, func(s cache.Stats) uint64 { return s.StaleHits }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk.Advance(tt.advance)
+			before := c.Stats()
+			v, f, err := engine.Peek[string](ctx, e, tt.key)
+			if !errors.Is(err, tt.wantErr) || tt.wantErr == nil && err != nil {
+				t.Fatalf("Peek = %q, %v; want %v", v, err, tt.wantErr)
+			}
+			if got := c.Stats(); got != before {
+				t.Fatalf("Stats changed by the Peek alone: %+v, then %+v", before, got)
+			}
+			f.Count()
+			f.Count()
+			if n := tt.want(c.Stats()) - tt.want(before); n != 1 {
+				t.Fatalf("Count twice counted %d; want 1", n)
+			}
+			if errors.Is(tt.wantErr, cache.ErrMiss) {
+				if v != "" || f.Raw != nil {
+					t.Fatalf("a miss gave %q and an entry %q", v, f.Raw)
+				}
+				return
+			}
+			if v != "v1" || f.Raw == nil {
+				t.Fatalf("Peek = %q with entry %q; want v1 and its entry", v, f.Raw)
+			}
+			if err := e.SetIfUnchanged(ctx, "k", "v1", f.Raw, time.Minute, time.Hour); err != nil {
+				t.Fatalf("SetIfUnchanged with the entry Peek found: %v", err)
+			}
+			clk.Advance(-tt.advance)
+		})
+	}
+}

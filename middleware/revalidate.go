@@ -211,12 +211,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
 		return m.overtaken(ctx), nil
 	}
-	ttl, stale := max(res.fresh, time.Millisecond), res.stale
-	if found.Raw != nil {
-		err = m.e.SetIfUnchanged(ctx, rv.key, res.resp, found.Raw, ttl, stale)
-	} else {
-		err = cache.Set(ctx, m.c, rv.key, res.resp, cache.WithTTL(ttl), cache.WithStaleTTL(stale))
-	}
+	err = m.e.SetIfUnchanged(ctx, rv.key, res.resp, found.Raw, max(res.fresh, time.Millisecond), res.stale)
 	if err != nil {
 		if errors.Is(err, engine.ErrChanged) {
 			return m.overtaken(ctx), nil
