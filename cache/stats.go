@@ -12,8 +12,8 @@ import (
 // Hits, StaleHits and Misses count what the calls of Get and GetOrLoad
 // found, one per call (each caller that joins a load is a miss); a call
 // that fails before it reads a value counts in none of them. Package
-// middleware looks with Get before it asks GetOrLoad, yet counts once per
-// request: a HIT or STALE answered from the stored response is a hit or a
+// middleware looks (as Get does) before it asks GetOrLoad, yet counts once
+// per request: a HIT or STALE answered from the stored response is a hit or a
 // stale hit, a request that renders, or waits for another's render (its
 // X-Cache then says HIT), is a miss; a render a client forced with
 // no-cache (middleware.Options.AllowNoCache) counts in none of them.

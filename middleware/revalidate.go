@@ -27,9 +27,9 @@ import (
 // proxy-revalidate and s-maxage hold as before. The cache itself would
 // serve it as a stale value from GetOrLoad (its stale window includes the
 // time kept) and refresh it in the background; the middleware therefore
-// reads it with cache.Get and, finding it kept past its stale window,
-// does not ask GetOrLoad for the key but for a revalidation key of its
-// own (the key and the stored response's version, see revalidate): one
+// reads it as cache.Get does (engine.Peek) and, finding it kept past its
+// stale window, does not ask GetOrLoad for the key but for a revalidation
+// key of its own (the key and the stored response's version, see revalidate): one
 // request in the cluster claims it and renders, every other request for
 // it, in every process, waits for that render as for any miss, then reads
 // the freshened response. Within the stale window, the cache's background
