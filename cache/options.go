@@ -248,10 +248,32 @@ func or[T comparable](v, def T) T {
 	return v
 }
 
+// settings returns the settings of o (nil: every default), or ErrInvalid
+// for the first option out of range.
 func (o *Options) settings() (settings, error) {
 	if o == nil {
 		o = &Options{}
 	}
+	s := o.defaults()
+	if err := o.checkDurations(); err != nil {
+		return s, err
+	}
+	if err := s.check(o); err != nil {
+		return s, err
+	}
+	if o.Near != nil {
+		near, err := nearSettings(o.Near)
+		if err != nil {
+			return s, err
+		}
+		s.near = near
+	}
+	return s, nil
+}
+
+// defaults returns o's settings with every zero option at its default,
+// before any check.
+func (o *Options) defaults() settings {
 	s := settings{
 		ns:                or(o.Namespace, "stampede"),
 		ttl:               or(o.TTL, time.Minute),
@@ -284,6 +306,12 @@ func (o *Options) settings() (settings, error) {
 	if s.now == nil {
 		s.now, s.realClock = time.Now, true
 	}
+	return s
+}
+
+// checkDurations rejects a negative duration option, or one below a
+// millisecond (zero is the default).
+func (o *Options) checkDurations() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -291,44 +319,52 @@ func (o *Options) settings() (settings, error) {
 		{"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout}, {"PollInterval", o.PollInterval},
 		{"RefreshBackoff", o.RefreshBackoff}, {"FailOpenCooldown", o.FailOpenCooldown}} {
 		if d.v < 0 {
-			return s, invalid("%s %v is negative", d.name, d.v)
+			return invalid("%s %v is negative", d.name, d.v)
 		}
 		if d.v > 0 && d.v < time.Millisecond {
-			return s, invalid("%s %v is below 1ms", d.name, d.v)
+			return invalid("%s %v is below 1ms", d.name, d.v)
 		}
 	}
+	return nil
+}
+
+// check rejects settings s, made from o by defaults, that are out of
+// range or contradict each other.
+func (s *settings) check(o *Options) error {
 	switch {
 	case strings.ContainsAny(s.ns, "{}") || !printable(s.ns):
-		return s, invalid("Namespace %q must be printable and without braces", s.ns)
+		return invalid("Namespace %q must be printable and without braces", s.ns)
 	case math.IsNaN(s.jitter) || s.jitter < 0 || s.jitter >= 1:
-		return s, invalid("TTLJitter %v is outside [0, 1)", s.jitter)
+		return invalid("TTLJitter %v is outside [0, 1)", s.jitter)
 	case math.IsNaN(s.beta) || math.IsInf(s.beta, 0) || s.beta < 0:
-		return s, invalid("EarlyRefresh %v must be a non-negative number", s.beta)
+		return invalid("EarlyRefresh %v must be a non-negative number", s.beta)
 	case o.MaxValueSize < 0:
-		return s, invalid("MaxValueSize %d is negative", o.MaxValueSize)
+		return invalid("MaxValueSize %d is negative", o.MaxValueSize)
 	case o.DigestThreshold < 0:
-		return s, invalid("DigestThreshold %d is negative", o.DigestThreshold)
+		return invalid("DigestThreshold %d is negative", o.DigestThreshold)
 	case s.poll > s.waitTimeout:
-		return s, invalid("PollInterval %v exceeds WaitTimeout %v", s.poll, s.waitTimeout)
+		return invalid("PollInterval %v exceeds WaitTimeout %v", s.poll, s.waitTimeout)
 	case s.lockTTL < 10*time.Millisecond:
-		return s, invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
+		return invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
 	}
-	if n := o.Near; n != nil {
-		switch {
-		case n.MaxEntries < 0:
-			return s, invalid("Near.MaxEntries %d is negative", n.MaxEntries)
-		case n.MaxBytes < 0:
-			return s, invalid("Near.MaxBytes %d is negative", n.MaxBytes)
-		case n.MaxEntries == 0 && n.MaxBytes == 0:
-			return s, invalid("Near needs MaxEntries or MaxBytes")
-		case n.Lease < 0 || n.Lease > 0 && n.Lease < 10*time.Millisecond:
-			return s, invalid("Near.Lease %v is below 10ms", n.Lease)
-		}
-		cp := *n
-		cp.Lease = min(or(cp.Lease, time.Second), maxExpiry)
-		s.near = &cp
+	return nil
+}
+
+// nearSettings checks n and returns a copy of it with its defaults.
+func nearSettings(n *Near) (*Near, error) {
+	switch {
+	case n.MaxEntries < 0:
+		return nil, invalid("Near.MaxEntries %d is negative", n.MaxEntries)
+	case n.MaxBytes < 0:
+		return nil, invalid("Near.MaxBytes %d is negative", n.MaxBytes)
+	case n.MaxEntries == 0 && n.MaxBytes == 0:
+		return nil, invalid("Near needs MaxEntries or MaxBytes")
+	case n.Lease < 0 || n.Lease > 0 && n.Lease < 10*time.Millisecond:
+		return nil, invalid("Near.Lease %v is below 10ms", n.Lease)
 	}
-	return s, nil
+	cp := *n
+	cp.Lease = min(or(cp.Lease, time.Second), maxExpiry)
+	return &cp, nil
 }
 
 func printable(s string) bool {
