@@ -319,69 +319,69 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 	for i, u := range users {
 		ks[i] = c.keys(u)
 	}
-	var todos []todo
-	down := c.down()
-	if down {
+	todos, down, err := m.read(ctx, ks)
+	if err != nil {
+		return nil, err
+	}
+	return m.begin(ctx, todos, down), nil
+}
+
+// read reads ks in one round trip, answers what it can (fromRead) and
+// returns the keys left; down is true when they are to be loaded without
+// the server (fail open). Its error is the caller's own.
+func (m *many[V]) read(ctx context.Context, ks []keys) (todos []todo, down bool, err error) {
+	c := m.c
+	if c.down() {
 		for _, k := range ks {
 			todos = append(todos, todo{k: k})
 		}
-	} else {
-		// Register before reading, so that an announcement sent between
-		// the read and the wait is not missed (see fill).
-		ws := make([]*waiter, len(ks))
+		return todos, true, nil
+	}
+	// Register before reading, so that an announcement sent between the
+	// read and the wait is not missed (see fill).
+	ws := make([]*waiter, len(ks))
+	for i, k := range ks {
+		ws[i] = c.ann.register(k.value)
+	}
+	sent := time.Now()
+	rs, err := c.readMany(ctx, ks)
+	if err != nil {
 		for i, k := range ks {
-			ws[i] = c.ann.register(k.value)
+			c.ann.unregister(k.value, ws[i])
 		}
-		sent := time.Now()
-		rs, err := c.readMany(ctx, ks)
-		if err != nil {
-			for i, k := range ks {
-				c.ann.unregister(k.value, ws[i])
-			}
-			if errors.Is(err, errCallerDone) {
-				return nil, callerErr(ctx)
-			}
-			c.serverError(ks[0].user, err)
-			// A failed server: load without it (fail open). A refusal
-			// (an error reply, an ACL): each key goes the way of
-			// GetOrLoad's, which answers with it.
-			down = !redisx.IsReply(err)
-			for _, k := range ks {
-				todos = append(todos, todo{k: k, found: !down})
-			}
-			rs = nil
+		if errors.Is(err, errCallerDone) {
+			return nil, false, callerErr(ctx)
 		}
-		for i, r := range rs {
-			if t, ok := m.fromRead(ks[i], r, ws[i], sent); ok {
-				todos = append(todos, t)
-			}
+		c.serverError(ks[0].user, err)
+		// A failed server: load without it (fail open). A refusal (an
+		// error reply, an ACL): each key goes the way of GetOrLoad's,
+		// which answers with it.
+		down = !redisx.IsReply(err)
+		for _, k := range ks {
+			todos = append(todos, todo{k: k, found: !down})
+		}
+		return todos, down, nil
+	}
+	for i, r := range rs {
+		if t, ok := m.fromRead(ks[i], r, ws[i], sent); ok {
+			todos = append(todos, t)
 		}
 	}
+	return todos, false, nil
+}
 
-	// Each key left joins its flight in this process, or starts it: a
-	// GetOrLoad of the key started later joins this call's load.
+// begin counts each key left as a miss and joins its flight in this
+// process, or starts it: a GetOrLoad of the key started later joins this
+// call's load. The missing keys whose flight this call started form one
+// batch, started here (down: loaded without the server).
+func (m *many[V]) begin(ctx context.Context, todos []todo, down bool) []pendingKey {
+	c := m.c
 	b := newBatch(c, m.it, encodedMany(c, m.load), down)
 	pending := make([]pendingKey, 0, len(todos))
 	for _, t := range todos {
 		c.n.misses.Add(1)
 		c.emit(EventMiss, t.k.user, 0, nil)
-		single := encodedOne(c, t.k.user, m.load)
-		var fn func(context.Context) (outcome, error)
-		switch {
-		case t.claim != "":
-			t := t
-			fn = func(ctx context.Context) (outcome, error) {
-				return c.awaitClaim(ctx, t.k, m.it, single, t.w, t.claim, t.sent)
-			}
-		case t.found:
-			// Stored but not usable (undecodable, of another type, an
-			// expired not-found): replaced under the rebuild lock.
-			t := t
-			fn = func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, false) }
-		default:
-			fn = b.member(t.k, single, t.w, t.sent)
-		}
-		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), fn)
+		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), m.flight(t, b))
 		if shared {
 			c.n.coalesced.Add(1)
 			b.drop(t.k) // not this call's to load
@@ -392,7 +392,26 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 		pending = append(pending, pendingKey{k: t.k, obs: t.obs, wait: wait, shared: shared})
 	}
 	b.start(ctx)
-	return pending, nil
+	return pending
+}
+
+// flight returns the function of t's flight, should this call start it:
+// wait for another process's claim, replace what is stored, or (a missing
+// key) load it with batch b.
+func (m *many[V]) flight(t todo, b *batch) func(context.Context) (outcome, error) {
+	c := m.c
+	single := encodedOne(c, t.k.user, m.load)
+	switch {
+	case t.claim != "":
+		return func(ctx context.Context) (outcome, error) {
+			return c.awaitClaim(ctx, t.k, m.it, single, t.w, t.claim, t.sent)
+		}
+	case t.found:
+		// Stored but not usable (undecodable, of another type, an expired
+		// not-found): replaced under the rebuild lock.
+		return func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, false) }
+	}
+	return b.member(t.k, single, t.w, t.sent)
 }
 
 // settle waits for the flights of the pending keys and puts their
