@@ -114,7 +114,6 @@ func (c *Cache) readMany(ctx context.Context, ks []keys) ([]manyRead, error) {
 // failed reader (closed by a reconnect, a slot moved) reads again through
 // the caller's client, without a fill.
 func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, tickets []nearTicket) ([]manyRead, error) {
-	n := c.near
 	fill := tickets != nil
 	sent := time.Now()
 	var pipe redis.Pipeliner
@@ -123,14 +122,48 @@ func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, ticke
 	} else {
 		pipe = c.rc.Pipeline()
 	}
-	groups := c.slotGroups(ks)
-	mgets := make([]*redis.SliceCmd, len(groups))
-	gets := make([]*redis.StringCmd, 0)
-	for g, idx := range groups {
+	pr := c.queueReads(ctx, pipe, ks, fill)
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+	rs, failed := pr.results(len(ks), time.Now())
+	if fill {
+		for i, t := range tickets {
+			var e *nearEntry
+			if failed == nil && rs[i].found {
+				e = c.nearEntry(rs[i].raw, nil, pr.ttls[i], sent)
+			}
+			c.near.finish(t, e)
+		}
+	}
+	if failed != nil {
+		if redisx.CallerDone(ctx) {
+			return nil, errCallerDone
+		}
+		if src != nil {
+			return c.readVia(ctx, nil, ks, nil)
+		}
+		return nil, failed
+	}
+	return rs, nil
+}
+
+// pipeRead is the commands readVia queued in one pipeline for its keys.
+type pipeRead struct {
+	groups [][]int              // the keys' indexes by MGET (slotGroups)
+	mgets  []*redis.SliceCmd    // by group; nil for the nil group
+	gets   []*redis.StringCmd   // the nil group's: one GET per key
+	ttls   []*redis.DurationCmd // with a fill: each key's PTTL
+}
+
+// queueReads queues the reads of ks on pipe: an MGET per slot group, or a
+// GET per key, and with fill each key's PTTL.
+func (c *Cache) queueReads(ctx context.Context, pipe redis.Pipeliner, ks []keys, fill bool) *pipeRead {
+	pr := &pipeRead{groups: c.slotGroups(ks)}
+	pr.mgets = make([]*redis.SliceCmd, len(pr.groups))
+	for g, idx := range pr.groups {
 		if idx == nil { // no grouping: one GET per key
-			gets = make([]*redis.StringCmd, len(ks))
+			pr.gets = make([]*redis.StringCmd, len(ks))
 			for i, k := range ks {
-				gets[i] = pipe.Get(ctx, k.value)
+				pr.gets[i] = pipe.Get(ctx, k.value)
 			}
 			continue
 		}
@@ -138,22 +171,24 @@ func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, ticke
 		for j, i := range idx {
 			names[j] = ks[i].value
 		}
-		mgets[g] = pipe.MGet(ctx, names...)
+		pr.mgets[g] = pipe.MGet(ctx, names...)
 	}
-	var ttls []*redis.DurationCmd
 	if fill {
-		ttls = make([]*redis.DurationCmd, len(ks))
+		pr.ttls = make([]*redis.DurationCmd, len(ks))
 		for i, k := range ks {
-			ttls[i] = pipe.PTTL(ctx, k.value)
+			pr.ttls[i] = pipe.PTTL(ctx, k.value)
 		}
 	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	done := time.Now()
-	rs := make([]manyRead, len(ks))
-	var failed error
-	for g, idx := range groups {
+	return pr
+}
+
+// results returns what the pipeline found of each of its n keys, its
+// reply come at done, and the error of a failed read (the last one met).
+func (pr *pipeRead) results(n int, done time.Time) (rs []manyRead, failed error) {
+	rs = make([]manyRead, n)
+	for g, idx := range pr.groups {
 		if idx == nil {
-			for i, cmd := range gets {
+			for i, cmd := range pr.gets {
 				raw, err := cmd.Bytes()
 				switch {
 				case err == nil:
@@ -164,7 +199,7 @@ func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, ticke
 			}
 			continue
 		}
-		vals, err := mgets[g].Result()
+		vals, err := pr.mgets[g].Result()
 		if err != nil {
 			failed = err
 			continue
@@ -178,25 +213,7 @@ func (c *Cache) readVia(ctx context.Context, src *redis.Client, ks []keys, ticke
 	for i := range rs {
 		rs[i].done = done
 	}
-	if fill {
-		for i, t := range tickets {
-			var e *nearEntry
-			if failed == nil && rs[i].found {
-				e = c.nearEntry(rs[i].raw, nil, ttls[i], sent)
-			}
-			n.finish(t, e)
-		}
-	}
-	if failed != nil {
-		if redisx.CallerDone(ctx) {
-			return nil, errCallerDone
-		}
-		if src != nil {
-			return c.readVia(ctx, nil, ks, nil)
-		}
-		return nil, failed
-	}
-	return rs, nil
+	return rs, failed
 }
 
 // slotGroups returns the indexes of ks grouped for MGET: one group for a
