@@ -151,12 +151,24 @@ type heldClaim struct {
 // run claims the batch's keys, loads those it claimed in one loader call,
 // and ends each claim with its result.
 func (b *batch) run(ctx context.Context) {
-	c := b.c
 	if b.down {
 		b.loadAlone(ctx, b.order)
 		return
 	}
 	claimed := time.Now() // outcome.seen of what the loads rest on
+	won, alone := b.claim(ctx, claimed)
+	if len(won) == 0 && len(alone) == 0 {
+		return
+	}
+	b.loadClaimed(ctx, won, alone, claimed)
+}
+
+// claim claims the batch's keys in one pipeline (claims dated claimed). It
+// returns the claims it took (won) and the keys the server failed for
+// (alone: loaded without it), and sends every other key its result: wait
+// for what another process stored, or go on as fill.
+func (b *batch) claim(ctx context.Context, claimed time.Time) (won []heldClaim, alone []keys) {
+	c := b.c
 	pipe := c.rc.Pipeline()
 	type try struct {
 		cl  heldClaim
@@ -177,11 +189,9 @@ func (b *batch) run(ctx context.Context) {
 		tries = append(tries, try{heldClaim{k: k, key: k.value, value: value, token: token}, cmd})
 	}
 	if len(tries) == 0 {
-		return
+		return nil, nil
 	}
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	var won []heldClaim
-	var alone []keys
 	for _, t := range tries {
 		old, err := t.cmd.Text()
 		switch {
@@ -202,9 +212,15 @@ func (b *batch) run(ctx context.Context) {
 			alone = append(alone, t.cl.k)
 		}
 	}
-	if len(won) == 0 && len(alone) == 0 {
-		return
-	}
+	return won, alone
+}
+
+// loadClaimed calls the loader once for the keys of the claims won and
+// the keys alone (the server failed for them: fail open), keeping the
+// claims alive meanwhile, and sends each key its result: alone at once,
+// won once its value replaced its claim (writeBack).
+func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, claimed time.Time) {
+	c := b.c
 	users := make([]string, 0, len(won)+len(alone))
 	for _, cl := range won {
 		users = append(users, cl.k.user)
@@ -215,12 +231,31 @@ func (b *batch) run(ctx context.Context) {
 		users = append(users, k.user)
 	}
 	stop := c.keepClaims(ctx, won)
-	got, it, took, lerr := c.runMany(ctx, b.it, users, b.load)
+	var ld loadedMany
+	ld.got, ld.it, ld.took, ld.err = c.runMany(ctx, b.it, users, b.load)
 	stop()
 	for _, k := range alone {
-		res, err := c.resultOf(k, got, lerr)
+		res, err := c.resultOf(k, ld.got, ld.err)
 		b.send(k, batchResult{res: res, err: err})
 	}
+	results := c.writeBack(ctx, won, ld, claimed)
+	for i, cl := range won {
+		b.send(cl.k, results[i])
+	}
+}
+
+// loadedMany is what one call of a batch loader returned (runMany).
+type loadedMany struct {
+	got  map[string]encodedValue
+	it   itemSettings // with the TTLs the loader set through Expire
+	took time.Duration
+	err  error
+}
+
+// writeBack replaces each claim of won (taken at claimed) with its entry
+// from ld, or ends it where there is nothing to store, announces the
+// outcomes, and returns the result of each claim's key.
+func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, claimed time.Time) []batchResult {
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	notes := make([]announcement, len(won))
@@ -230,25 +265,23 @@ func (b *batch) run(ctx context.Context) {
 	var ws []claimWrite
 	var rest []int
 	for i, cl := range won {
-		res, err := c.resultOf(cl.k, got, lerr)
+		res, err := c.resultOf(cl.k, ld.got, ld.err)
 		res.claim, res.seen = cl.token, claimed
 		results[i] = batchResult{res: res, err: err}
-		if err != nil || res.notFound && it.negative == 0 {
+		if err != nil || res.notFound && ld.it.negative == 0 {
 			rest = append(rest, i)
 			continue
 		}
-		val, ttl := c.entry(it, res.payload, res.notFound, took)
+		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
 		ws = append(ws, claimWrite{i: i, cl: cl, val: val, ttl: ttl})
 	}
 	rest = append(rest, c.writeClaims(wctx, ws, notes)...)
 	parallel(len(rest), func(j int) {
 		i := rest[j]
-		notes[i] = c.endClaim(wctx, won[i], it, took, results[i].res, results[i].err)
+		notes[i] = c.endClaim(wctx, won[i], ld.it, ld.took, results[i].res, results[i].err)
 	})
 	c.announceAll(wctx, notes)
-	for i, cl := range won {
-		b.send(cl.k, results[i])
-	}
+	return results
 }
 
 // foundInstead is what a key's flight does with old, found stored where
@@ -531,60 +564,7 @@ func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleK
 // process gets, with one loader call, as refreshStale does for one.
 // Nothing it meets is anyone's error.
 func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) {
-	now := time.Now()
-	pipe := c.rc.Pipeline()
-	type try struct {
-		cl  heldClaim
-		old []byte
-		cmd *redis.BoolCmd
-	}
-	tries := make([]try, 0, len(stale))
-	for _, s := range stale {
-		if err := c.permitted(ctx, s.k, s.old); err != nil {
-			c.serverError(s.k.user, err) // the stale value goes on being served
-			continue
-		}
-		token := lockvalue.NewToken()
-		value := lockvalue.Encode(token, now, "")
-		cl := heldClaim{k: s.k, key: s.k.lock(), value: value, token: token}
-		tries = append(tries, try{cl, s.old, pipe.SetNX(ctx, cl.key, value, c.s.lockTTL)})
-	}
-	if len(tries) == 0 {
-		return
-	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	var held []try
-	for _, t := range tries {
-		ok, err := t.cmd.Result()
-		switch {
-		case err != nil:
-			c.serverError(t.cl.k.user, err)
-		case !ok:
-			c.n.contention.Add(1)
-		default:
-			held = append(held, t)
-		}
-	}
-	if len(held) == 0 {
-		return
-	}
-	// As stillHolds: another process may have rebuilt a value between the
-	// read and the lock; a failed read is no evidence of a change.
-	ks := make([]keys, len(held))
-	for i, t := range held {
-		ks[i] = t.cl.k
-	}
-	if rs, err := c.readMany(ctx, ks); err == nil {
-		kept := held[:0]
-		for i, t := range held {
-			if !rs[i].found || !bytes.Equal(rs[i].raw, t.old) {
-				c.releaseClaim(ctx, t.cl)
-				continue
-			}
-			kept = append(kept, t)
-		}
-		held = kept
-	}
+	held := c.stillStale(ctx, c.lockStale(ctx, stale))
 	if len(held) == 0 {
 		return
 	}
@@ -610,6 +590,78 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 		notes[i] = c.endRefresh(wctx, t.cl, t.old, it, took, res, err)
 	})
 	c.announceAll(wctx, notes)
+}
+
+// staleLock is the rebuild lock cl, held to refresh the stale value old.
+type staleLock struct {
+	cl  heldClaim
+	old []byte
+}
+
+// lockStale takes, in one pipeline, the rebuild locks of the keys of stale
+// that no other process holds, and returns those it got.
+func (c *Cache) lockStale(ctx context.Context, stale []staleKey) []staleLock {
+	now := time.Now()
+	pipe := c.rc.Pipeline()
+	type try struct {
+		staleLock
+		cmd *redis.BoolCmd
+	}
+	tries := make([]try, 0, len(stale))
+	for _, s := range stale {
+		if err := c.permitted(ctx, s.k, s.old); err != nil {
+			c.serverError(s.k.user, err) // the stale value goes on being served
+			continue
+		}
+		token := lockvalue.NewToken()
+		value := lockvalue.Encode(token, now, "")
+		cl := heldClaim{k: s.k, key: s.k.lock(), value: value, token: token}
+		tries = append(tries, try{staleLock{cl, s.old}, pipe.SetNX(ctx, cl.key, value, c.s.lockTTL)})
+	}
+	if len(tries) == 0 {
+		return nil
+	}
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+	var held []staleLock
+	for _, t := range tries {
+		ok, err := t.cmd.Result()
+		switch {
+		case err != nil:
+			c.serverError(t.cl.k.user, err)
+		case !ok:
+			c.n.contention.Add(1)
+		default:
+			held = append(held, t.staleLock)
+		}
+	}
+	return held
+}
+
+// stillStale releases the locks of held whose key no longer holds the
+// stale value, and returns the others.
+func (c *Cache) stillStale(ctx context.Context, held []staleLock) []staleLock {
+	if len(held) == 0 {
+		return nil
+	}
+	// As stillHolds: another process may have rebuilt a value between the
+	// read and the lock; a failed read is no evidence of a change.
+	ks := make([]keys, len(held))
+	for i, t := range held {
+		ks[i] = t.cl.k
+	}
+	rs, err := c.readMany(ctx, ks)
+	if err != nil {
+		return held
+	}
+	kept := held[:0]
+	for i, t := range held {
+		if !rs[i].found || !bytes.Equal(rs[i].raw, t.old) {
+			c.releaseClaim(ctx, t.cl)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept
 }
 
 // endRefresh ends the refresh of old under the rebuild lock cl with res,
