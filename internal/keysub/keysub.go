@@ -119,10 +119,12 @@ type target struct {
 type session struct {
 	t        target
 	running  bool            // a loop goroutine owns ps
-	ps       *redis.PubSub   // the current connection; nil between connections
+	ps       *redis.PubSub   // the current connection; nil between connections and while one is opened (connect)
 	subs     map[string]*Sub // channel -> subscription on this connection
 	unsubs   map[string]int  // channel -> (S)UNSUBSCRIBEs sent and not yet confirmed
 	idle     chan struct{}   // told when the last channel goes, to end the loop's pause
+	queue    []command       // decided, not yet sent; in order
+	sending  bool            // a send goroutine drains queue
 	stopping bool            // Close was called
 }
 
@@ -209,13 +211,14 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 				h.wg.Add(1)
 				go h.loop(s)
 			} else if s.ps != nil {
-				// Sent now, its reply read by the loop; an error fails the
-				// loop's next read and the loop subscribes again to every
-				// channel. Only the last confirmation counts: an older one
-				// may answer a SUBSCRIBE that an UNSUBSCRIBE has undone.
+				// Sent by send, its reply read by the loop; an error fails
+				// the loop's next read and the loop subscribes again to
+				// every channel. Only the last confirmation counts: an
+				// older one may answer a SUBSCRIBE that an UNSUBSCRIBE has
+				// undone.
 				sub.pending++
 				h.subscribes++
-				s.subscribe(channel)
+				h.enqueueLocked(s, channel, false)
 			}
 		}
 		h.subs[channel] = sub
@@ -283,7 +286,7 @@ func (h *Hub) drop(sub *Sub) {
 	delete(s.subs, sub.channel)
 	if s.ps != nil {
 		s.unsubs[sub.channel]++
-		s.unsubscribe(sub.channel)
+		h.enqueueLocked(s, sub.channel, true)
 	}
 	if len(s.subs) == 0 {
 		select {
@@ -314,6 +317,7 @@ func (h *Hub) Counts() (delivered, subscribes uint64) {
 func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closed = true
+	var conns []*redis.PubSub
 	for _, sub := range h.subs {
 		if sub.linger != nil {
 			sub.linger.Stop()
@@ -326,7 +330,7 @@ func (h *Hub) Close() {
 		s.stopping = true
 		clear(s.subs)
 		if s.ps != nil {
-			_ = s.ps.Close() // ends a receive in progress
+			conns = append(conns, s.ps)
 		}
 		select {
 		case s.idle <- struct{}{}:
@@ -334,22 +338,82 @@ func (h *Hub) Close() {
 		}
 	}
 	h.mu.Unlock()
+	for _, ps := range conns {
+		// Outside mu: Close waits for the connection's lock, which go-redis
+		// holds while it redials a broken connection.
+		_ = ps.Close() // ends a receive in progress
+	}
 	h.wg.Wait()
 }
 
-func (s *session) subscribe(ch string) {
-	if s.t.sharded {
-		_ = s.ps.SSubscribe(context.Background(), ch)
-	} else {
-		_ = s.ps.Subscribe(context.Background(), ch)
+// command is a (S)SUBSCRIBE, or with unsub a (S)UNSUBSCRIBE, of channel
+// ch on the connection ps.
+type command struct {
+	ps    *redis.PubSub
+	ch    string
+	unsub bool
+}
+
+// enqueueLocked queues a (S)SUBSCRIBE (with unsub, a (S)UNSUBSCRIBE) of
+// ch on the connection of s, to be sent by send, and starts send unless it
+// runs. The commands go out in the order they were decided, and nobody
+// holds h.mu while they do: a command on a broken connection waits for
+// its redial (go-redis redials in the read, holding the connection's
+// lock), and on a black-holed server that lasts the client's timeouts.
+// s.ps must not be nil; h.mu must be held.
+func (h *Hub) enqueueLocked(s *session, ch string, unsub bool) {
+	s.queue = append(s.queue, command{ps: s.ps, ch: ch, unsub: unsub})
+	if !s.sending {
+		// The loop of s runs (s.ps is set), so h.wg is above zero: Close
+		// cannot be past its Wait.
+		s.sending = true
+		h.wg.Add(1)
+		go h.send(s)
 	}
 }
 
-func (s *session) unsubscribe(ch string) {
-	if s.t.sharded {
-		_ = s.ps.SUnsubscribe(context.Background(), ch)
-	} else {
-		_ = s.ps.Unsubscribe(context.Background(), ch)
+// send sends the queued commands of s until none is left. A command on a
+// connection that has ended fails at once; its replies are the loop's.
+func (h *Hub) send(s *session) {
+	defer h.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			h.mu.Lock()
+			s.sending, s.queue = false, nil // the loop subscribes every channel again with its next connection
+			h.mu.Unlock()
+			if h.cfg.Panicked != nil {
+				h.cfg.Panicked(r)
+			}
+		}
+	}()
+	for {
+		h.mu.Lock()
+		cmds := s.queue
+		s.queue = nil
+		if len(cmds) == 0 {
+			s.sending = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		for _, c := range cmds {
+			s.send(c)
+		}
+	}
+}
+
+// send sends c, sharded if s is.
+func (s *session) send(c command) {
+	ctx := context.Background()
+	switch {
+	case c.unsub && s.t.sharded:
+		_ = c.ps.SUnsubscribe(ctx, c.ch)
+	case c.unsub:
+		_ = c.ps.Unsubscribe(ctx, c.ch)
+	case s.t.sharded:
+		_ = c.ps.SSubscribe(ctx, c.ch)
+	default:
+		_ = c.ps.Subscribe(ctx, c.ch)
 	}
 }
 
@@ -358,17 +422,6 @@ func (s *session) unsubscribe(ch string) {
 // RetryDenied, after a refusal.
 func (h *Hub) loop(s *session) {
 	defer h.wg.Done()
-	// stop ends the loop if s has no channel left, under mu.
-	stop := func() bool {
-		if len(s.subs) > 0 && !s.stopping {
-			return false
-		}
-		s.running, s.ps = false, nil
-		if h.sessions[s.t.name] == s {
-			delete(h.sessions, s.t.name)
-		}
-		return true
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			h.mu.Lock()
@@ -382,53 +435,12 @@ func (h *Hub) loop(s *session) {
 	}()
 	backoff := Retry
 	for {
-		ctx := context.Background()
-		h.mu.Lock()
-		if stop() {
-			h.mu.Unlock()
+		ps, ok := h.connect(s)
+		if !ok {
 			return
 		}
-		chans := make([]string, 0, len(s.subs))
-		clear(s.unsubs)
-		for ch, sub := range s.subs {
-			chans = append(chans, ch)
-			sub.pending = 1
-			select {
-			case <-sub.ready:
-				// Confirmed on a connection that is gone: whoever Adds
-				// from now on waits for this one's confirmation.
-				sub.ready, sub.at = make(chan struct{}), time.Time{}
-			default:
-			}
-		}
-		// Opened with its channels: a cluster client's sharded
-		// subscription goes to the node of the first one.
-		ps := s.t.open(ctx, chans...)
-		s.ps = ps
-		h.mu.Unlock()
-
 		confirmed, err := h.session(s, ps)
-
-		h.mu.Lock()
-		s.ps = nil
-		for _, sub := range s.subs {
-			select {
-			case <-sub.ready:
-				// Confirmed on the connection that is gone: messages
-				// are lost until the next one is confirmed.
-				sub.ready, sub.at = make(chan struct{}), time.Time{}
-			default:
-			}
-		}
-		// No channel left: stop, whether the connection idled or broke (a
-		// closed client ends here too); the next Add starts a new loop.
-		done := stop() || errors.Is(err, redis.ErrClosed)
-		if done {
-			h.endLocked(s)
-		}
-		h.mu.Unlock()
-		_ = ps.Close()
-		if done {
+		if h.disconnect(s, ps, err) {
 			return
 		}
 		if err == nil {
@@ -440,13 +452,7 @@ func (h *Hub) loop(s *session) {
 		wait := backoff
 		backoff = min(2*backoff, RetryMax)
 		if redisx.IsNoPerm(err) {
-			h.mu.Lock()
-			first := !h.denied
-			h.denied, h.refusal = true, err.Error()
-			h.mu.Unlock()
-			if h.cfg.Refused != nil {
-				h.cfg.Refused(err, first)
-			}
+			h.refused(err)
 			wait = RetryDenied
 		}
 		t := time.NewTimer(wait)
@@ -458,78 +464,170 @@ func (h *Hub) loop(s *session) {
 	}
 }
 
+// stopLocked ends the loop of s if s has no channel left or the Hub is
+// closing, and reports whether it did. h.mu must be held.
+func (h *Hub) stopLocked(s *session) bool {
+	if len(s.subs) > 0 && !s.stopping {
+		return false
+	}
+	s.running, s.ps = false, nil
+	if h.sessions[s.t.name] == s {
+		delete(h.sessions, s.t.name)
+	}
+	return true
+}
+
+// connect opens a connection subscribed to the channels of s and installs
+// it (s.ps); ok is false when the loop is to end (s has no channel left,
+// or the Hub is closing).
+//
+// The dial and the handshake (on a cluster, maybe the slot map too) run
+// without h.mu: against a black-holed server they last the client's
+// timeouts, and no Add, Remove or delivery of any channel may wait for
+// them. While s.ps is nil, Add and Remove only note their channels; the
+// difference is queued on the new connection when it is installed.
+func (h *Hub) connect(s *session) (ps *redis.PubSub, ok bool) {
+	h.mu.Lock()
+	if h.stopLocked(s) {
+		h.mu.Unlock()
+		return nil, false
+	}
+	on := h.renewLocked(s)
+	h.mu.Unlock()
+	chans := make([]string, 0, len(on))
+	for ch := range on {
+		chans = append(chans, ch)
+	}
+	// Opened with its channels: a cluster client's sharded subscription
+	// goes to the node of the first one.
+	ps = s.t.open(context.Background(), chans...)
+	h.mu.Lock()
+	if s.stopping {
+		h.endLocked(s)
+		h.mu.Unlock()
+		_ = ps.Close()
+		return nil, false
+	}
+	s.ps = ps
+	h.catchUpLocked(s, on)
+	h.mu.Unlock()
+	return ps, true
+}
+
+// renewLocked readies the subscriptions of s for a new connection, each
+// waiting for its confirmation there, and returns them by channel. h.mu
+// must be held.
+func (h *Hub) renewLocked(s *session) map[string]*Sub {
+	on := make(map[string]*Sub, len(s.subs))
+	clear(s.unsubs)
+	for ch, sub := range s.subs {
+		on[ch] = sub
+		sub.pending = 1
+		select {
+		case <-sub.ready:
+			// Confirmed on a connection that is gone: whoever Adds
+			// from now on waits for this one's confirmation.
+			sub.ready, sub.at = make(chan struct{}), time.Time{}
+		default:
+		}
+	}
+	return on
+}
+
+// catchUpLocked queues on the new connection of s what changed while it
+// was opened with the channels on: the channels added since are
+// subscribed, those removed unsubscribed. s.ps must be set; h.mu must be
+// held.
+func (h *Hub) catchUpLocked(s *session, on map[string]*Sub) {
+	for ch := range on {
+		if s.subs[ch] == nil {
+			s.unsubs[ch]++
+			h.enqueueLocked(s, ch, true)
+		}
+	}
+	for ch, sub := range s.subs {
+		switch on[ch] {
+		case sub:
+		case nil:
+			sub.pending = 1
+			h.subscribes++
+			h.enqueueLocked(s, ch, false)
+		default:
+			// Removed and added again: the connection's SUBSCRIBE stands,
+			// and its confirmation is this Sub's.
+			sub.pending = 1
+		}
+	}
+}
+
+// disconnect forgets ps, the connection of s that session left with err,
+// and reports whether the loop is to end: s has no channel left, whether
+// the connection idled or broke (a closed client ends here too); the next
+// Add starts a new loop.
+func (h *Hub) disconnect(s *session, ps *redis.PubSub, err error) (done bool) {
+	h.mu.Lock()
+	s.ps = nil
+	for _, sub := range s.subs {
+		select {
+		case <-sub.ready:
+			// Confirmed on the connection that is gone: messages are
+			// lost until the next one is confirmed.
+			sub.ready, sub.at = make(chan struct{}), time.Time{}
+		default:
+		}
+	}
+	done = h.stopLocked(s) || errors.Is(err, redis.ErrClosed)
+	if done {
+		h.endLocked(s)
+	}
+	h.mu.Unlock()
+	_ = ps.Close()
+	return done
+}
+
+// refused notes the server's refusal err of a (S)SUBSCRIBE and tells
+// Config.Refused.
+func (h *Hub) refused(err error) {
+	h.mu.Lock()
+	first := !h.denied
+	h.denied, h.refusal = true, err.Error()
+	h.mu.Unlock()
+	if h.cfg.Refused != nil {
+		h.cfg.Refused(err, first)
+	}
+}
+
+// quiet is what session knows of its connection's silence.
+type quiet struct {
+	pinged    bool      // a PING was sent after the last read timed out; cleared by any reply
+	idleSince time.Time // since when s has had no channel; zero while it has some
+}
+
 // session reads ps until its connection fails (err) or it has been idle,
 // with no channel, for Config.Idle (err nil).
 func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) {
-	pinged := false
-	var idleSince time.Time
+	var q quiet
 	for {
 		msg, err := ps.ReceiveTimeout(context.Background(), Ping)
 		var ne net.Error
 		switch {
-		case err != nil && errors.As(err, &ne) && ne.Timeout() && !pinged:
-			h.mu.Lock()
-			nobody, stopping := len(s.subs) == 0, s.stopping
-			h.mu.Unlock()
-			if stopping {
-				return confirmed, redis.ErrClosed
-			}
-			if nobody {
-				if idleSince.IsZero() {
-					idleSince = time.Now()
-				} else if time.Since(idleSince) >= h.cfg.Idle {
-					return confirmed, nil
-				}
-			} else {
-				idleSince = time.Time{}
-			}
-			pinged = true
-			if err := ps.Ping(context.Background()); err != nil {
+		case err != nil && errors.As(err, &ne) && ne.Timeout() && !q.pinged:
+			if end, err := h.silent(s, ps, &q); end {
 				return confirmed, err
 			}
 			continue
 		case err != nil:
 			return confirmed, err
 		}
-		pinged = false
+		q.pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
 				confirmed = true
-				h.mu.Lock()
-				restored := h.denied
-				h.denied, h.refusal = false, ""
-				if sub := s.subs[m.Channel]; sub != nil {
-					if sub.pending--; sub.pending <= 0 {
-						sub.pending = 0
-						select {
-						case <-sub.ready:
-						default:
-							close(sub.ready)
-							sub.at = time.Now()
-						}
-					}
-				}
-				h.mu.Unlock()
-				if restored && h.cfg.Restored != nil {
-					h.cfg.Restored()
-				}
+				h.subscribed(s, m.Channel)
 			case "unsubscribe", "sunsubscribe":
-				h.mu.Lock()
-				if s.unsubs[m.Channel] > 0 {
-					s.unsubs[m.Channel]--
-				} else if sub := s.subs[m.Channel]; sub != nil && sub.pending == 0 {
-					// Not asked for: the slot moved to another master.
-					// Those waiting now poll; the next Add subscribes
-					// where the slot is now.
-					sub.gone = true
-					delete(s.subs, m.Channel)
-					if h.subs[m.Channel] == sub {
-						delete(h.subs, m.Channel)
-					}
-				}
-				h.mu.Unlock()
+				h.unsubscribed(s, m.Channel)
 			}
 		case *redis.Message:
 			h.mu.Lock()
@@ -539,6 +637,74 @@ func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) 
 				h.cfg.Deliver(m.Channel, m.Payload)
 			}
 		case *redis.Pong:
+		}
+	}
+}
+
+// silent answers a read of ps that timed out with nothing pending: end
+// is true, with err, when the session is to end (the Hub closes:
+// redis.ErrClosed; s has had no channel for Config.Idle: nil; the PING
+// fails: its error); otherwise it has sent a PING.
+func (h *Hub) silent(s *session, ps *redis.PubSub, q *quiet) (end bool, err error) {
+	h.mu.Lock()
+	nobody, stopping := len(s.subs) == 0, s.stopping
+	h.mu.Unlock()
+	if stopping {
+		return true, redis.ErrClosed
+	}
+	if nobody {
+		if q.idleSince.IsZero() {
+			q.idleSince = time.Now()
+		} else if time.Since(q.idleSince) >= h.cfg.Idle {
+			return true, nil
+		}
+	} else {
+		q.idleSince = time.Time{}
+	}
+	q.pinged = true
+	if err := ps.Ping(context.Background()); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// subscribed takes the server's confirmation of a (S)SUBSCRIBE of channel
+// on s: once the last one sent is confirmed, the subscription is ready.
+func (h *Hub) subscribed(s *session, channel string) {
+	h.mu.Lock()
+	restored := h.denied
+	h.denied, h.refusal = false, ""
+	if sub := s.subs[channel]; sub != nil {
+		if sub.pending--; sub.pending <= 0 {
+			sub.pending = 0
+			select {
+			case <-sub.ready:
+			default:
+				close(sub.ready)
+				sub.at = time.Now()
+			}
+		}
+	}
+	h.mu.Unlock()
+	if restored && h.cfg.Restored != nil {
+		h.cfg.Restored()
+	}
+}
+
+// unsubscribed takes the server's confirmation of a (S)UNSUBSCRIBE of
+// channel on s, asked for or not.
+func (h *Hub) unsubscribed(s *session, channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.unsubs[channel] > 0 {
+		s.unsubs[channel]--
+	} else if sub := s.subs[channel]; sub != nil && sub.pending == 0 {
+		// Not asked for: the slot moved to another master. Those waiting
+		// now poll; the next Add subscribes where the slot is now.
+		sub.gone = true
+		delete(s.subs, channel)
+		if h.subs[channel] == sub {
+			delete(h.subs, channel)
 		}
 	}
 }

@@ -2,9 +2,11 @@ package keysub_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/internal/faultproxy"
 	"github.com/hotkv/stampede/internal/keysub"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -81,4 +83,127 @@ func TestHub_shareLingerDeliver(t *testing.T) {
 			t.Errorf("%d messages delivered, want 1", d)
 		}
 	}, redistest.Redis8, redistest.Cluster)
+}
+
+// proxied returns a client whose connections go through a new fault
+// proxy in front of s, the proxy, and a channel told of each dial. A
+// reply held back by the proxy waits for a minute.
+func proxied(tb testing.TB, s *redistest.Server) (*redis.Client, *faultproxy.Proxy, <-chan struct{}) {
+	tb.Helper()
+	p, err := faultproxy.Start(s.Addrs()[0])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	dialing := make(chan struct{}, 8)
+	rc := redis.NewClient(&redis.Options{
+		Addr:        p.Addr(),
+		ReadTimeout: time.Minute, // longer than the tests' ctx: the handshake waits for Resume
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			select {
+			case dialing <- struct{}{}:
+			default:
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxy closes
+	return rc, p, dialing
+}
+
+// added is what an Add returned.
+type added struct {
+	sub   *keysub.Sub
+	ready <-chan struct{}
+}
+
+// TestHub_addWhileDialing: while the Hub's connection is dialled to a
+// black-holed server (the handshake waits for the client's read timeout),
+// Adds and Removes, of its channel and others, do not wait for the dial;
+// once the server answers, the channels added meanwhile are subscribed,
+// the one removed is not, and messages are delivered.
+func TestHub_addWhileDialing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		rc, p, dialing := proxied(t, s)
+		got := make(chan string, 4)
+		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
+		defer h.Close()
+		p.BlackHole()
+		defer p.Resume() // before Close, which waits for the loop
+		a, _, _ := h.Add(ctx, "keysub:a", false)
+		redistest.Recv(t, ctx, dialing, "the dial")
+
+		done := make(chan [2]added, 1)
+		go func() {
+			h.Remove(a) // the channel the dial subscribes
+			c, _, _ := h.Add(ctx, "keysub:c", false)
+			h.Remove(c)
+			b, readyB, _ := h.Add(ctx, "keysub:b", false)
+			d, readyD, _ := h.Add(ctx, "keysub:d", false)
+			done <- [2]added{{b, readyB}, {d, readyD}}
+		}()
+		bd := redistest.Recv(t, ctx, done, "Adds and Removes while the connection is dialled")
+		p.Resume()
+		for _, x := range bd {
+			redistest.Recv(t, ctx, x.ready, "the confirmation of a channel added while dialling")
+		}
+		pub := s.Client(t)
+		redistest.WaitFor(t, ctx, "keysub:a to be unsubscribed", func() bool {
+			n, err := pub.PubSubNumSub(ctx, "keysub:a").Result()
+			return err == nil && n["keysub:a"] == 0
+		})
+		if err := pub.Publish(ctx, "keysub:b", "hello").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if m := redistest.Recv(t, ctx, got, "the message"); m != "hello" {
+			t.Fatalf("got %q", m)
+		}
+		for _, x := range bd {
+			h.Remove(x.sub)
+		}
+	}, redistest.Redis8)
+}
+
+// TestHub_addWhileRedialing: while go-redis redials a broken connection
+// of the Hub to a black-holed server (in the loop's read, holding the
+// connection's lock), Adds and Removes do not wait for the redial; once
+// the server answers, the channel added meanwhile is subscribed.
+func TestHub_addWhileRedialing(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		rc, p, dialing := proxied(t, s)
+		got := make(chan string, 4)
+		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
+		defer h.Close()
+		a, readyA, _ := h.Add(ctx, "keysub:a", false)
+		redistest.Recv(t, ctx, dialing, "the dial")
+		redistest.Recv(t, ctx, readyA, "the confirmation")
+		p.BlackHole()
+		defer p.Resume() // before Close, which waits for the loop
+		if p.Reset() == 0 {
+			t.Fatal("no connection to reset")
+		}
+		redistest.Recv(t, ctx, dialing, "the redial")
+
+		done := make(chan added, 1)
+		go func() {
+			b, readyB, _ := h.Add(ctx, "keysub:b", false)
+			h.Remove(a)
+			done <- added{b, readyB}
+		}()
+		b := redistest.Recv(t, ctx, done, "an Add and a Remove while the connection is redialled")
+		p.Resume()
+		redistest.Recv(t, ctx, b.ready, "the confirmation of the channel added while redialling")
+		if err := s.Client(t).Publish(ctx, "keysub:b", "hello").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if m := redistest.Recv(t, ctx, got, "the message"); m != "hello" {
+			t.Fatalf("got %q", m)
+		}
+		h.Remove(b.sub)
+	}, redistest.Redis8)
 }
