@@ -379,7 +379,7 @@ func (h *Hub) send(s *session) {
 	defer func() {
 		if r := recover(); r != nil {
 			h.mu.Lock()
-			s.sending, s.queue = false, nil // the loop subscribes every channel again with its next connection
+			s.sending, s.queue = false, nil // lost: the loop's next connection subscribes what is wanted then
 			h.mu.Unlock()
 			if h.cfg.Panicked != nil {
 				h.cfg.Panicked(r)
