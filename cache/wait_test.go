@@ -83,7 +83,12 @@ func TestGetOrLoad_remoteFailure(t *testing.T) {
 		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
 		var calls atomic.Int32
 		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
-		redistest.WaitFor(t, ctx, "cache b to wait", func() bool { return b.Stats().Waits == 1 })
+		// Fail a's load once b waits with a subscription confirmed before
+		// its read: an error is announced, never stored, so a b whose
+		// read came after the failure would find the key free and load,
+		// as a new caller would (b's first subscription is confirmed
+		// after its first read, which sends it to read the key again).
+		redistest.WaitFor(t, ctx, "cache b to wait, subscribed", func() bool { return cache.CoveredWaits(b) > 0 })
 		open()
 
 		if r := redistest.Recv(t, ctx, holder, "cache a"); r.err == nil || !strings.Contains(r.err.Error(), "upstream answered 503") {
