@@ -106,54 +106,15 @@ func (e errNotStored) Error() string { return "middleware: response not stored: 
 // It first merges header fields the handler set in another letter case
 // than the canonical one (w.Header()["set-cookie"]) into rec's canonical
 // names, so that these rules and the header drops of storedHeader see
-// them.
+// them. The rules run in a fixed order, family by family (refusal, then
+// Surrogate-Control, Age, the lifetime and the stale window), and the
+// first that refuses gives the reason.
 func (m *Middleware) storable(r *http.Request, rec *recorder, requested, responded time.Time) (reason string, age, lifetime, stale time.Duration) {
 	canonicalHeader(rec.header)
 	h := rec.header
 	cc := parseCacheControl(h.Values("Cache-Control"))
-	_, star := parseVary(h)
-	switch {
-	case rec.status >= 500 && rec.status != http.StatusNotImplemented:
-		return "server error", 0, 0, 0
-	case rec.status == http.StatusNotModified || rec.status == http.StatusPreconditionFailed:
-		// Answers to this request's conditions, not a response that other
-		// requests (without them) may be given.
-		return fmt.Sprintf("status %d answers the request's conditions", rec.status), 0, 0, 0
-	case rec.status == http.StatusPartialContent:
-		// A part of a response, never one for other requests, whatever
-		// Statuses or ShouldCache say.
-		return "status 206 (a partial response)", 0, 0, 0
-	case m.o.ShouldCache != nil && !m.o.ShouldCache(rec.status, h):
-		return "ShouldCache said no", 0, 0, 0
-	case m.o.ShouldCache == nil && !m.o.statusOK(rec.status):
-		return fmt.Sprintf("status %d", rec.status), 0, 0, 0
-	case cc.mustUnderstand && http.StatusText(rec.status) == "":
-		// RFC 9111 5.2.2.3: a status this cache does not know (as
-		// net/http does not) must not be stored.
-		return fmt.Sprintf("must-understand with unknown status %d", rec.status), 0, 0, 0
-	case cc.noStore:
-		return "no-store", 0, 0, 0
-	case cc.private:
-		return "private", 0, 0, 0
-	case cc.noCache && !m.revalidatesNoCache(h):
-		return "no-cache (would need revalidation)", 0, 0, 0
-	case len(h.Values("Set-Cookie")) > 0:
-		return "sets a cookie", 0, 0, 0
-	case hasTrailers(h):
-		// Trailers are sent after the body, where none of these rules
-		// would see them (a "Trailer:Set-Cookie" is a cookie too).
-		return "declares or sets trailers", 0, 0, 0
-	case star:
-		return "Vary: *", 0, 0, 0
-	case cc.broken:
-		return "malformed Cache-Control", 0, 0, 0
-	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
-		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
-		// 9111 5.4 leaves Pragma in responses undefined; where there is
-		// no Cache-Control to say otherwise, take it at its word.
-		return "Pragma: no-cache", 0, 0, 0
-	case storedSize(r, rec) > m.maxValue:
-		return "larger than the cache's MaxValueSize", 0, 0, 0
+	if reason := m.refusal(r, rec, cc); reason != "" {
+		return reason, 0, 0, 0
 	}
 	var sc cacheControl
 	if m.o.SurrogateControl && h["Surrogate-Control"] != nil {
@@ -173,36 +134,10 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 		// never fresh and without a stale window (see revalidate.go).
 		return "", age, 0, 0
 	}
-	heuristic := false
+	lifetime, heuristic, reason := m.freshness(rec.status, h, cc, sc, responded)
 	switch {
-	case sc.hasMaxAge:
-		// Addressed to surrogates, this cache among them: it comes
-		// before everything Cache-Control and Expires say of freshness
-		// (never before what they say of storing: no-store, private).
-		lifetime = sc.maxAge
-	case cc.hasSMaxAge:
-		lifetime = cc.sMaxAge
-	case cc.hasMaxAge:
-		lifetime = cc.maxAge
-	case h["Expires"] != nil:
-		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
-		// max-age; an invalid one means already expired.
-		if lifetime = expiresIn(h, responded); lifetime <= 0 {
-			return "Expires is not in the future", 0, 0, 0
-		}
-	default:
-		// No explicit freshness: RFC 9111 4.2.2's heuristic where it
-		// applies, else TTL (the application's own default), or with
-		// ExplicitFreshness nothing.
-		if lifetime, heuristic = m.o.heuristic(rec.status, cc.public, h, responded); heuristic {
-			break
-		}
-		if m.o.ExplicitFreshness {
-			return "no explicit freshness (s-maxage, max-age, Expires)", 0, 0, 0
-		}
-		lifetime = m.o.TTL
-	}
-	switch {
+	case reason != "":
+		return reason, 0, 0, 0
 	case heuristic && lifetime <= age:
 		return "heuristic freshness (from Last-Modified) has passed", 0, 0, 0
 	case lifetime <= 0:
@@ -210,7 +145,141 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	case lifetime <= age:
 		return "stale when received (Age or Date)", 0, 0, 0
 	}
-	stale = m.o.StaleTTL
+	return "", age, lifetime, m.staleWindow(cc, lifetime-age)
+}
+
+// refusal is the first rule that keeps rec (with Cache-Control cc) out
+// of a shared cache, by status, by directive, because it is not to be
+// shared, by its form, or by its size; "" if none does. The families are
+// asked in this order, so that a response several refuse gets the same
+// reason every time.
+func (m *Middleware) refusal(r *http.Request, rec *recorder, cc cacheControl) string {
+	h := rec.header
+	if reason := m.statusRefusal(rec.status, h); reason != "" {
+		return reason
+	}
+	if reason := m.directiveRefusal(rec.status, h, cc); reason != "" {
+		return reason
+	}
+	if reason := sharingRefusal(h); reason != "" {
+		return reason
+	}
+	switch {
+	case cc.broken:
+		return "malformed Cache-Control"
+	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
+		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
+		// 9111 5.4 leaves Pragma in responses undefined; where there is
+		// no Cache-Control to say otherwise, take it at its word.
+		return "Pragma: no-cache"
+	case storedSize(r, rec) > m.maxValue:
+		return "larger than the cache's MaxValueSize"
+	}
+	return ""
+}
+
+// statusRefusal says why a response with this status (and header h, for
+// ShouldCache) may not be stored, or "". ShouldCache is asked only for a
+// status the shared cache's own rules do not refuse.
+func (m *Middleware) statusRefusal(status int, h http.Header) string {
+	switch {
+	case status >= 500 && status != http.StatusNotImplemented:
+		return "server error"
+	case status == http.StatusNotModified || status == http.StatusPreconditionFailed:
+		// Answers to this request's conditions, not a response that other
+		// requests (without them) may be given.
+		return fmt.Sprintf("status %d answers the request's conditions", status)
+	case status == http.StatusPartialContent:
+		// A part of a response, never one for other requests, whatever
+		// Statuses or ShouldCache say.
+		return "status 206 (a partial response)"
+	case m.o.ShouldCache != nil && !m.o.ShouldCache(status, h):
+		return "ShouldCache said no"
+	case m.o.ShouldCache == nil && !m.o.statusOK(status):
+		return fmt.Sprintf("status %d", status)
+	}
+	return ""
+}
+
+// directiveRefusal says which of the Cache-Control directives cc of a
+// response (with this status and header h) keeps it out of the cache,
+// or "".
+func (m *Middleware) directiveRefusal(status int, h http.Header, cc cacheControl) string {
+	switch {
+	case cc.mustUnderstand && http.StatusText(status) == "":
+		// RFC 9111 5.2.2.3: a status this cache does not know (as
+		// net/http does not) must not be stored.
+		return fmt.Sprintf("must-understand with unknown status %d", status)
+	case cc.noStore:
+		return "no-store"
+	case cc.private:
+		return "private"
+	case cc.noCache && !m.revalidatesNoCache(h):
+		return "no-cache (would need revalidation)"
+	}
+	return ""
+}
+
+// sharingRefusal says why a response with header h belongs to its own
+// client only, or "": it sets a cookie, carries trailers or varies on
+// everything.
+func sharingRefusal(h http.Header) string {
+	_, star := parseVary(h)
+	switch {
+	case len(h.Values("Set-Cookie")) > 0:
+		return "sets a cookie"
+	case hasTrailers(h):
+		// Trailers are sent after the body, where none of these rules
+		// would see them (a "Trailer:Set-Cookie" is a cookie too).
+		return "declares or sets trailers"
+	case star:
+		return "Vary: *"
+	}
+	return ""
+}
+
+// freshness is the lifetime of a response with this status,
+// header h, Cache-Control cc and Surrogate-Control sc (parsed only with
+// SurrogateControl), received at responded; heuristic says it came from
+// HeuristicFreshness. reason is set if it may not be stored for want of
+// one.
+func (m *Middleware) freshness(status int, h http.Header, cc, sc cacheControl, responded time.Time) (lifetime time.Duration, heuristic bool, reason string) {
+	switch {
+	case sc.hasMaxAge:
+		// Addressed to surrogates, this cache among them: it comes
+		// before everything Cache-Control and Expires say of freshness
+		// (never before what they say of storing: no-store, private).
+		return sc.maxAge, false, ""
+	case cc.hasSMaxAge:
+		return cc.sMaxAge, false, ""
+	case cc.hasMaxAge:
+		return cc.maxAge, false, ""
+	case h["Expires"] != nil:
+		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
+		// max-age; an invalid one means already expired.
+		if lifetime = expiresIn(h, responded); lifetime <= 0 {
+			return 0, false, "Expires is not in the future"
+		}
+		return lifetime, false, ""
+	}
+	// No explicit freshness: RFC 9111 4.2.2's heuristic where it applies,
+	// else TTL (the application's own default), or with ExplicitFreshness
+	// nothing.
+	if lifetime, heuristic = m.o.heuristic(status, cc.public, h, responded); heuristic {
+		return lifetime, true, ""
+	}
+	if m.o.ExplicitFreshness {
+		return 0, false, "no explicit freshness (s-maxage, max-age, Expires)"
+	}
+	return m.o.TTL, false, ""
+}
+
+// staleWindow is how long past its freshness a response with
+// Cache-Control cc, fresh for fresh more when received, may be served
+// stale: its own stale-while-revalidate or stale-if-error, else
+// StaleTTL; none with must-revalidate or proxy-revalidate.
+func (m *Middleware) staleWindow(cc cacheControl, fresh time.Duration) time.Duration {
+	stale := m.o.StaleTTL
 	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
 		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
 	}
@@ -226,8 +295,7 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	}
 	// The entry lives fresh+stale: keep that from overflowing when the
 	// options are set huge to mean "forever".
-	stale = min(stale, math.MaxInt64-(lifetime-age))
-	return "", age, lifetime, stale
+	return min(stale, math.MaxInt64-fresh)
 }
 
 // initialAge is the age of a response when it was received

@@ -28,20 +28,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
 	headRoute := r.Method == http.MethodHead && routedAsHead(r)
-	restoreRoute := func() {}
-	if prior != nil {
-		restoreRoute = saveRoute(r.Context()) // for a second run
-	}
-	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
-	if rec.held() && !selects(prior, rec.header) {
-		// The 304 names another representation than prior's (RFC 9111
-		// 4.3.4: none is selected, nothing is freshened): ask again
-		// without conditions, for the current one. The held 304 sent
-		// nothing to the client.
-		restoreRoute()
-		prior = nil
-		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
-	}
+	rr, rec, requested, responded, prior := m.runSelecting(w, r, next, prior, headRoute)
 	freshening := rec.held()
 	if freshening {
 		// Not modified: prior, with the 304's fields, is the response.
@@ -56,33 +43,8 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if freshening {
 		handlerETag = prior.HandlerETag // the ETag is prior's (keptOnUpdate)
 	}
-	switch {
-	case reason != "":
-	case rec.passing:
-		reason = rec.reason
-	case headRoute:
-		reason = "a HEAD route's render"
-	case r.Method == http.MethodHead && !freshening && rec.body.Len() == 0:
-		// A router that dispatches by method before the middleware runs
-		// (one the middleware cannot ask) gives a HEAD to its HEAD
-		// handler, which writes no body: an empty render for a HEAD may
-		// be that, so it answers no GET.
-		reason = "an empty render for a HEAD request"
-	case !freshening && !completeBody(rec.header, rec.body.Len()):
-		// RFC 9111 3.4: an incomplete response is not a complete one.
-		// Passed through with the handler's Content-Length, its client
-		// is not told otherwise either: net/http ends the connection
-		// short of the length declared.
-		reason = "a body of another length than its Content-Length"
-	case rr.Context().Err() != nil:
-		// The client went away (or the load timed out) during the render;
-		// whatever the handler wrote then is no answer for anyone else.
-		reason = "the request ended during the render"
-	case lifetime <= 0 && !handlerETag && rec.header["Last-Modified"] == nil:
-		// A no-cache response (RevalidateNoCache) is stored only to be
-		// revalidated; storable saw an ETag, but a freshened one's may
-		// be the middleware's digest, which the handler does not know.
-		reason = "no-cache without a validator of the handler's"
+	if reason == "" {
+		reason = renderRefusal(r, rr, rec, headRoute, freshening, handlerETag, lifetime)
 	}
 	if reason != "" {
 		rec.pass(reason)                                      // out to the client, if there is one, and not stored
@@ -91,6 +53,71 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		return result{err: errNotStored{reason}}
 	}
+	return m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
+}
+
+// runSelecting runs r once (see run), revalidating prior if set; when
+// the handler answers with a 304 that names another representation than
+// prior's (see selects), it runs r again without conditions, and prior
+// is then nil.
+func (m *Middleware) runSelecting(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time, *response) {
+	restoreRoute := func() {}
+	if prior != nil {
+		restoreRoute = saveRoute(r.Context()) // for a second run
+	}
+	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
+	if rec.held() && !selects(prior, rec.header) {
+		// The 304 names another representation than prior's (RFC 9111
+		// 4.3.4: none is selected, nothing is freshened): ask again
+		// without conditions, for the current one. The held 304 sent
+		// nothing to the client.
+		restoreRoute()
+		prior = nil
+		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
+	}
+	return rr, rec, requested, responded, prior
+}
+
+// renderRefusal says why a render (rr, the request run for r, recorded
+// in rec) that storable lets through, with this lifetime, may still not
+// be stored, or "": it went out to its client, it is a HEAD's, its body
+// is incomplete, its request ended, or it is a no-cache response without
+// a validator of the handler's (handlerETag: its ETag is the handler's).
+func renderRefusal(r, rr *http.Request, rec *recorder, headRoute, freshening, handlerETag bool, lifetime time.Duration) string {
+	switch {
+	case rec.passing:
+		return rec.reason
+	case headRoute:
+		return "a HEAD route's render"
+	case r.Method == http.MethodHead && !freshening && rec.body.Len() == 0:
+		// A router that dispatches by method before the middleware runs
+		// (one the middleware cannot ask) gives a HEAD to its HEAD
+		// handler, which writes no body: an empty render for a HEAD may
+		// be that, so it answers no GET.
+		return "an empty render for a HEAD request"
+	case !freshening && !completeBody(rec.header, rec.body.Len()):
+		// RFC 9111 3.4: an incomplete response is not a complete one.
+		// Passed through with the handler's Content-Length, its client
+		// is not told otherwise either: net/http ends the connection
+		// short of the length declared.
+		return "a body of another length than its Content-Length"
+	case rr.Context().Err() != nil:
+		// The client went away (or the load timed out) during the render;
+		// whatever the handler wrote then is no answer for anyone else.
+		return "the request ended during the render"
+	case lifetime <= 0 && !handlerETag && rec.header["Last-Modified"] == nil:
+		// A no-cache response (RevalidateNoCache) is stored only to be
+		// revalidated; storable saw an ETag, but a freshened one's may
+		// be the middleware's digest, which the handler does not know.
+		return "no-cache without a validator of the handler's"
+	}
+	return ""
+}
+
+// toResult is the stored response of a render recorded in rec for r,
+// received at responded, with the age, lifetime and stale window
+// storable gave it, and how long the cache keeps it.
+func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Time, handlerETag bool, age, lifetime, stale time.Duration) result {
 	body := append([]byte(nil), rec.body.Bytes()...)
 	vary, _ := parseVary(rec.header)
 	values := make([]string, len(vary))
