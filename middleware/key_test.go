@@ -369,3 +369,46 @@ func TestMiddleware_ignoredParamInGetBodyNeverStored(t *testing.T) {
 		t.Errorf("GET /landing was served the render of an ignored parameter sent in a GET body: %v", victim)
 	}
 }
+
+func TestMiddleware_keyNormalisation(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, then []string // path, then header pairs
+		same        bool
+	}{
+		{"query order", []string{"/k?a=1&b=2"}, []string{"/k?b=2&a=1"}, true},
+		{"query escaping", []string{"/k?a+b=%7E"}, []string{"/k?a%20b=~"}, true},
+		{"ignored parameter differs", []string{"/k?a=1&utm_source=x"}, []string{"/k?utm_source=y&a=1"}, true},
+		{"ignored parameter absent", []string{"/k?a=1&utm_source=x"}, []string{"/k?a=1"}, true},
+		{"other value", []string{"/k?a=1"}, []string{"/k?a=2"}, false},
+		{"extra parameter", []string{"/k?a=1"}, []string{"/k?a=1&b="}, false},
+		{"empty query", []string{"/k"}, []string{"/k?"}, true},
+		{"path case", []string{"/K"}, []string{"/k"}, false},
+		{"trailing slash", []string{"/k"}, []string{"/k/"}, false},
+		{"escaped slash", []string{"/a%2Fb"}, []string{"/a/b"}, false},
+		{"host case", []string{"/k", "Host", "Example.COM"}, []string{"/k", "Host", "example.com"}, true},
+		{"default port", []string{"/k", "Host", "example.com:80"}, []string{"/k", "Host", "example.com"}, true},
+		{"other port", []string{"/k", "Host", "example.com:8080"}, []string{"/k", "Host", "example.com"}, false},
+		{"other host", []string{"/k", "Host", "a.example.com"}, []string{"/k", "Host", "b.example.com"}, false},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				var renders atomic.Int32
+				b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					fmt.Fprintf(w, "render %d of %s %s", renders.Add(1), r.Host, r.URL.RequestURI())
+				}), &bedOptions{mw: &middleware.Options{IgnoreQuery: []string{"utm_source"}}})
+				first := b.get(t, tt.first[0], tt.first[1:]...)
+				if first.cache() != "MISS" || !strings.HasPrefix(first.body, "render 1 of ") {
+					t.Fatalf("first: %v, want a MISS by render 1", first)
+				}
+				then := b.get(t, tt.then[0], tt.then[1:]...)
+				if tt.same {
+					then.check(t, 200, "HIT", first.body)
+				} else if then.cache() != "MISS" || !strings.HasPrefix(then.body, "render 2 of ") {
+					t.Errorf("then: %v, want a MISS by render 2", then)
+				}
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}

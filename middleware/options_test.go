@@ -220,3 +220,37 @@ func TestMiddleware_storeLimitFitsTheCache(t *testing.T) {
 		})
 	}
 }
+
+// TestNew_heuristicFreshness: New refuses a fraction outside [0, 1] (NaN
+// too) and a negative cap.
+func TestNew_heuristicFreshness(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "h")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var zero float64
+	for _, tt := range []struct {
+		name string
+		opts middleware.Options
+		ok   bool
+	}{
+		{"0.1", middleware.Options{HeuristicFreshness: 0.1}, true},
+		{"1", middleware.Options{HeuristicFreshness: 1}, true},
+		{"above 1", middleware.Options{HeuristicFreshness: 1.5}, false},
+		{"negative", middleware.Options{HeuristicFreshness: -0.1}, false},
+		{"NaN", middleware.Options{HeuristicFreshness: zero / zero}, false},
+		{"negative cap", middleware.Options{HeuristicFreshness: 0.1, HeuristicMaxAge: -time.Second}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := middleware.New(c, &tt.opts)
+			if (err == nil) != tt.ok {
+				t.Errorf("New: %v, want ok %v", err, tt.ok)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "middleware: ") {
+				t.Errorf("error %q lacks the middleware: prefix", err)
+			}
+		})
+	}
+}

@@ -20,6 +20,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// TestMain lets the test binary run again as one of workers (see
+// redistest.Main): the worker processes of these tests.
+func TestMain(m *testing.M) { redistest.Main(m, workers) }
+
 var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated, "serveRevalidating": workerServeRevalidating}
 
 // workerServe runs the cached handler on a loopback port, prints "ready

@@ -310,3 +310,50 @@ func TestMiddleware_renderKeepsRequestDeadline(t *testing.T) {
 		t.Errorf("the render cut by the request's deadline was stored: %v", r)
 	}
 }
+
+func TestMiddleware_head(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	methods := make(chan string, 10)
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		methods <- r.Method
+		w.Header().Set("X-Custom", "c")
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "head-body-%d", renders.Add(1))
+	}), nil)
+	same := func(t *testing.T, head, get reply) {
+		t.Helper()
+		for _, name := range []string{"Content-Length", "Content-Type", "Etag", "X-Custom"} {
+			if head.header.Get(name) != get.header.Get(name) || get.header.Get(name) == "" {
+				t.Errorf("%s: HEAD %q, GET %q", name, head.header.Get(name), get.header.Get(name))
+			}
+		}
+	}
+
+	t.Run("answered from the GET's entry", func(t *testing.T) {
+		get := b.get(t, "/h1")
+		get.check(t, 200, "MISS", "head-body-1")
+		head := b.do(t, http.MethodHead, "/h1")
+		head.check(t, 200, "HIT", "")
+		same(t, head, get)
+		if got := head.header.Get("Content-Length"); got != "11" {
+			t.Errorf("Content-Length = %s, want 11", got)
+		}
+	})
+	t.Run("a miss stores the full response", func(t *testing.T) {
+		head := b.do(t, http.MethodHead, "/h2")
+		head.check(t, 200, "MISS", "")
+		get := b.get(t, "/h2")
+		get.check(t, 200, "HIT", "head-body-2")
+		same(t, head, get)
+	})
+	close(methods)
+	for m := range methods {
+		if m != http.MethodGet {
+			t.Errorf("the handler rendered a %s; renders for the cache are GETs", m)
+		}
+	}
+	if n := renders.Load(); n != 2 {
+		t.Errorf("renders = %d, want 2", n)
+	}
+}

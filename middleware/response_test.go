@@ -3,10 +3,13 @@ package middleware_test
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
 )
 
 // TestMiddleware_preconditionsOnly2xx: a stored response other than a 2xx
@@ -31,4 +34,122 @@ func TestMiddleware_preconditionsOnly2xx(t *testing.T) {
 	b.get(t, "/ok").check(t, 200, "MISS", "/ok 2")
 	b.get(t, "/ok", "If-None-Match", "*").check(t, 304, "HIT", "")
 	b.get(t, "/ok", "If-None-Match", `"t1"`, procHeader, "1").check(t, 304, "HIT", "")
+}
+
+func TestMiddleware_statusHeaders(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	tests := []struct {
+		name, option, header string // header: where the status goes, "" nowhere
+	}{
+		{"default", "", "X-Cache"},
+		{"renamed", "X-Edge-Cache", "X-Edge-Cache"},
+		{"off", "-", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var renders atomic.Int32
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "a%d", renders.Add(1))
+			}), &bedOptions{mw: &middleware.Options{StatusHeader: tt.option}})
+			steps := []struct {
+				method, status, cacheStatus, age string
+				advance                          time.Duration
+			}{
+				{"GET", "MISS", "stampede; fwd=miss; stored", "0", 0},
+				{"GET", "HIT", "stampede; hit", "7", 7 * time.Second},
+				{"GET", "HIT", "stampede; hit", "12", 5500 * time.Millisecond},
+				{"POST", "BYPASS", "stampede; fwd=bypass", "", 0},
+			}
+			for _, st := range steps {
+				b.clock.Advance(st.advance)
+				r := b.do(t, st.method, "/h")
+				for _, name := range []string{"X-Cache", "X-Edge-Cache"} {
+					want := ""
+					if name == tt.header {
+						want = st.status
+					}
+					if got := r.header.Get(name); got != want {
+						t.Errorf("%s: %s = %q, want %q", st.status, name, got, want)
+					}
+				}
+				if got := r.header.Get("Cache-Status"); got != st.cacheStatus {
+					t.Errorf("%s: Cache-Status = %q, want %q", st.status, got, st.cacheStatus)
+				}
+				if got := r.header.Get("Age"); got != st.age {
+					t.Errorf("%s: Age = %q, want %q", st.status, got, st.age)
+				}
+			}
+		})
+	}
+}
+
+func TestMiddleware_etag(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		if r.URL.Path == "/own" {
+			w.Header().Set("ETag", `"v1-tag"`)
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "%s body %d", r.URL.Path, n)
+	}), nil)
+
+	t.Run("the handler's", func(t *testing.T) {
+		// A first request that is conditional gets its 304 from the
+		// render, and the full response is what is stored.
+		r := b.get(t, "/own", "If-None-Match", `"v1-tag"`)
+		r.check(t, 304, "MISS", "")
+		if got := r.header.Get("Etag"); got != `"v1-tag"` {
+			t.Errorf("ETag = %q", got)
+		}
+		full := b.get(t, "/own")
+		full.check(t, 200, "HIT", "/own body 1")
+		if got := full.header.Get("Etag"); got != `"v1-tag"` {
+			t.Errorf("ETag = %q, want the handler's", got)
+		}
+		tests := []struct {
+			inm    string
+			status int
+		}{
+			{`"v1-tag"`, 304},
+			{`W/"v1-tag"`, 304},
+			{`"other", "v1-tag"`, 304},
+			{`*`, 304},
+			{`"other"`, 200},
+			{`"v1-tag-not"`, 200},
+		}
+		for _, tt := range tests {
+			r := b.get(t, "/own", "If-None-Match", tt.inm)
+			body := ""
+			if tt.status == 200 {
+				body = "/own body 1"
+			}
+			r.check(t, tt.status, "HIT", body)
+			if tt.status == 304 && r.header.Get("Content-Length") != "" {
+				t.Errorf("If-None-Match %s: 304 with Content-Length %s", tt.inm, r.header.Get("Content-Length"))
+			}
+			if got := r.header.Get("Etag"); got != `"v1-tag"` {
+				t.Errorf("If-None-Match %s: ETag = %q", tt.inm, got)
+			}
+		}
+	})
+	t.Run("generated", func(t *testing.T) {
+		first := b.get(t, "/gen")
+		tag := first.header.Get("Etag")
+		if !regexp.MustCompile(`^"[0-9a-z]+"$`).MatchString(tag) {
+			t.Fatalf("generated ETag = %q", tag)
+		}
+		again := b.get(t, "/gen")
+		again.check(t, 200, "HIT", first.body)
+		if got := again.header.Get("Etag"); got != tag {
+			t.Errorf("ETag on a hit = %q, want %q", got, tag)
+		}
+		other := b.get(t, "/gen2")
+		if other.header.Get("Etag") == tag {
+			t.Errorf("two bodies share the ETag %s", tag)
+		}
+		b.get(t, "/gen", "If-None-Match", tag).check(t, 304, "HIT", "")
+		b.get(t, "/gen2", "If-None-Match", tag).check(t, 200, "HIT", other.body)
+	})
 }

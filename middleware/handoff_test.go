@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,13 +15,224 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
 )
 
-// This file tests what happens to the shared render when the client whose
-// request renders it goes away: the render must go on (bounded by the
-// cache's LoadTimeout), be stored and answer every waiter, in its process
-// and in others, so that no anonymous client can re-open a stampede by
-// hanging up.
+var errBoom = errors.New("handler exploded")
+
+// panicsTo returns a wrapper that reports the panics passing through it to
+// ch and panics on, so that net/http sees them.
+func panicsTo(ch chan<- any) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					ch <- v
+					panic(v)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func TestMiddleware_panickingHandler(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	var renders atomic.Int32
+	panics := make(chan any, 10)
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		if n == 1 {
+			w.Header().Set("X-Partial", "yes")
+			panic(errBoom)
+		}
+		fmt.Fprintf(w, "ok-%d", n)
+	}), &bedOptions{wrap: panicsTo(panics), quiet: true})
+	// A fresh connection per request: net/http's client would retry a GET
+	// that failed on a reused connection.
+	b.client.Transport.(*http.Transport).DisableKeepAlives = true
+
+	_, err := b.send(ctx, "GET", "/p")
+	if !errors.Is(err, io.EOF) {
+		t.Errorf("GET of a panicking handler: err = %v, want the connection closed (EOF)", err)
+	}
+	if v := redistest.Recv(t, ctx, panics, "the panic"); v != errBoom {
+		t.Errorf("net/http saw panic %v, want %v", v, errBoom)
+	}
+	b.waitGone(t, "/p")
+	b.get(t, "/p").check(t, 200, "MISS", "ok-2")
+	b.get(t, "/p").check(t, 200, "HIT", "ok-2")
+}
+
+// TestMiddleware_panicWithWaiters: requests waiting for a render that
+// panics render for themselves.
+func TestMiddleware_panicWithWaiters(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 20*time.Second)
+		g := newRenderGate(ctx, 1)
+		panics := make(chan any, 10)
+		b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := g.next()
+			if n == 1 {
+				panic(errBoom)
+			}
+			fmt.Fprintf(w, "ok-%d", n)
+		}), &bedOptions{procs: 2, wrap: panicsTo(panics), quiet: true,
+			// No polling: the other process learns of the failure from
+			// its announcement, not by finding the key free first.
+			cache: &cache.Options{PollInterval: 5 * time.Second}})
+		b.client.Transport.(*http.Transport).DisableKeepAlives = true
+
+		first := b.goSend(ctx, "GET", "/pw", procHeader, "0")
+		redistest.Recv(t, ctx, g.started, "the first render")
+		var waiters []<-chan sent
+		for i := range 4 {
+			waiters = append(waiters, b.goSend(ctx, "GET", "/pw", procHeader, strconv.Itoa(i%2)))
+		}
+		// Four waiters: two joined the render in its process, two wait
+		// for it from the other.
+		redistest.WaitFor(t, ctx, "the waiters", func() bool {
+			st := b.stats()
+			return st.Misses == 5 && st.Waits == 1
+		})
+		g.open()
+		if r := redistest.Recv(t, ctx, first, "the panicking request"); !errors.Is(r.err, io.EOF) {
+			t.Errorf("panicking request: %v, err %v; want the connection closed (EOF)", r.reply, r.err)
+		}
+		if v := redistest.Recv(t, ctx, panics, "the panic"); v != errBoom {
+			t.Errorf("net/http saw panic %v", v)
+		}
+		bodies := map[string]bool{}
+		for _, ch := range waiters {
+			r := redistest.Recv(t, ctx, ch, "a waiter")
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.status != 200 || r.cache() != "BYPASS" || !strings.HasPrefix(r.body, "ok-") || bodies[r.body] {
+				t.Errorf("waiter: %v, want a BYPASS rendered for itself", r)
+			}
+			bodies[r.body] = true
+		}
+		b.waitGone(t, "/pw")
+		b.get(t, "/pw").check(t, 200, "MISS", "ok-6")
+		b.get(t, "/pw", procHeader, "1").check(t, 200, "HIT", "ok-6")
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+func TestMiddleware_coalescing(t *testing.T) {
+	const requests = 50
+	tests := []struct {
+		name  string
+		procs int
+	}{
+		{"one process", 1},
+		{"three processes", 3},
+	}
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := testContext(t, 30*time.Second)
+				release := make(chan struct{})
+				rc := s.Client(t)
+				counter := redistest.Key(t, "renders")
+				b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					n, err := rc.Incr(ctx, counter).Result() // counted where every process sees it
+					if err != nil {
+						http.Error(w, err.Error(), 500)
+						return
+					}
+					block(ctx, release)
+					fmt.Fprintf(w, "coalesced render %d", n)
+				}), &bedOptions{procs: tt.procs})
+
+				var replies []<-chan sent
+				for i := range requests {
+					replies = append(replies, b.goSend(ctx, "GET", "/c", procHeader, strconv.Itoa(i%tt.procs)))
+				}
+				// Every request has missed, and each other process waits
+				// for the one rendering.
+				redistest.WaitFor(t, ctx, "all requests to wait", func() bool {
+					st := b.stats()
+					return st.Misses == requests && st.Waits == uint64(tt.procs-1)
+				})
+				close(release)
+				misses := 0
+				for _, ch := range replies {
+					r := redistest.Recv(t, ctx, ch, "a reply")
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					if r.status != 200 || r.body != "coalesced render 1" || (r.cache() != "MISS" && r.cache() != "HIT") {
+						t.Errorf("reply %v", r)
+					}
+					if r.cache() == "MISS" {
+						misses++
+					}
+				}
+				if misses == 0 {
+					t.Error("no reply was a MISS")
+				}
+				if n, err := b.rc.Get(ctx, counter).Int(); err != nil || n != 1 {
+					t.Errorf("renders = %d (%v), want 1", n, err)
+				}
+				b.get(t, "/c").check(t, 200, "HIT", "coalesced render 1")
+			})
+		}
+	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestMiddleware_waitTimeout: while one render hangs, requests for the
+// same response wait WaitTimeout for it, in its process or another, and
+// then render for themselves.
+func TestMiddleware_waitTimeout(t *testing.T) {
+	tests := []struct {
+		name string
+		proc string // of the waiter; the hanging render is in "0"
+	}{
+		{"same process", "0"},
+		{"other process", "1"},
+	}
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testContext(t, 20*time.Second)
+			g := newRenderGate(ctx, 1)
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := g.next()
+				fmt.Fprintf(w, "render-%d", n)
+			}), &bedOptions{procs: 2, mw: &middleware.Options{WaitTimeout: 50 * time.Millisecond}})
+
+			first := b.goSend(ctx, "GET", "/wt", procHeader, "0")
+			redistest.Recv(t, ctx, g.started, "the first render")
+			// The render still hangs: the waiter can only be answered by
+			// giving up on it.
+			waiterCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			w := redistest.Recv(t, waiterCtx, b.goSend(ctx, "GET", "/wt", procHeader, tt.proc), "the waiter to give up")
+			if w.err != nil {
+				t.Fatal(w.err)
+			}
+			w.check(t, 200, "BYPASS", "render-2")
+			g.open()
+			r := redistest.Recv(t, ctx, first, "the first request")
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			r.check(t, 200, "MISS", "render-1")
+			// The client is answered before the render is written, and a
+			// 50ms WaitTimeout is short enough for a loaded machine to miss.
+			b.waitStored(t, "/wt", "render-1")
+			b.get(t, "/wt", procHeader, tt.proc).check(t, 200, "HIT", "render-1")
+		})
+	}
+}
+
+// Client disconnects: what happens to the shared render when the client
+// whose request renders it goes away. The render must go on (bounded by
+// the cache's LoadTimeout), be stored and answer every waiter, in its
+// process and in others, so that no anonymous client can re-open a
+// stampede by hanging up.
 
 // firstHeader marks the request whose client the test sends away. The
 // handlers ignore it and it is not part of any key.

@@ -64,30 +64,3 @@ func TestQuickKey_sameAsParsed(t *testing.T) {
 		})
 	}
 }
-
-// TestBypass_noStore: a request's no-store, in any letter case and in
-// any of its Cache-Control fields, bypasses the cache.
-func TestBypass_noStore(t *testing.T) {
-	m := &Middleware{}
-	for _, tt := range []struct {
-		name   string
-		fields []string
-		want   string
-	}{
-		{"none", nil, ""},
-		{"max-age", []string{"max-age=0"}, ""},
-		{"no-store", []string{"no-store"}, "no-store"},
-		{"upper case, second field", []string{"max-age=0", "No-STORE"}, "no-store"},
-		{"in a list", []string{"max-age=0, NO-STORE, no-cache"}, "no-store"},
-		{"cut short", []string{"no-stor", "e"}, ""},
-		{"not ASCII", []string{"no-ſtore"}, ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			r, _ := fuzzRequest("/x", "h")
-			r.Header["Cache-Control"] = tt.fields
-			if got := m.bypass(r); got != tt.want {
-				t.Errorf("bypass = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
