@@ -52,7 +52,9 @@
 // revalidate them on every use. Options.ExplicitFreshness stores only
 // responses that state their freshness, of any final status but 206
 // and 5xx (501 aside), as a shared cache in front of an origin does;
-// Options.SurrogateControl honours Surrogate-Control. A response with
+// Options.SurrogateControl honours Surrogate-Control. SharedOptions sets
+// these and the other fields a shared cache in front of an origin needs
+// together. A response with
 // Vary is stored under its variant's key; the plain key then holds a
 // marker naming the Vary headers, which is never served. Responses that flush, hijack, panic or
 // answer 5xx are passed through and never stored; bodies over

@@ -6,6 +6,8 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -201,4 +203,28 @@ func Example_near() {
 	r := chi.NewRouter()
 	r.Use(middleware.Cache(c, time.Minute))
 	r.Get("/report", report)
+}
+
+// A shared cache in front of an origin: the middleware on a reverse proxy,
+// with the shared-cache preset, one of its fields turned off again.
+func ExampleSharedOptions() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	o := middleware.SharedOptions()
+	o.CacheRequestsWithCookies = false // this origin personalises by cookie without Vary
+	m, err := middleware.New(c, o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	origin, err := url.Parse("http://app:8000")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(m.Handler)
+	r.Handle("/*", httputil.NewSingleHostReverseProxy(origin))
+	log.Fatal(http.ListenAndServe(":8080", r))
 }

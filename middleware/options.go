@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// Options configure a Middleware. A nil *Options means all defaults.
+// Options configure a Middleware. A nil *Options means all defaults,
+// which suit a cache inside an application; SharedOptions returns those
+// of a shared cache in front of an origin.
 type Options struct {
 	// TTL is how long a response is fresh when its Cache-Control has
 	// neither s-maxage nor max-age and it has no Expires (unless
@@ -214,6 +216,41 @@ type Options struct {
 
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
+}
+
+// SharedOptions returns new Options for a shared cache in front of an
+// origin, such as a caching reverse proxy (examples/proxy): what the
+// published shared caches are set to, and the configuration the public
+// HTTP cache test suite is scored with (docs/http-cache-tests.md). It
+// sets six fields and leaves every other at its default:
+//
+//   - ExplicitFreshness: only responses that say how long they are fresh
+//     are stored, with any final status RFC 9111 allows;
+//   - HeuristicFreshness 0.1: or whose Last-Modified gives them a tenth
+//     of its age, at most HeuristicMaxAge (default a day);
+//   - SurrogateControl: the origin's Surrogate-Control is honoured;
+//   - RevalidateNoCache: no-cache responses with a validator are stored
+//     and revalidated on every use;
+//   - AllowNoCache: a client's no-cache forces a render;
+//   - CacheRequestsWithCookies: requests with cookies are cached.
+//
+// Change any field of the result before passing it to New; each call
+// returns a new *Options.
+//
+// WARNING: it caches requests that carry cookies and lets any client
+// force a render. That is right in front of an origin that says what
+// may be shared (Vary, private, Set-Cookie), as a proxy's origin must; for
+// handlers that personalise by cookie without saying so, start from the
+// defaults (nil Options) instead.
+func SharedOptions() *Options {
+	return &Options{
+		ExplicitFreshness:        true,
+		HeuristicFreshness:       0.1,
+		SurrogateControl:         true,
+		RevalidateNoCache:        true,
+		AllowNoCache:             true,
+		CacheRequestsWithCookies: true,
+	}
 }
 
 var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -252,5 +253,38 @@ func TestNew_heuristicFreshness(t *testing.T) {
 				t.Errorf("error %q lacks the middleware: prefix", err)
 			}
 		})
+	}
+}
+
+// TestSharedOptions: the shared-cache preset is the six fields
+// examples/proxy set by hand for scripts/cache-tests.sh (-explicit
+// -heuristic 0.1 -surrogate-control -revalidate-no-cache -allow-no-cache
+// -cache-cookies), every other field at its default; each call returns
+// Options of its own, and New accepts them.
+func TestSharedOptions(t *testing.T) {
+	byHand := middleware.Options{
+		ExplicitFreshness:        true,
+		HeuristicFreshness:       0.1,
+		SurrogateControl:         true,
+		RevalidateNoCache:        true,
+		AllowNoCache:             true,
+		CacheRequestsWithCookies: true,
+	}
+	got := middleware.SharedOptions()
+	if !reflect.DeepEqual(*got, byHand) {
+		t.Errorf("SharedOptions() = %+v, want %+v", *got, byHand)
+	}
+	got.AllowNoCache = false
+	if again := middleware.SharedOptions(); !again.AllowNoCache {
+		t.Error("a change to one SharedOptions() result shows in the next")
+	}
+	s := redistest.Shared(t, redistest.Redis8)
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: "mw" + strings.TrimPrefix(redistest.Key(t, ""), "test:")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := middleware.New(c, middleware.SharedOptions()); err != nil {
+		t.Errorf("New(c, SharedOptions()): %v", err)
 	}
 }

@@ -9,15 +9,16 @@
 #   scripts/cache-tests.sh -defaults   # the middleware's defaults, as inside an application
 #   scripts/cache-tests.sh -id freshness-max-age   # one test, with the requests and responses
 #
-# The shared-cache configuration is what a shared cache in front of an origin
-# is usually set to, and what the suite's published caches run with: only
-# responses with explicit freshness are stored (-explicit), or with a
-# Last-Modified that gives them a tenth of its age, at most a day, as
-# heuristic freshness (-heuristic 0.1, RFC 9111 4.2.2), the origin's
-# Surrogate-Control is honoured (-surrogate-control), responses with no-cache
-# and a validator are stored to be revalidated on every use
-# (-revalidate-no-cache), a request's no-cache is honoured (-allow-no-cache)
-# and requests with cookies are cached (-cache-cookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
+# The shared-cache configuration (-shared: middleware.SharedOptions()) is what
+# a shared cache in front of an origin is usually set to, and what the suite's
+# published caches run with: only responses with explicit freshness are
+# stored (ExplicitFreshness), or with a Last-Modified that gives them a tenth
+# of its age, at most a day, as heuristic freshness (HeuristicFreshness 0.1,
+# RFC 9111 4.2.2), the origin's Surrogate-Control is honoured
+# (SurrogateControl), responses with no-cache and a validator are stored to
+# be revalidated on every use (RevalidateNoCache), a request's no-cache is
+# honoured (AllowNoCache) and requests with cookies are cached
+# (CacheRequestsWithCookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
 # and Go; Redis comes from scripts/provision.sh if it ran (STAMPEDE_REDIS8),
 # else redis-server on PATH, else the proxy's embedded server.
 # Results go to ${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}.
@@ -91,9 +92,9 @@ wait_port "$op"
 pp=$(free_port)
 flags=(-origin "http://127.0.0.1:$op" -listen "127.0.0.1:$pp" -namespace "cache-tests-$$")
 if [ $mode = shared ]; then
-	flags+=(-explicit -heuristic 0.1 -surrogate-control -revalidate-no-cache -allow-no-cache -cache-cookies)
+	flags+=(-shared)
 else
-	flags+=(-explicit=false)
+	flags+=(-shared=false)
 fi
 "$out/proxy" "${flags[@]}" "${redis_args[@]}" >"$out/proxy.log" 2>&1 &
 pids+=($!)

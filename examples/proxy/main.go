@@ -6,19 +6,21 @@
 //	go run ./examples/proxy -origin http://127.0.0.1:8000            # embedded server, :8080
 //	go run ./examples/proxy -origin http://app:8000 -redis redis://127.0.0.1:6379/0 -listen :9000
 //
-// With -explicit (the default) a response is stored only when it says how
-// long it is fresh (Cache-Control max-age or s-maxage, or Expires), as a
-// shared cache in front of an origin usually is configured; -explicit=false
-// stores every storable response for -ttl, as the middleware does inside
-// an application. -heuristic 0.1 gives a response without explicit
-// freshness but with Last-Modified a tenth of the time since then (at most
-// -heuristic-max), as the published shared caches do (RFC 9111 4.2.2).
-// A stored response with the origin's ETag or Last-Modified is revalidated
-// once stale (If-None-Match / If-Modified-Since, and a 304 freshens it);
-// -revalidate-no-cache also stores no-cache responses, revalidated on
-// every use.
-// scripts/cache-tests.sh runs the public HTTP cache test
-// suite through this proxy.
+// It starts from middleware.SharedOptions(), the shared-cache preset: a
+// response is stored only when it says how long it is fresh
+// (Cache-Control max-age or s-maxage, or Expires) or has a Last-Modified
+// that gives it a tenth of the time since then (at most -heuristic-max,
+// RFC 9111 4.2.2), the origin's Surrogate-Control is honoured, no-cache
+// responses with a validator are stored to be revalidated on every use, a
+// client's no-cache forces a render and requests with cookies are cached.
+// -shared=false starts from the middleware's defaults instead, as inside an
+// application (every storable response is stored for -ttl). The flags
+// -explicit, -heuristic, -surrogate-control, -revalidate-no-cache,
+// -allow-no-cache and -cache-cookies change one field of either. A stored
+// response with the origin's ETag or Last-Modified is revalidated once
+// stale (If-None-Match / If-Modified-Since, and a 304 freshens it).
+// scripts/cache-tests.sh runs the public HTTP cache test suite through
+// this proxy.
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -44,36 +47,69 @@ import (
 
 type config struct {
 	origin, listen, redisURL, namespace string
-	ttl, staleTTL, heuristicMax         time.Duration
-	heuristic                           float64
-	explicit, allowNoCache, cookies     bool
-	surrogate, revalidateNoCache        bool
+	opts                                middleware.Options // without Logger
 	debug                               bool
 }
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.origin, "origin", "", "URL of the origin server (required), e.g. http://127.0.0.1:8000")
-	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to listen on")
-	flag.StringVar(&cfg.redisURL, "redis", "", "Redis URL shared by the proxy instances (default: REDIS_URL, else an embedded server)")
-	flag.StringVar(&cfg.namespace, "namespace", "proxy", "cache namespace; instances in front of the same origin share it")
-	flag.DurationVar(&cfg.ttl, "ttl", time.Minute, "freshness of a stored response that does not state its own (with -explicit=false)")
-	flag.DurationVar(&cfg.staleTTL, "stale-ttl", 0, "how long after that a response may be served stale while one request refreshes it")
-	flag.BoolVar(&cfg.explicit, "explicit", true, "store only responses with explicit freshness (max-age, s-maxage or Expires)")
-	flag.Float64Var(&cfg.heuristic, "heuristic", 0, "fraction of the time since Last-Modified a response without explicit freshness is fresh (0.1 is usual; 0: off)")
-	flag.DurationVar(&cfg.heuristicMax, "heuristic-max", 24*time.Hour, "the longest freshness -heuristic gives")
-	flag.BoolVar(&cfg.surrogate, "surrogate-control", false, "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness")
-	flag.BoolVar(&cfg.revalidateNoCache, "revalidate-no-cache", false, "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use")
-	flag.BoolVar(&cfg.allowNoCache, "allow-no-cache", false, "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)")
-	flag.BoolVar(&cfg.cookies, "cache-cookies", false, "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)")
-	flag.BoolVar(&cfg.debug, "debug", false, "log why requests bypassed the cache and responses were not stored")
-	flag.Parse()
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	} else if err != nil {
+		os.Exit(2) // the flag package has said why
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "proxy:", err)
 		os.Exit(1)
 	}
+}
+
+// parseFlags reads the command line: the middleware's Options are
+// SharedOptions (or with -shared=false the defaults) with the fields the
+// flags name changed, in whichever order they come.
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.StringVar(&cfg.origin, "origin", "", "URL of the origin server (required), e.g. http://127.0.0.1:8000")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&cfg.redisURL, "redis", "", "Redis URL shared by the proxy instances (default: REDIS_URL, else an embedded server)")
+	fs.StringVar(&cfg.namespace, "namespace", "proxy", "cache namespace; instances in front of the same origin share it")
+	shared := fs.Bool("shared", true, "start from middleware.SharedOptions(), the shared-cache preset; false: from the middleware's defaults, as inside an application")
+	ttl := fs.Duration("ttl", time.Minute, "freshness of a stored response that does not state its own (without -explicit)")
+	staleTTL := fs.Duration("stale-ttl", 0, "how long after that a response may be served stale while one request refreshes it")
+	heuristicMax := fs.Duration("heuristic-max", 24*time.Hour, "the longest freshness -heuristic gives")
+	var changes []func(*middleware.Options)
+	field := func(name, usage string, f func(*middleware.Options) *bool) {
+		fs.BoolFunc(name, usage+" (preset: on; defaults: off)", func(v string) error {
+			on, err := strconv.ParseBool(v)
+			changes = append(changes, func(o *middleware.Options) { *f(o) = on })
+			return err
+		})
+	}
+	field("explicit", "store only responses with explicit freshness (max-age, s-maxage or Expires)", func(o *middleware.Options) *bool { return &o.ExplicitFreshness })
+	fs.Func("heuristic", "fraction of the time since Last-Modified a response without explicit freshness is fresh (preset: 0.1; 0: off)", func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		changes = append(changes, func(o *middleware.Options) { o.HeuristicFreshness = f })
+		return err
+	})
+	field("surrogate-control", "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness", func(o *middleware.Options) *bool { return &o.SurrogateControl })
+	field("revalidate-no-cache", "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use", func(o *middleware.Options) *bool { return &o.RevalidateNoCache })
+	field("allow-no-cache", "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)", func(o *middleware.Options) *bool { return &o.AllowNoCache })
+	field("cache-cookies", "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)", func(o *middleware.Options) *bool { return &o.CacheRequestsWithCookies })
+	fs.BoolVar(&cfg.debug, "debug", false, "log why requests bypassed the cache and responses were not stored")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *shared {
+		cfg.opts = *middleware.SharedOptions()
+	}
+	cfg.opts.TTL, cfg.opts.StaleTTL, cfg.opts.HeuristicMaxAge = *ttl, *staleTTL, *heuristicMax
+	for _, change := range changes {
+		change(&cfg.opts)
+	}
+	return cfg, nil
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -119,21 +155,11 @@ func handler(rdb redis.UniversalClient, origin *url.URL, cfg config) (http.Handl
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := &middleware.Options{
-		TTL:                      cfg.ttl,
-		StaleTTL:                 cfg.staleTTL,
-		ExplicitFreshness:        cfg.explicit,
-		HeuristicFreshness:       cfg.heuristic,
-		HeuristicMaxAge:          cfg.heuristicMax,
-		SurrogateControl:         cfg.surrogate,
-		RevalidateNoCache:        cfg.revalidateNoCache,
-		AllowNoCache:             cfg.allowNoCache,
-		CacheRequestsWithCookies: cfg.cookies,
-	}
+	opts := cfg.opts
 	if cfg.debug {
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	m, err := middleware.New(c, opts)
+	m, err := middleware.New(c, &opts)
 	if err != nil {
 		c.Close()
 		return nil, nil, err

@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/middleware"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
@@ -49,7 +51,9 @@ func TestProxy(t *testing.T) {
 		{true, 0.1, "/plain", false},
 	} {
 		t.Run(fmt.Sprintf("explicit=%v,heuristic=%v%s", tt.explicit, tt.heuristic, tt.path), func(t *testing.T) {
-			cfg := config{namespace: redistest.Key(t, "proxy"), ttl: time.Minute, explicit: tt.explicit, heuristic: tt.heuristic, heuristicMax: 24 * time.Hour}
+			cfg := config{namespace: redistest.Key(t, "proxy"), opts: middleware.Options{
+				TTL: time.Minute, ExplicitFreshness: tt.explicit, HeuristicFreshness: tt.heuristic, HeuristicMaxAge: 24 * time.Hour,
+			}}
 			h, closeCache, err := handler(s.Client(t), u, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -72,6 +76,42 @@ func TestProxy(t *testing.T) {
 			}
 			if stored := bodies[0] == bodies[1]; stored != tt.wantStored {
 				t.Errorf("bodies %q: stored %v, want %v", bodies, stored, tt.wantStored)
+			}
+		})
+	}
+}
+
+// TestParseFlags: the proxy starts from SharedOptions, or with
+// -shared=false from the defaults, and each flag changes its one field,
+// wherever it comes on the command line.
+func TestParseFlags(t *testing.T) {
+	preset := *middleware.SharedOptions()
+	preset.TTL, preset.HeuristicMaxAge = time.Minute, 24*time.Hour
+	for _, tt := range []struct {
+		name string
+		args []string
+		want func(o *middleware.Options)
+	}{
+		{"preset", nil, func(o *middleware.Options) { *o = preset }},
+		{"as cache-tests.sh ran it before", []string{"-explicit", "-heuristic", "0.1", "-surrogate-control", "-revalidate-no-cache", "-allow-no-cache", "-cache-cookies"}, func(o *middleware.Options) { *o = preset }},
+		{"defaults", []string{"-shared=false"}, func(o *middleware.Options) {}},
+		{"preset less one", []string{"-cache-cookies=false", "-stale-ttl", "30s"}, func(o *middleware.Options) {
+			*o = preset
+			o.CacheRequestsWithCookies, o.StaleTTL = false, 30*time.Second
+		}},
+		{"defaults plus one, in any order", []string{"-explicit", "-shared=false", "-ttl", "5m"}, func(o *middleware.Options) {
+			o.ExplicitFreshness, o.TTL = true, 5*time.Minute
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags(tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := middleware.Options{TTL: time.Minute, HeuristicMaxAge: 24 * time.Hour}
+			tt.want(&want)
+			if !reflect.DeepEqual(cfg.opts, want) {
+				t.Errorf("parseFlags(%q).opts = %+v, want %+v", tt.args, cfg.opts, want)
 			}
 		})
 	}
