@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/codec"
-	"github.com/hotkv/stampede/internal/lockx"
+	"github.com/hotkv/stampede/internal/lockvalue"
 )
 
 // What a stored entry means is decided here, and only here: every read
@@ -62,8 +62,8 @@ const noStaleGrace = time.Second
 func (c *Cache) decide(raw []byte, now time.Time) reading {
 	e, err := codec.Decode(raw)
 	if err != nil {
-		if info, ok := lockx.ParseValue(string(raw)); ok && !codec.IsEntry(raw) {
-			return reading{use: useWait, claim: info.Token}
+		if claim, ok := lockvalue.Decode(string(raw)); ok && !codec.IsEntry(raw) {
+			return reading{use: useWait, claim: claim.Token}
 		}
 		return reading{use: useReplace, err: err}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
 )
@@ -63,7 +62,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
 	// Replace writes only while the claim is still there: a claim that is
 	// gone (a Delete or Set, or it expired) means the key moved on.
-	werr := lockx.Replace(wctx, l, val, ttl)
+	werr := l.Replace(wctx, val, ttl)
 	wrote := werr == nil
 	if errors.Is(werr, lock.ErrNotHeld) {
 		werr = nil

@@ -3,11 +3,9 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 )
@@ -235,57 +233,6 @@ func TestLock_KeepAlive(t *testing.T) {
 				t.Errorf("stop() = %v, cause %v; want ErrLost", cause, context.Cause(held))
 			}
 			return
-		}
-	})
-}
-
-func TestLock_Replace(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx := testCtx(t)
-		c, rc := newClient(t, s, nil)
-		key := redistest.Key(t, "slot")
-		l, err := c.Obtain(ctx, key, time.Minute, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lockx.Replace(ctx, l, "result", time.Hour); err != nil {
-			t.Fatalf("Replace: %v", err)
-		}
-		if v, err := rc.Get(ctx, key).Result(); err != nil || v != "result" {
-			t.Fatalf("after Replace: %q, %v", v, err)
-		}
-		if ttl := rc.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
-			t.Errorf("TTL after Replace = %v, want about 1h", ttl)
-		}
-		if err := lockx.Replace(ctx, l, "again", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
-			t.Errorf("second Replace = %v, want ErrNotHeld", err)
-		}
-		// Deleted behind the holder's back: Replace must not recreate it.
-		l, err = c.Obtain(ctx, key+":2", time.Minute, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc.Del(ctx, key+":2")
-		if err := lockx.Replace(ctx, l, "late", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
-			t.Errorf("Replace after Delete = %v, want ErrNotHeld", err)
-		}
-		if n := rc.Exists(ctx, key+":2").Val(); n != 0 {
-			t.Error("Replace recreated a deleted key")
-		}
-	})
-}
-
-func FuzzParseValue(f *testing.F) {
-	f.Add("0123456789abcdef0123456789abcdef;1700000000000;meta")
-	f.Add("0123456789abcdef0123456789abcdef;;")
-	f.Add("")
-	f.Fuzz(func(t *testing.T, v string) {
-		info, ok := lockx.ParseValue(v)
-		if !ok {
-			return
-		}
-		if len(info.Token) != 32 || !strings.HasSuffix(v, info.Metadata) || !strings.HasPrefix(v, info.Token+";") {
-			t.Errorf("ParseValue(%q) = %+v", v, info)
 		}
 	})
 }

@@ -123,6 +123,47 @@ func ExampleLock_Fence() {
 	// old holder wakes up and writes: rejected: stale fencing number
 }
 
+// An idempotent payment: the lock on the request's idempotency key stands
+// for "charging", and Replace hands the key over to the receipt in one
+// step. A retry of the request finds the lock (still charging) or the
+// receipt, never an empty key, and the card is charged once.
+func ExampleLock_Replace() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	c, _ := lock.New(rdb, nil)
+
+	charges := 0
+	pay := func(id string) string {
+		key := "payment:" + id
+		l, err := c.Obtain(ctx, key, 30*time.Second, nil)
+		if errors.Is(err, lock.ErrNotObtained) {
+			if _, err := c.Inspect(ctx, key); errors.Is(err, lock.ErrForeignValue) {
+				receipt, _ := rdb.Get(ctx, key).Result()
+				return "already paid: " + receipt
+			}
+			return "still charging: try again later"
+		}
+		if err != nil {
+			return err.Error()
+		}
+		charges++ // charge the card
+		receipt := fmt.Sprintf("receipt-%s-%d", id, charges)
+		if err := l.Replace(ctx, receipt, 24*time.Hour); err != nil {
+			return "charged, but the lock was lost: " + err.Error() // reconcile by hand
+		}
+		return "paid: " + receipt
+	}
+
+	fmt.Println(pay("A17"))
+	fmt.Println(pay("A17")) // the client retries
+	fmt.Println("charges:", charges)
+	// Output:
+	// paid: receipt-A17-1
+	// already paid: receipt-A17-1
+	// charges: 1
+}
+
 // A hand-written watchdog, for work that cannot run inside Do: refresh
 // every ttl/3 and cancel the work as soon as a refresh fails.
 func ExampleLock_Refresh() {

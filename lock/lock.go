@@ -496,29 +496,40 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
-func init() {
-	lockvalue.RegisterReplace(func(ctx context.Context, l any, value string, ttl time.Duration) error {
-		return l.(*Lock).replace(ctx, value, ttl)
-	})
-}
-
-// replace ends the lock by replacing its value with value, expiring after
-// ttl, if the key still holds this acquisition; otherwise it returns
-// ErrNotHeld and changes nothing. It lets a lock on a key stand for "this
-// key is being computed" and hand the key over to the result in one atomic
-// step: whoever deleted or overwrote the key meanwhile wins. Package cache
-// calls it through internal/lockx.Replace.
-func (l *Lock) replace(ctx context.Context, value string, ttl time.Duration) error {
+// Replace ends the lock by putting value in its place, expiring after ttl,
+// in one round trip, if the key still holds this acquisition; otherwise it
+// returns ErrNotHeld and changes nothing. The lock then stands for "this
+// key is being computed" and hands the key over to its result in one
+// atomic step: nobody ever finds the key empty between the two, and
+// whoever deleted or overwrote the key meanwhile wins. An idempotent
+// payment, for one, locks its idempotency key while it charges and
+// replaces the lock with the receipt, which later attempts find instead
+// (see the example).
+//
+// A Replace that finds the lock taken or expired is an answer, not a
+// failure to log (unlike Release, it logs no warning for it). It reports
+// as a Release does: EventReleased on success, EventReleaseFailed
+// otherwise. Unlike Release, it hands nothing to waiters queued for the
+// lock (ObtainOptions.Retry): they find the key taken by the value and
+// give up at their MaxWait. A ttl below 1ms is an error wrapping
+// ErrInvalid.
+func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return invalid("replace ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	ok, err := l.c.conn.SetIfEqual(ctx, l.key, l.value, value, ttl)
-	if err != nil {
-		return fmt.Errorf("lock: replace %q: %w", l.key, err)
-	}
-	if !ok {
+	d := time.Since(l.sent)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("lock: replace %q: %w", l.key, err)
+		l.c.serverError(ctx, "replace", l.key, err)
+		l.c.emit(EventReleaseFailed, l.key, d, err)
+		return err
+	case !ok:
+		l.c.emit(EventReleaseFailed, l.key, d, ErrNotHeld)
 		return ErrNotHeld
 	}
+	l.c.emit(EventReleased, l.key, d, nil)
 	return nil
 }
 

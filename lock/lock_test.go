@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -563,4 +565,56 @@ func TestLock_Fence_failoverToLaggingReplica(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLock_Replace(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		var rec recorder
+		var logs syncBuffer
+		c, rc := newClient(t, s, &lock.Options{Observer: rec.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		key := redistest.Key(t, "slot")
+		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.take()
+		if err := l.Replace(ctx, "result", 0); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Replace with ttl 0 = %v, want ErrInvalid", err)
+		}
+		if err := l.Replace(ctx, "result", time.Hour); err != nil {
+			t.Fatalf("Replace: %v", err)
+		}
+		if v, err := rc.Get(ctx, key).Result(); err != nil || v != "result" {
+			t.Fatalf("after Replace: %q, %v", v, err)
+		}
+		if ttl := rc.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
+			t.Errorf("TTL after Replace = %v, want about 1h", ttl)
+		}
+		if got := kinds(rec.take()); !slices.Equal(got, []lock.EventKind{lock.EventReleased}) {
+			t.Errorf("events of Replace: %v, want [released]", got)
+		}
+		if err := l.Replace(ctx, "again", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("second Replace = %v, want ErrNotHeld", err)
+		}
+		if got := rec.take(); len(got) != 1 || got[0].Kind != lock.EventReleaseFailed || !errors.Is(got[0].Err, lock.ErrNotHeld) {
+			t.Errorf("events of a Replace not held: %+v, want one release-failed with ErrNotHeld", got)
+		}
+		// Deleted behind the holder's back: Replace must not recreate it.
+		l, err = c.Obtain(ctx, key+":2", time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Del(ctx, key+":2")
+		if err := l.Replace(ctx, "late", time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Replace after Delete = %v, want ErrNotHeld", err)
+		}
+		if n := rc.Exists(ctx, key+":2").Val(); n != 0 {
+			t.Error("Replace recreated a deleted key")
+		}
+		// Finding the lock gone is Replace's answer, not a warning.
+		if out := logs.String(); out != "" {
+			t.Errorf("Replace logged: %s", out)
+		}
+	})
 }

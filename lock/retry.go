@@ -14,12 +14,11 @@ type RetryStrategy interface {
 	Backoff(attempt int) time.Duration
 }
 
+// noRetry tries once: what a nil strategy means, where LimitRetry needs
+// one to wrap.
 type noRetry struct{}
 
 func (noRetry) Backoff(int) time.Duration { return -1 }
-
-// NoRetry tries once. It is what a nil strategy means.
-func NoRetry() RetryStrategy { return noRetry{} }
 
 type linear time.Duration
 

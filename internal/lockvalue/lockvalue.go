@@ -1,17 +1,14 @@
 // Package lockvalue is the stored value of a stampede lock, shared by
 // package lock, which writes it, and package cache, which must tell a lock
-// from its own data in the keys they share; and the one operation cache
-// makes on a lock beyond lock's public API, Replace, which package lock
-// registers here.
+// (its rebuild claim) from its own data in the keys they share. It is the
+// format only: what cache does with a lock goes through lock's public API.
 package lockvalue
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -73,24 +70,4 @@ func Decode(v string) (val Value, ok bool) {
 		return Value{}, false
 	}
 	return Value{Token: v[:TokenLen], Since: time.UnixMilli(ms), Metadata: rest[i+1:]}, true
-}
-
-// ReplaceFunc replaces the value of the lock l (a *lock.Lock) with value,
-// expiring after ttl, if the key still holds that acquisition; otherwise it
-// returns lock.ErrNotHeld and changes nothing.
-type ReplaceFunc func(ctx context.Context, l any, value string, ttl time.Duration) error
-
-var (
-	replaceOnce sync.Once
-	replace     ReplaceFunc
-)
-
-// RegisterReplace is called once, by package lock's init; later calls are
-// ignored.
-func RegisterReplace(f ReplaceFunc) { replaceOnce.Do(func() { replace = f }) }
-
-// Replace calls the function package lock registered (internal/lockx has
-// the typed form).
-func Replace(ctx context.Context, l any, value string, ttl time.Duration) error {
-	return replace(ctx, l, value, ttl)
 }

@@ -1,36 +1,13 @@
 // Package lockx is what stampede's own packages (cache, the tests, the
-// benchmarks) may do with package lock beyond its public API: tell a lock's
-// value from other data, replace a held lock with a result, convert its
+// benchmarks) may do with package lock beyond its public API: convert its
 // Capabilities to and from internal/redisx's, and fix the strategies of a
 // client instead of probing the server.
 package lockx
 
 import (
-	"context"
-	"time"
-
-	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
-
-// ParseValue reports whether v is a lock value written by package lock,
-// and if so what it holds (Info.TTL is zero). Package cache uses it to tell
-// a lock from its own data in the keys they share.
-func ParseValue(v string) (lock.Info, bool) {
-	val, ok := lockvalue.Decode(v)
-	return lock.Info{Token: val.Token, Since: val.Since, Metadata: val.Metadata}, ok
-}
-
-// Replace ends l by replacing its value with value, expiring after ttl, if
-// the key still holds this acquisition; otherwise it returns
-// lock.ErrNotHeld and changes nothing. It lets a lock on a key stand for
-// "this key is being computed" and hand the key over to the result in one
-// atomic step: whoever deleted or overwrote the key meanwhile wins. A ttl
-// below 1ms is an error wrapping lock.ErrInvalid.
-func Replace(ctx context.Context, l *lock.Lock, value string, ttl time.Duration) error {
-	return lockvalue.Replace(ctx, l, value, ttl)
-}
 
 // Capabilities converts what a redisx.Conn reports to lock's public form.
 func Capabilities(c redisx.Capabilities) lock.Capabilities {
