@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -19,8 +18,7 @@ import (
 func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 	// Probe (if nobody has yet) on a key in the namespace, which the
 	// user may access.
-	probed, err := c.conn.CapabilitiesFor(ctx, c.s.ns+":{probe}")
-	caps := lockx.Capabilities(probed)
+	caps, err := c.conn.CapabilitiesFor(ctx, c.s.ns+":{probe}")
 	if err != nil {
 		return caps, err
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +53,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 					var cnt cmdCounter
 					rc := s.Client(b)
 					rc.AddHook(&cnt)
-					c, err := lock.New(lockx.Force(rc, caps), nil)
+					c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

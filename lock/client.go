@@ -30,123 +30,79 @@ var (
 	_ redisx.Client = RedisClient(nil) // what the Client hands to internal/redisx
 )
 
+// The strategies and Capabilities are declared once, in internal/redisx,
+// next to the probe that fills them in and the commands that follow them;
+// lock names them for its users (and package cache returns them). An
+// alias shows no fields or methods in go doc, hence their list in the doc
+// comments here (TestCapabilities_docListsFields keeps it complete).
+
 // ReleaseStrategy is how a lock is deleted only if it still holds the
-// caller's value.
-type ReleaseStrategy uint8
+// caller's value. Its String method names the command, e.g. "DELEX IFEQ".
+type ReleaseStrategy = redisx.ReleaseStrategy
 
 const (
 	// ReleaseLua runs a compare-and-delete script. Every server with Lua.
-	ReleaseLua ReleaseStrategy = iota
+	ReleaseLua ReleaseStrategy = redisx.ReleaseLua
 	// ReleaseDelIfEq sends DELIFEQ key value (Valkey 9.0 and 9.1).
-	ReleaseDelIfEq
+	ReleaseDelIfEq ReleaseStrategy = redisx.ReleaseDelIfEq
 	// ReleaseDelex sends DELEX key IFEQ value (Redis >= 8.4, Valkey >= 9.2,
 	// Dragonfly >= 1.37).
-	ReleaseDelex
+	ReleaseDelex ReleaseStrategy = redisx.ReleaseDelex
 )
 
-// String returns the command used, e.g. "DELEX IFEQ".
-func (s ReleaseStrategy) String() string { return redisx.ReleaseStrategy(s).String() }
-
 // ExtendStrategy is how a lock's expiry is reset only if it still holds
-// the caller's value. No server has a conditional PEXPIRE.
-type ExtendStrategy uint8
+// the caller's value. No server has a conditional PEXPIRE. Its String
+// method names the command, e.g. "SET IFEQ".
+type ExtendStrategy = redisx.ExtendStrategy
 
 const (
 	// ExtendLua runs a compare-and-pexpire script.
-	ExtendLua ExtendStrategy = iota
+	ExtendLua ExtendStrategy = redisx.ExtendLua
 	// ExtendSetIfEq sends SET key value IFEQ value PX ms (Redis >= 8.4,
 	// Valkey >= 8.1).
-	ExtendSetIfEq
+	ExtendSetIfEq ExtendStrategy = redisx.ExtendSetIfEq
 )
 
-// String returns the command used, e.g. "SET IFEQ".
-func (s ExtendStrategy) String() string { return redisx.ExtendStrategy(s).String() }
-
 // DigestStrategy is how a value longer than Options.DigestThreshold is
-// compared without sending it back.
-type DigestStrategy uint8
+// compared without sending it back. Its String method names the
+// comparison, e.g. "IFDEQ (XXH3)".
+type DigestStrategy = redisx.DigestStrategy
 
 const (
 	// DigestLua compares redis.sha1hex(value) in a script with a SHA-1 the
 	// client computed.
-	DigestLua DigestStrategy = iota
+	DigestLua DigestStrategy = redisx.DigestLua
 	// DigestNative uses DELEX/SET ... IFDEQ with the server's XXH3 digest
 	// (Redis >= 8.4).
-	DigestNative
+	DigestNative DigestStrategy = redisx.DigestNative
 )
 
-// String returns the comparison used, e.g. "IFDEQ (XXH3)".
-func (s DigestStrategy) String() string { return redisx.DigestStrategy(s).String() }
-
 // Capabilities is what a server was found to offer and the strategy chosen
-// for each operation, as (*Client).Capabilities reports it. The zero value
-// stands for the Lua fallbacks, which work on every server with scripting.
-type Capabilities struct {
-	// Server and Version come from HELLO, for display; empty when unknown.
-	Server, Version string
-
-	Release ReleaseStrategy
-	Extend  ExtendStrategy
-	Digest  DigestStrategy
-
-	// DelIfEq records that DELIFEQ answered, so a refused DELEX can fall
-	// back to it rather than straight to Lua.
-	DelIfEq bool
-
-	// ScriptsDenied is the server's reply when its ACL refuses scripts
-	// (EVALSHA or EVAL) to the client's user, as the probe or a later
-	// refusal found; empty when scripts may run. The strategies above that
-	// need no script work as usual; an operation that would need one fails
-	// at once with ErrPermission, before it takes anything.
-	ScriptsDenied string
-
-	// ACLRefused lists the commands the probe found refused by the ACL,
-	// space-separated (e.g. "DELEX DIGEST"): those that would have spared
-	// a script where the server offers them. Empty when none was.
-	ACLRefused string
-
-	// AnnounceDenied is the server's reply when it refused a cache's
-	// announcement channel (SUBSCRIBE or PUBLISH; an ACL without the
-	// channel, the default for new users since Redis 7). Waiting
-	// processes then learn of a finished rebuild by polling. Only
-	// cache.(*Cache).Capabilities fills it in; a lock Client logs a refusal
-	// of its hand-off channel instead (see ObtainOptions.Retry).
-	AnnounceDenied string
-
-	// HandoffDenied is the server's reply when it refused the hand-off
-	// script of a lock Client (an ACL without a command it calls, or a
-	// server without one; see ObtainOptions.Retry): waiters then poll, and
-	// the script is tried again a minute later. Only
-	// lock.(*Client).Capabilities fills it in.
-	HandoffDenied string
-
-	// NearDenied is the server's reply when it refused CLIENT TRACKING to
-	// a cache's near cache (Options.Near), which then stays off and asks
-	// again a minute later. Only cache.(*Cache).Capabilities fills it in.
-	NearDenied string
-}
-
-// String describes the server and the chosen strategies in one line, e.g.
+// for each operation, as (*Client).Capabilities and
+// cache.(*Cache).Capabilities report it. The zero value stands for the Lua
+// fallbacks, which work on every server with scripting. Its String method
+// describes it in one line, e.g.
 // "redis 8.6.3: release=DELEX IFEQ extend=SET IFEQ digest=IFDEQ (XXH3)".
-func (c Capabilities) String() string { return toConn(c).String() }
-
-// fromConn and toConn convert between Capabilities and the internal
-// package's copy of it (internal/lockx has the same pair for cache and the
-// benchmarks).
-func fromConn(c redisx.Capabilities) Capabilities {
-	return Capabilities{
-		Server: c.Server, Version: c.Version,
-		Release: ReleaseStrategy(c.Release), Extend: ExtendStrategy(c.Extend), Digest: DigestStrategy(c.Digest),
-		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
-		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
-	}
-}
-
-func toConn(c Capabilities) redisx.Capabilities {
-	return redisx.Capabilities{
-		Server: c.Server, Version: c.Version,
-		Release: redisx.ReleaseStrategy(c.Release), Extend: redisx.ExtendStrategy(c.Extend), Digest: redisx.DigestStrategy(c.Digest),
-		DelIfEq: c.DelIfEq, ScriptsDenied: c.ScriptsDenied, ACLRefused: c.ACLRefused, AnnounceDenied: c.AnnounceDenied,
-		HandoffDenied: c.HandoffDenied, NearDenied: c.NearDenied,
-	}
-}
+// Its fields:
+//
+//	Server, Version string  // from HELLO, for display; empty when unknown
+//	Release ReleaseStrategy // how a lock is deleted only if it holds its value
+//	Extend  ExtendStrategy  // how its expiry is reset only if it holds its value
+//	Digest  DigestStrategy  // how a value above Options.DigestThreshold is compared
+//	DelIfEq bool            // DELIFEQ answered: a refused DELEX falls back to it, not to Lua
+//	ScriptsDenied string    // the ACL's refusal of scripts (EVALSHA, EVAL); empty when they may run
+//	ACLRefused string       // commands the probe found refused by the ACL, e.g. "DELEX DIGEST"
+//	AnnounceDenied string   // a cache's announcement channel refused (cache only)
+//	HandoffDenied string    // this Client's hand-off script refused (lock only)
+//	NearDenied string       // CLIENT TRACKING refused to a cache's near cache (cache only)
+//
+// With ScriptsDenied set, the strategies that need no script work as
+// usual; an operation that would need one fails at once with
+// ErrPermission, before it takes anything. ACLRefused names the commands
+// that would have spared a script where the server offers them. Each
+// *Denied field holds the server's reply: with AnnounceDenied, processes
+// waiting for a cache's rebuild poll instead of being told; with
+// HandoffDenied, waiters poll (see ObtainOptions.Retry) and the script is
+// tried again a minute later; with NearDenied, the near cache stays off
+// and asks again a minute later.
+type Capabilities = redisx.Capabilities

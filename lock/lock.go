@@ -60,11 +60,10 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	caps, err := c.conn.Capabilities(ctx)
-	out := fromConn(caps)
 	if r := c.handoffOff.Load(); r != nil {
-		out.HandoffDenied = r.reply
+		caps.HandoffDenied = r.reply
 	}
-	return out, err
+	return caps, err
 }
 
 // ObtainOptions configure one Obtain. A nil *ObtainOptions means all

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/lockx"
 	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -31,7 +31,7 @@ func newClient(tb testing.TB, s *redistest.Server, opts *lock.Options) (*lock.Cl
 func newForced(tb testing.TB, s *redistest.Server, caps lock.Capabilities) (*lock.Client, redis.UniversalClient) {
 	tb.Helper()
 	rc := s.Client(tb)
-	c, err := lock.New(lockx.Force(rc, caps), nil)
+	c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

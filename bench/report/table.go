@@ -101,7 +101,7 @@ func tables(r *Results) []table {
 	if len(r.Lock) > 0 {
 		t := table{
 			title:  "Lock",
-			about:  "Obtain + Release cycles on distinct keys, one release strategy forced at a time (internal/lockx.Force).",
+			about:  "Obtain + Release cycles on distinct keys, one release strategy forced at a time (internal/redisx.Forced).",
 			header: []string{"release strategy", "goroutines", "cycles/s", "p50", "p99", "errors / note"},
 		}
 		for _, x := range r.Lock {

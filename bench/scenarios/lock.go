@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/bench/report"
-	"github.com/hotkv/stampede/internal/lockx"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
 
@@ -28,7 +28,7 @@ func releaseStrategies() []releaseStrategy {
 }
 
 // Lock measures Obtain + Release cycles per second with each release
-// strategy the server offers, forced through internal/lockx.Force.
+// strategy the server offers, forced through internal/redisx.Forced.
 // It runs in this process: it measures the server commands, not
 // coordination between processes. Each goroutine locks a key of its own,
 // so no cycle waits for another.
@@ -46,7 +46,7 @@ func Lock(ctx context.Context, e *Env, r *report.Results) error {
 		}
 		forced := e.Caps
 		forced.Release = rs.s
-		lc, err := lock.New(lockx.Force(e.RDB, forced), nil)
+		lc, err := lock.New(&redisx.Forced{Client: e.RDB, Caps: forced}, nil)
 		if err != nil {
 			return err
 		}

@@ -10,8 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ReleaseStrategy is how a value is deleted only if it still holds what
-// the caller wrote.
+// The strategies and Capabilities are declared here, once; package lock
+// names them for users (lock.Capabilities, lock.ReleaseLua, ...) and
+// lists their fields in its doc comments, which go doc shows for an alias.
+
+// ReleaseStrategy is how a value (a lock, a cache's claim) is deleted only
+// if it still holds what the caller wrote.
 type ReleaseStrategy uint8
 
 const (
@@ -24,6 +28,7 @@ const (
 	ReleaseDelex
 )
 
+// String returns the command used, e.g. "DELEX IFEQ".
 func (s ReleaseStrategy) String() string {
 	switch s {
 	case ReleaseDelex:
@@ -48,6 +53,7 @@ const (
 	ExtendSetIfEq
 )
 
+// String returns the command used, e.g. "SET IFEQ".
 func (s ExtendStrategy) String() string {
 	switch s {
 	case ExtendSetIfEq:
@@ -58,7 +64,8 @@ func (s ExtendStrategy) String() string {
 	return fmt.Sprintf("ExtendStrategy(%d)", uint8(s))
 }
 
-// DigestStrategy is how a large value is compared without sending it back.
+// DigestStrategy is how a value longer than the digest threshold (lock's
+// Options.DigestThreshold) is compared without sending it back.
 type DigestStrategy uint8
 
 const (
@@ -70,6 +77,7 @@ const (
 	DigestNative
 )
 
+// String returns the comparison used, e.g. "IFDEQ (XXH3)".
 func (s DigestStrategy) String() string {
 	switch s {
 	case DigestNative:
@@ -81,7 +89,9 @@ func (s DigestStrategy) String() string {
 }
 
 // Capabilities is what a server was found to offer and the strategy chosen
-// for each operation. The zero value selects the Lua fallbacks, which work
+// for each operation, as lock.(*Client).Capabilities and
+// cache.(*Cache).Capabilities report it (users know it as
+// lock.Capabilities). The zero value selects the Lua fallbacks, which work
 // on every server with scripting.
 type Capabilities struct {
 	// Server and Version come from HELLO, for display; empty when unknown.
@@ -112,12 +122,13 @@ type Capabilities struct {
 	// announcement channel (SUBSCRIBE or PUBLISH; an ACL without the
 	// channel, the default for new users since Redis 7). Waiting
 	// processes then learn of a finished rebuild by polling. Only
-	// cache.(*Cache).Capabilities fills it in; a lock uses no channel.
+	// cache.(*Cache).Capabilities fills it in; a lock Client logs a refusal
+	// of its hand-off channel instead (see lock.ObtainOptions.Retry).
 	AnnounceDenied string
 
 	// HandoffDenied is the server's reply when it refused the hand-off
 	// script of a lock Client (an ACL without a command it calls, or a
-	// server without one; see ObtainOptions.Retry): waiters then poll, and
+	// server without one; see lock.ObtainOptions.Retry): waiters then poll, and
 	// the script is tried again a minute later. Only
 	// lock.(*Client).Capabilities fills it in.
 	HandoffDenied string

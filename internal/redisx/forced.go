@@ -2,10 +2,11 @@ package redisx
 
 // Forced wraps a client to fix the strategies a Conn uses instead of
 // probing the server: NewConn given a *Forced talks to its Client with
-// Caps. Tests and the benchmarks use it (through lock's and cache's
-// export_test.go, or internal/lockx) to run every strategy on every
-// server; it is not part of the public API. A strategy the server refuses
-// at run time is still downgraded.
+// Caps, and so does a lock.Client made with one (lock.New(&Forced{rc,
+// caps}, nil): a *Forced is a lock.RedisClient). Tests and the benchmarks
+// use it to run every strategy on every server; it is not part of the
+// public API. A strategy the server refuses at run time is still
+// downgraded.
 type Forced struct {
 	Client
 	Caps Capabilities
