@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/keysub"
-	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -172,179 +171,6 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	return l, err
 }
 
-// obtain is Obtain after its arguments were checked, without reporting.
-// Its errors match ErrNotObtained unless a server call failed.
-func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) (l *Lock, err error) {
-	deadline, hasDeadline := ctx.Deadline()
-	if opts.MaxWait > 0 && (!hasDeadline || start.Add(opts.MaxWait).Before(deadline)) {
-		deadline = start.Add(opts.MaxWait)
-	} else if !hasDeadline {
-		deadline = start.Add(ttl)
-	}
-
-	token := lockvalue.NewToken()
-	value := lockvalue.Encode(token, start, opts.Metadata)
-	// Take no lock that could not be released: where the server refuses the
-	// scripts that releasing (or fencing) needs here, say so first.
-	if err := c.permitted(ctx, key, value, opts.Fencing); err != nil {
-		if ctx.Err() != nil {
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
-		}
-		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
-	}
-	var (
-		timer  *time.Timer
-		hk     handoffKeys
-		useHK  bool          // hand-off works for this key and client
-		queued bool          // registered with the waker (and so, maybe, in the queue)
-		wake   chan struct{} // this waiter's wake-up, while queued
-		woken  bool          // the attempt under way follows a wake-up
-		beat   heartbeat     // the last refresh of the queue entry
-	)
-	if opts.Retry != nil {
-		hk, useHK = c.handoffUsable(ctx, key)
-	}
-	defer func() {
-		if queued {
-			c.wakerRemove(hk.channel, token)
-			if l == nil {
-				// Never leave a lock handed to a waiter that gave up.
-				c.leave(ctx, hk, value, token)
-			}
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil {
-			// No attempt on an ended context, whatever the client would do
-			// with it: the caller must not get a lock it gave up on.
-			return nil, notObtained(ctx)
-		}
-		wait := time.Duration(-1)
-		if opts.Retry != nil {
-			wait = opts.Retry.Backoff(attempt)
-		}
-		sent := time.Now()
-		var (
-			fence  int64
-			ok     bool
-			handed bool
-		)
-		if queued && !woken && !beat.due(max(wait, 0)) && c.heldByOther(ctx, key, value) {
-			// The common poll of a queued waiter: a plain GET finds the lock
-			// held by another, and the entry needs no refresh yet.
-		} else if queued {
-			var res waitResult
-			life := entryLife(max(wait, 0))
-			res, fence, err = c.waitStep(ctx, hk, value, token, ttl, opts.Fencing, life)
-			if err == nil {
-				beat = heartbeat{at: sent, life: life}
-				c.handoffWorks()
-			}
-			if err != nil && scriptUnusable(err) && ctx.Err() == nil {
-				// Refused before it wrote anything: poll the plain way.
-				c.handoffRefused(err.Error(), redisx.IsNoPerm(err))
-				c.wakerRemove(hk.channel, token)
-				queued, useHK = false, false
-				attempt--
-				continue
-			}
-			ok, handed = res != waitQueued, res == waitHanded
-		} else {
-			fence, ok, err = c.try(ctx, key, fenceKey, value, ttl)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, notObtained(ctx)
-			}
-			return nil, fmt.Errorf("lock: obtain %q: %w", key, redisx.Denied("obtain", err, ""))
-		}
-		if ok {
-			l = &Lock{c: c, key: key, value: value, token: token, meta: opts.Metadata, fence: fence, sent: sent}
-			if useHK {
-				l.handoff = &hk
-			}
-			if handed {
-				kind := EventWakeMissed
-				if woken {
-					kind = EventWoken
-				}
-				c.emit(kind, key, time.Since(start), nil)
-			}
-			return l, nil
-		}
-		woken = false
-		if opts.Retry == nil || wait < 0 {
-			return nil, notObtained(ctx)
-		}
-		if useHK && !queued {
-			// Join the queue at once rather than after a back-off step:
-			// subscribe first, so that a hand-off right after reaches us.
-			var ready <-chan struct{}
-			wake, ready = c.wakerAdd(ctx, hk.channel, hk.sharded, token)
-			queued = true
-			select {
-			case <-ready:
-			default:
-				if err := sleepUntil(ctx, ready, min(wait, time.Until(deadline))); err != nil {
-					return nil, err
-				}
-			}
-			attempt--
-			continue
-		}
-		if left := time.Until(deadline); wait > left {
-			// One last attempt at the deadline rather than none.
-			if left <= 0 {
-				return nil, notObtained(ctx)
-			}
-			wait = left
-		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, notObtained(ctx)
-		case <-timer.C:
-		case <-wake:
-			woken = true
-			timer.Stop() // since Go 1.23 no stale tick follows
-		}
-	}
-}
-
-// sleepUntil waits until ready is closed or d has passed; it returns
-// notObtained's error if ctx ends first.
-func sleepUntil(ctx context.Context, ready <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(max(d, 0))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return notObtained(ctx)
-	case <-ready:
-	case <-t.C:
-	}
-	return nil
-}
-
-// notObtained is Obtain's error when it did not get the lock: ErrNotObtained,
-// joined with the context's error when ctx has ended (or its deadline has
-// passed, which ctx.Err reports a moment later), so that the caller's own
-// cancellation or deadline is never mistaken for a lock held elsewhere.
-func notObtained(ctx context.Context) error {
-	err := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && err == nil && !time.Now().Before(d) {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		return errors.Join(ErrNotObtained, err)
-	}
-	return ErrNotObtained
-}
-
 // ctxEnded reports whether err says a context ended.
 func ctxEnded(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
@@ -362,17 +188,6 @@ func (c *Client) checkObtain(key string, ttl time.Duration, opts *ObtainOptions)
 		return invalid("negative MaxWait %v", opts.MaxWait)
 	}
 	return nil
-}
-
-// try makes one attempt. ok is false when the lock is held.
-func (c *Client) try(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (fence int64, ok bool, err error) {
-	rc := c.conn.Client()
-	if fenceKey == "" {
-		ok, err = rc.SetNX(ctx, key, value, ttl).Result()
-		return 0, ok, err
-	}
-	fence, err = c.obtainFenced.Run(ctx, rc, []string{key, fenceKey}, value, ttl.Milliseconds()).Int64()
-	return fence, err == nil && fence > 0, err
 }
 
 // Release deletes the lock if it is still this acquisition's, in one round
