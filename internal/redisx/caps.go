@@ -194,23 +194,8 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 		return Capabilities{}, fmt.Errorf("probe server: %w", err)
 	}
 
-	for _, cmd := range []interface{ Err() error }{hello, delex, delifeq, setifeq, delexd, digest, evalsha, eval} {
-		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {
-			return Capabilities{}, fmt.Errorf("probe server: %w", err)
-		}
-		// Only a definite refusal says "not offered"; any other reply
-		// (BUSY, OOM, LOADING, ...) says nothing about what the server
-		// offers, and settling on it would last (see IsRefusal). NOSCRIPT
-		// is EVALSHA's answer where scripts may run.
-		if err := cmd.Err(); IsReply(err) && !IsRefusal(err) && !(cmd == evalsha && isNoScript(err)) {
-			return Capabilities{}, fmt.Errorf("probe server: %w", err)
-		}
-		// The probe's own key refused: what the server offers is unknown,
-		// and the caller could not use its key either.
-		if err := cmd.Err(); IsNoPerm(err) && strings.Contains(err.Error(), "key") {
-			return Capabilities{}, Denied(fmt.Sprintf("capability probe on key %q", key), err,
-				fmt.Sprintf("grant the user access to keys starting %q (see docs/permissions.md)", prefix))
-		}
+	if err := probeFailed([]*redis.Cmd{hello, delex, delifeq, setifeq, delexd, digest, evalsha, eval}, evalsha, key, prefix); err != nil {
+		return Capabilities{}, err
 	}
 
 	var caps Capabilities
@@ -254,6 +239,31 @@ func probe(ctx context.Context, c Client, prefix string) (Capabilities, error) {
 	}
 	caps.ACLRefused = strings.Join(refused, " ")
 	return caps, nil
+}
+
+// probeFailed returns the error that fails the probe, if one of its
+// replies cmds (evalsha among them) says nothing about what the server
+// offers, or the ACL refused the probe's own key.
+func probeFailed(cmds []*redis.Cmd, evalsha *redis.Cmd, key, prefix string) error {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !IsNil(err) && !IsReply(err) {
+			return fmt.Errorf("probe server: %w", err)
+		}
+		// Only a definite refusal says "not offered"; any other reply
+		// (BUSY, OOM, LOADING, ...) says nothing about what the server
+		// offers, and settling on it would last (see IsRefusal). NOSCRIPT
+		// is EVALSHA's answer where scripts may run.
+		if err := cmd.Err(); IsReply(err) && !IsRefusal(err) && !(cmd == evalsha && isNoScript(err)) {
+			return fmt.Errorf("probe server: %w", err)
+		}
+		// The probe's own key refused: what the server offers is unknown,
+		// and the caller could not use its key either.
+		if err := cmd.Err(); IsNoPerm(err) && strings.Contains(err.Error(), "key") {
+			return Denied(fmt.Sprintf("capability probe on key %q", key), err,
+				fmt.Sprintf("grant the user access to keys starting %q (see docs/permissions.md)", prefix))
+		}
+	}
+	return nil
 }
 
 func isNoScript(err error) bool { return IsReply(err) && strings.HasPrefix(err.Error(), "NOSCRIPT") }
