@@ -2,8 +2,9 @@ package stampedeotel
 
 import (
 	"context"
+	"math"
 
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -16,27 +17,27 @@ import (
 // hot path: an atomic add costs a few nanoseconds, a synchronous
 // counter's Add (attribute lookup, aggregation) over a hundred, which is
 // more than a near-cache hit takes.
-type eventTable struct {
-	*obs.Events
+type eventTable[K metrics.Kind] struct {
+	*metrics.Events[K]
 	// opts holds the attributes of each series, set once before the
 	// table is shared: opts[kind][tier], nil for series that do not
 	// exist.
-	opts [obs.Kinds][3]metric.ObserveOption
+	opts [math.MaxUint8 + 1][3]metric.ObserveOption
 }
 
-// newEventTable returns a table for the kinds whose String is name(k)
-// ("unknown" for kinds that do not exist); tiered lists the (at most two)
-// kinds split by tier. base is the Observer's name attribute.
-func newEventTable(base attribute.KeyValue, name func(k int) string, tiered ...int) *eventTable {
-	tb := &eventTable{Events: obs.NewEvents(name, tiered...)}
-	for k := range obs.Kinds {
-		if s := tb.Name(k); s != "" {
-			tb.opts[k][obs.NoTier] = metric.WithAttributeSet(attribute.NewSet(base, keyEvent.String(s)))
+// newEventTable returns a table for the kinds of K; tiered lists the (at
+// most two) kinds split by tier. base is the Observer's name attribute.
+func newEventTable[K metrics.Kind](base attribute.KeyValue, tiered ...K) *eventTable[K] {
+	tb := &eventTable[K]{Events: metrics.NewEvents(tiered...)}
+	for k := range math.MaxUint8 + 1 {
+		// Kind 0 ("unknown") counts every value that is no kind.
+		if s := K(k).String(); k == 0 || s != "unknown" {
+			tb.opts[k][metrics.NoTier] = metric.WithAttributeSet(attribute.NewSet(base, keyEvent.String(s)))
 		}
 	}
 	for _, k := range tiered {
-		for _, tier := range []obs.Tier{obs.Server, obs.Near} {
-			tb.opts[k][tier] = metric.WithAttributeSet(attribute.NewSet(base, keyEvent.String(tb.Name(k)), keyTier.String(tier.String())))
+		for _, tier := range []metrics.Tier{metrics.Server, metrics.Near} {
+			tb.opts[k][tier] = metric.WithAttributeSet(attribute.NewSet(base, keyEvent.String(k.String()), keyTier.String(tier.String())))
 		}
 	}
 	return tb
@@ -44,14 +45,14 @@ func newEventTable(base attribute.KeyValue, name func(k int) string, tiered ...i
 
 // observe reports every series of the table (zeros included, as a
 // Prometheus client would; the unknown kinds only once counted).
-func (tb *eventTable) observe(o metric.Observer, inst metric.Int64Observable) {
-	tb.Each(func(k int, tier obs.Tier, n uint64) {
+func (tb *eventTable[K]) observe(o metric.Observer, inst metric.Int64Observable) {
+	tb.Each(func(k K, tier metrics.Tier, n uint64) {
 		o.ObserveInt64(inst, int64(n), tb.opts[k][tier])
 	})
 }
 
 // addTable adds tb to the tables observed into inst.
-func (t *Telemetry) addTable(tables *[]*eventTable, tb *eventTable) {
+func addTable[K metrics.Kind](t *Telemetry, tables *[]*eventTable[K], tb *eventTable[K]) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	*tables = append(*tables, tb)

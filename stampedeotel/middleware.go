@@ -3,7 +3,7 @@ package stampedeotel
 import (
 	"context"
 
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"github.com/hotkv/stampede/middleware"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -26,7 +26,7 @@ import (
 // The function is safe for concurrent use.
 func (t *Telemetry) MiddlewareObserver(name string) func(middleware.Event) {
 	mw := keyMiddleware.String(name)
-	routes := obs.NewRoutes(t.maxRoutes, func(k obs.RouteKey) *httpSeries {
+	routes := metrics.NewRoutes(t.maxRoutes, func(k metrics.RouteKey) *httpSeries {
 		kvs := []attribute.KeyValue{mw, keyRoute.String(k.Route), keyEvent.String(k.Kind.String())}
 		withReason := kvs
 		if k.Reason != "" {
@@ -46,7 +46,7 @@ func (t *Telemetry) MiddlewareObserver(name string) func(middleware.Event) {
 }
 
 // httpSeries is what a MiddlewareObserver records the events of one
-// obs.RouteKey with.
+// metrics.RouteKey with.
 type httpSeries struct {
 	add    []metric.AddOption
 	record []metric.RecordOption

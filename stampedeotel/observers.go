@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
 	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/metrics"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -68,23 +68,23 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // concurrent use.
 func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	cacheName := keyCache.String(name)
-	events := newEventTable(cacheName, func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
-	t.addTable(&t.cacheTables, events)
-	loads := results(cacheName, obs.LoadResults()...)
-	waits := results(cacheName, obs.WaitResults()...)
+	events := newEventTable(cacheName, cache.EventHit, cache.EventStale)
+	addTable(t, &t.cacheTables, events)
+	loads := results(cacheName, metrics.LoadResults()...)
+	waits := results(cacheName, metrics.WaitResults()...)
 	return func(e cache.Event) {
-		events.Count(uint8(e.Kind), e.Near)
+		events.Count(e.Kind, e.Near)
 		ctx := context.Background()
 		switch e.Kind {
 		case cache.EventLoad:
-			r, err := obs.LoadResult(e.Err), e.Err
+			r, err := metrics.LoadResult(e.Err), e.Err
 			if r == 1 {
 				err = nil // not found: an answer, not a failure
 			}
 			t.cacheLoads.Record(ctx, e.Duration.Seconds(), loads[r].record...)
 			t.span(spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
 		case cache.EventWait:
-			r := obs.WaitResult(e.Err)
+			r := metrics.WaitResult(e.Err)
 			t.cacheWaits.Record(ctx, e.Duration.Seconds(), waits[r].record...)
 			t.span(spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
 		}
@@ -105,12 +105,12 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 // concurrent use.
 func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 	lockName := keyLock.String(name)
-	events := newEventTable(lockName, func(k int) string { return lock.EventKind(k).String() })
-	t.addTable(&t.lockTables, events)
+	events := newEventTable[lock.EventKind](lockName)
+	addTable(t, &t.lockTables, events)
 	obtain := results(lockName, lock.EventObtained.String(), lock.EventNotObtained.String(), lock.EventObtainFailed.String())
 	held := recording(lockName)
 	return func(e lock.Event) {
-		events.Count(uint8(e.Kind), false)
+		events.Count(e.Kind, false)
 		ctx := context.Background()
 		r, err := -1, error(nil)
 		switch e.Kind {

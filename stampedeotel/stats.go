@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -38,10 +38,10 @@ func (t *Telemetry) CacheStats(name string, c *cache.Cache) error {
 }
 
 // newStats makes the observable instruments of CacheStats, one for each
-// of obs.StatsFields, and registers the callback that reads the watched
+// of metrics.StatsFields, and registers the callback that reads the watched
 // caches.
 func (t *Telemetry) newStats(meter metric.Meter) error {
-	fields := obs.StatsFields()
+	fields := metrics.StatsFields()
 	insts := make([]metric.Int64Observable, len(fields))
 	all := make([]metric.Observable, len(fields))
 	var errs []error
@@ -68,7 +68,7 @@ func (t *Telemetry) newStats(meter metric.Meter) error {
 
 // observeStats observes the Stats of the watched caches into insts, the
 // instruments of fields.
-func (t *Telemetry) observeStats(fields []obs.StatsField, insts []metric.Int64Observable, o metric.Observer) {
+func (t *Telemetry) observeStats(fields []metrics.StatsField, insts []metric.Int64Observable, o metric.Observer) {
 	t.mu.Lock()
 	caches := make(map[string]*cache.Cache, len(t.caches))
 	for name, c := range t.caches {

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/metrics"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,7 +47,7 @@ func (o *Options) validate() error {
 	if o == nil {
 		return nil
 	}
-	if err := obs.Validate(o.Buckets, o.MaxRoutes); err != nil {
+	if err := metrics.Validate(o.Buckets, o.MaxRoutes); err != nil {
 		return fmt.Errorf("stampedeotel: %w", err)
 	}
 	return nil
@@ -67,17 +68,17 @@ func (o *Options) tracerProvider() trace.TracerProvider {
 }
 
 func (o *Options) buckets() []float64 {
-	if o == nil {
-		return obs.Buckets(nil)
+	if o == nil || len(o.Buckets) == 0 {
+		return metrics.DefaultBuckets()
 	}
-	return obs.Buckets(o.Buckets)
+	return o.Buckets
 }
 
 func (o *Options) maxRoutes() int {
-	if o == nil {
-		return obs.MaxRoutes(0)
+	if o == nil || o.MaxRoutes == 0 {
+		return metrics.DefaultMaxRoutes
 	}
-	return obs.MaxRoutes(o.MaxRoutes)
+	return o.MaxRoutes
 }
 
 // Attribute keys.
@@ -112,8 +113,8 @@ type Telemetry struct {
 
 	mu          sync.Mutex // guards caches, cacheTables and lockTables
 	caches      map[string]*cache.Cache
-	cacheTables []*eventTable // appended to, never changed: a copy of the slice is safe to read
-	lockTables  []*eventTable
+	cacheTables []*eventTable[cache.EventKind] // appended to, never changed: a copy of the slice is safe to read
+	lockTables  []*eventTable[lock.EventKind]
 }
 
 // New returns Telemetry recording with Options.MeterProvider and
@@ -188,4 +189,4 @@ func (t *Telemetry) span(name string, d time.Duration, err error, attrs ...attri
 // an Options.Observer of package cache, lock or middleware that must feed
 // more than one consumer: Chain(existing, tel.CacheObserver("users")). It
 // returns nil when all are nil.
-func Chain[E any](observers ...func(E)) func(E) { return obs.Chain(observers...) }
+func Chain[E any](observers ...func(E)) func(E) { return metrics.Chain(observers...) }

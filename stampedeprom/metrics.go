@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,24 +33,24 @@ func (o *Options) namespace() string {
 }
 
 func (o *Options) buckets() []float64 {
-	if o == nil {
-		return obs.Buckets(nil)
+	if o == nil || len(o.Buckets) == 0 {
+		return metrics.DefaultBuckets()
 	}
-	return obs.Buckets(o.Buckets)
+	return o.Buckets
 }
 
 func (o *Options) maxRoutes() int {
-	if o == nil {
-		return obs.MaxRoutes(0)
+	if o == nil || o.MaxRoutes == 0 {
+		return metrics.DefaultMaxRoutes
 	}
-	return obs.MaxRoutes(o.MaxRoutes)
+	return o.MaxRoutes
 }
 
 func (o *Options) validate() error {
 	if o == nil {
 		return nil
 	}
-	if err := obs.Validate(o.Buckets, o.MaxRoutes); err != nil {
+	if err := metrics.Validate(o.Buckets, o.MaxRoutes); err != nil {
 		return fmt.Errorf("stampedeprom: %w", err)
 	}
 	return nil
@@ -75,7 +75,7 @@ type Metrics struct {
 
 	mu     sync.Mutex // guards caches and tables
 	caches map[string]*cache.Cache
-	tables map[string]*obs.Events // by the name given to CacheObserver
+	tables map[string]*metrics.Events[cache.EventKind] // by the name given to CacheObserver
 }
 
 // New returns Metrics whose names start with Options.Namespace, registered
@@ -118,7 +118,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"middleware", "route", "event"),
 		stats:  newStatsDescs(ns),
 		caches: map[string]*cache.Cache{},
-		tables: map[string]*obs.Events{},
+		tables: map[string]*metrics.Events[cache.EventKind]{},
 	}
 	if reg != nil {
 		if err := reg.Register(m); err != nil {
@@ -151,7 +151,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for name, c := range m.caches {
 		caches[name] = c
 	}
-	tables := make(map[string]*obs.Events, len(m.tables))
+	tables := make(map[string]*metrics.Events[cache.EventKind], len(m.tables))
 	for name, tb := range m.tables {
 		tables[name] = tb
 	}
@@ -168,4 +168,4 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // an Options.Observer of package cache, lock or middleware that must feed
 // more than one consumer: Chain(existing, m.CacheObserver("users")). It
 // returns nil when all are nil.
-func Chain[E any](observers ...func(E)) func(E) { return obs.Chain(observers...) }
+func Chain[E any](observers ...func(E)) func(E) { return metrics.Chain(observers...) }

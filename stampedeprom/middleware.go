@@ -1,7 +1,7 @@
 package stampedeprom
 
 import (
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -20,7 +20,7 @@ import (
 //
 // The function is safe for concurrent use.
 func (m *Metrics) MiddlewareObserver(name string) func(middleware.Event) {
-	routes := obs.NewRoutes(m.maxRoutes, func(k obs.RouteKey) *httpSeries {
+	routes := metrics.NewRoutes(m.maxRoutes, func(k metrics.RouteKey) *httpSeries {
 		kind := k.Kind.String()
 		return &httpSeries{
 			count: m.httpEvents.WithLabelValues(name, k.Route, kind, k.Reason),
@@ -35,7 +35,7 @@ func (m *Metrics) MiddlewareObserver(name string) func(middleware.Event) {
 }
 
 // httpSeries is what a MiddlewareObserver counts the events of one
-// obs.RouteKey in.
+// metrics.RouteKey in.
 type httpSeries struct {
 	count prometheus.Counter
 	dur   prometheus.Observer

@@ -1,9 +1,11 @@
 package stampedeprom
 
 import (
+	"math"
+
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
 	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -23,19 +25,19 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 	m.mu.Lock()
 	events := m.tables[name]
 	if events == nil {
-		events = obs.NewEvents(func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
+		events = metrics.NewEvents(cache.EventHit, cache.EventStale)
 		m.tables[name] = events
 	}
 	m.mu.Unlock()
-	loads := resolve(m.cacheLoads, name, obs.LoadResults()...)
-	waits := resolve(m.cacheWaits, name, obs.WaitResults()...)
+	loads := resolve(m.cacheLoads, name, metrics.LoadResults()...)
+	waits := resolve(m.cacheWaits, name, metrics.WaitResults()...)
 	return func(e cache.Event) {
-		events.Count(uint8(e.Kind), e.Near)
+		events.Count(e.Kind, e.Near)
 		switch e.Kind {
 		case cache.EventLoad:
-			loads[obs.LoadResult(e.Err)].Observe(e.Duration.Seconds())
+			loads[metrics.LoadResult(e.Err)].Observe(e.Duration.Seconds())
 		case cache.EventWait:
-			waits[obs.WaitResult(e.Err)].Observe(e.Duration.Seconds())
+			waits[metrics.WaitResult(e.Err)].Observe(e.Duration.Seconds())
 		}
 	}
 }
@@ -50,8 +52,8 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 // Every series it uses is created (at 0) now, so that counting allocates
 // nothing. The function is safe for concurrent use.
 func (m *Metrics) LockObserver(name string) func(lock.Event) {
-	events := new([obs.Kinds]prometheus.Counter)
-	for k := 1; k < obs.Kinds; k++ {
+	events := new([math.MaxUint8 + 1]prometheus.Counter) // by kind, a uint8
+	for k := 1; k <= math.MaxUint8; k++ {
 		if s := lock.EventKind(k).String(); s != "unknown" {
 			events[k] = m.lockEvents.WithLabelValues(name, s)
 		}

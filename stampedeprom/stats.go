@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obs"
+	"github.com/hotkv/stampede/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,14 +38,14 @@ func (m *Metrics) CacheStats(name string, c *cache.Cache) error {
 }
 
 // statsDescs describes the metrics read from cache.Stats, one for each
-// of obs.StatsFields.
+// of metrics.StatsFields.
 type statsDescs struct {
-	fields []obs.StatsField
+	fields []metrics.StatsField
 	descs  []*prometheus.Desc
 }
 
 func newStatsDescs(ns string) statsDescs {
-	d := statsDescs{fields: obs.StatsFields()}
+	d := statsDescs{fields: metrics.StatsFields()}
 	for _, f := range d.fields {
 		name := strings.ReplaceAll(f.Name, ".", "_")
 		if !f.Gauge {

@@ -1,4 +1,4 @@
-package obs
+package metrics
 
 import (
 	"errors"
@@ -6,12 +6,14 @@ import (
 	"github.com/hotkv/stampede/cache"
 )
 
-// LoadResults returns the result labels of a load's duration, indexed by
-// LoadResult: ok, not-found, error.
+// LoadResults returns the result labels of a load's duration (a
+// cache.EventLoad's), indexed by LoadResult: ok, not-found, error. Each
+// call returns a new slice.
 func LoadResults() []string { return []string{"ok", "not-found", "error"} }
 
 // LoadResult returns the index in LoadResults of a load that ended with
-// err (an EventLoad's Err).
+// err (a cache.EventLoad's Err): not-found when err matches
+// cache.ErrNotFound.
 func LoadResult(err error) int {
 	switch {
 	case err == nil:
@@ -22,12 +24,14 @@ func LoadResult(err error) int {
 	return 2
 }
 
-// WaitResults returns the result labels of a wait's duration, indexed by
-// WaitResult: ok, timeout, error.
+// WaitResults returns the result labels of a wait's duration (a
+// cache.EventWait's), indexed by WaitResult: ok, timeout, error. Each
+// call returns a new slice.
 func WaitResults() []string { return []string{"ok", "timeout", "error"} }
 
 // WaitResult returns the index in WaitResults of a wait that ended with
-// err (an EventWait's Err).
+// err (a cache.EventWait's Err): timeout when err matches
+// cache.ErrWaitTimeout.
 func WaitResult(err error) int {
 	switch {
 	case err == nil:
@@ -38,8 +42,10 @@ func WaitResult(err error) int {
 	return 2
 }
 
-// Chain returns an Observer that calls each non-nil observer in turn, nil
-// when all are nil, and the one observer when only one is not nil.
+// Chain returns an Observer (for the Options.Observer of package cache,
+// lock or middleware) that calls each non-nil observer in turn: nil when
+// all are nil, and the one observer when only one is not nil. The
+// Observer it returns is as safe for concurrent use as the observers.
 func Chain[E any](observers ...func(E)) func(E) {
 	var fs []func(E)
 	for _, f := range observers {

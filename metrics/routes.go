@@ -1,4 +1,4 @@
-package obs
+package metrics
 
 import (
 	"sync"
@@ -6,20 +6,21 @@ import (
 	"github.com/hotkv/stampede/middleware"
 )
 
-// OtherRoute is the route of the events of routes beyond the first
-// MaxRoutes a Routes admitted.
+// OtherRoute is the route under which Routes counts the events of every
+// route beyond the first ones it admitted.
 const OtherRoute = "other"
 
-// RouteKey is what a MiddlewareObserver's series are told apart by.
+// RouteKey is what the series of a middleware's Events are told apart by:
+// the Event's Route (or OtherRoute), Reason and Kind.
 type RouteKey struct {
 	Route, Reason string
 	Kind          middleware.EventKind
 }
 
-// Routes holds the series of a MiddlewareObserver by RouteKey, admitting
-// only the first Max distinct routes and counting every other route as
-// OtherRoute, so that the route label cannot grow without bound. S is the
-// backend's series (counters, attribute sets, ...).
+// Routes holds the series of a middleware's Events by RouteKey, admitting
+// only the first max distinct routes (see NewRoutes) and counting every
+// other route as OtherRoute, so that the route label cannot grow without
+// bound. S is the backend's series (counters, attribute sets, ...).
 //
 // Routes is safe for concurrent use. Use NewRoutes to create one.
 type Routes[S any] struct {
@@ -31,8 +32,9 @@ type Routes[S any] struct {
 	routes map[string]struct{} // the admitted routes; at most max
 }
 
-// NewRoutes returns Routes admitting max routes, whose series create
-// makes (under a lock, once per key; Key.Route is the bounded route).
+// NewRoutes returns Routes admitting max routes (DefaultMaxRoutes is the
+// adapters' default; 0 admits none), whose series create makes: under a
+// lock, once per key, with RouteKey.Route the bounded route.
 func NewRoutes[S any](max int, create func(RouteKey) *S) *Routes[S] {
 	return &Routes[S]{max: max, create: create, series: map[RouteKey]*S{}, routes: map[string]struct{}{}}
 }

@@ -1,8 +1,9 @@
-package obs
+package metrics
 
 import "github.com/hotkv/stampede/cache"
 
-// StatsField is one cache.Stats field exported by CacheStats.
+// StatsField is one field of cache.Stats that no cache.Event carries,
+// for an adapter to report as a metric of its own.
 type StatsField struct {
 	// Name is the metric's name under the cache subsystem, its parts
 	// joined by dots (OpenTelemetry's "stampede.cache." + Name;
@@ -17,8 +18,10 @@ type StatsField struct {
 	Value func(cache.Stats) uint64
 }
 
-// StatsFields returns the cache.Stats fields that no cache.Event carries,
-// in the order CacheStats documents them.
+// StatsFields returns the cache.Stats fields that no cache.Event carries:
+// coalesced, waits, lock_contention, announce_denied, near.invalidations,
+// near.flushes and the gauge near.entries, in that order. Each call
+// returns a new slice.
 func StatsFields() []StatsField {
 	return []StatsField{
 		{Name: "coalesced", Help: "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).",

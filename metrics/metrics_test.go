@@ -1,4 +1,4 @@
-package obs
+package metrics
 
 import (
 	"errors"
@@ -51,11 +51,11 @@ func TestRoutes_Series_overflow(t *testing.T) {
 // Every kind is reported (zeros included), tiered kinds once per tier,
 // and kinds without a name under kind 0 once counted.
 func TestEvents_Each(t *testing.T) {
-	tb := NewEvents(func(k int) string { return cache.EventKind(k).String() }, int(cache.EventHit), int(cache.EventStale))
+	tb := NewEvents(cache.EventHit, cache.EventStale)
 	got := func() map[string]uint64 {
 		m := map[string]uint64{}
-		tb.Each(func(k int, tier Tier, n uint64) {
-			m[strings.TrimSuffix(tb.Name(k)+"/"+tier.String(), "/")] = n
+		tb.Each(func(k cache.EventKind, tier Tier, n uint64) {
+			m[strings.TrimSuffix(k.String()+"/"+tier.String(), "/")] = n
 		})
 		return m
 	}
@@ -68,10 +68,10 @@ func TestEvents_Each(t *testing.T) {
 			t.Errorf("%s = %d, %v; want 0, reported", k, n, ok)
 		}
 	}
-	tb.Count(uint8(cache.EventHit), true)
-	tb.Count(uint8(cache.EventHit), false)
-	tb.Count(uint8(cache.EventStale), true)
-	tb.Count(uint8(cache.EventMiss), true) // near ignored without tiers
+	tb.Count(cache.EventHit, true)
+	tb.Count(cache.EventHit, false)
+	tb.Count(cache.EventStale, true)
+	tb.Count(cache.EventMiss, true) // near ignored without tiers
 	tb.Count(200, false)
 	tb.Count(0, false)
 	after := got()
@@ -151,13 +151,10 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
-	if n := len(Buckets(nil)); n != 14 {
+	if n := len(DefaultBuckets()); n != 14 {
 		t.Errorf("%d default buckets, want 14", n)
 	}
-	if n := MaxRoutes(0); n != 100 {
-		t.Errorf("default MaxRoutes %d, want 100", n)
-	}
-	if n := MaxRoutes(3); n != 3 {
-		t.Errorf("MaxRoutes(3) = %d", n)
+	if err := Validate(DefaultBuckets(), DefaultMaxRoutes); err != nil {
+		t.Errorf("the defaults do not validate: %v", err)
 	}
 }
