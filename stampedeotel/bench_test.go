@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obstest"
+	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/metrics/metricstest"
 	"github.com/hotkv/stampede/stampedeotel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -28,13 +29,13 @@ func newBenchTelemetry(tb testing.TB) *stampedeotel.Telemetry {
 // from many goroutines at once.
 func BenchmarkObserver(b *testing.B) {
 	tel := newBenchTelemetry(b)
-	obstest.BenchObserver(b, tel.CacheObserver("c"), tel.LockObserver("l"), tel.MiddlewareObserver("m"))
+	metricstest.BenchObserver(b, tel.CacheObserver("c"), tel.LockObserver("l"), tel.MiddlewareObserver("m"))
 }
 
 // Near-cache hits, the cheapest path an Observer runs on, without and with
 // the Telemetry's Observer.
 func BenchmarkNearHit(b *testing.B) {
-	obstest.BenchNearHit(b, func(tb testing.TB) func(cache.Event) {
+	metricstest.BenchNearHit(b, redistest.Shared(b, redistest.Redis8).NewClient, func(tb testing.TB) func(cache.Event) {
 		return newBenchTelemetry(tb).CacheObserver("c")
 	})
 }

@@ -13,10 +13,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obstest"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/metrics/metricstest"
 	"github.com/hotkv/stampede/stampedeotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -113,7 +113,7 @@ func (b *bed) want(tb testing.TB, v float64, name string, kvs ...attribute.KeyVa
 // call that caused them has returned.
 func (b *bed) waitFor(tb testing.TB, v float64, name string, kvs ...attribute.KeyValue) {
 	tb.Helper()
-	redistest.WaitFor(tb, obstest.Ctx(tb), fmt.Sprintf("%s %v = %v", name, kvs, v), func() bool {
+	redistest.WaitFor(tb, metricstest.Context(tb), fmt.Sprintf("%s %v = %v", name, kvs, v), func() bool {
 		got, _ := b.point(tb, name, kvs...)
 		return got == v
 	})
@@ -167,9 +167,9 @@ var (
 // kind, loads timed, a span per load whose times are the histogram's.
 func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	b := newBed(t, nil)
-	clk := &obstest.Clock{}
+	clk := &metricstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
 	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
@@ -185,7 +185,7 @@ func TestCacheObserver(t *testing.T) {
 	users := cacheAttr("users")
 
 	for range 2 {
-		if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A")); v != "A" || err != nil {
+		if v, err := cache.GetOrLoad(ctx, c, "a", metricstest.LoadString("A")); v != "A" || err != nil {
 			t.Fatalf("GetOrLoad = %q, %v", v, err)
 		}
 	}
@@ -208,13 +208,13 @@ func TestCacheObserver(t *testing.T) {
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := cache.GetOrLoad(ctx, c, "d", obstest.LoadString("D")); v != "D" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "d", metricstest.LoadString("D")); v != "D" || err != nil {
 		t.Fatalf("GetOrLoad over a bad entry = %q, %v", v, err)
 	}
 	b.want(t, 1, events, users, event("decode-failure"))
 
 	clk.Advance(2 * time.Minute)
-	if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A2")); v != "A" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "a", metricstest.LoadString("A2")); v != "A" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	b.want(t, 1, events, users, event("stale"), tier("server"))
@@ -257,7 +257,7 @@ func TestCacheObserver(t *testing.T) {
 // reports the near cache's entries.
 func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	b := newBed(t, nil)
 	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
 		Near: &cache.Near{MaxEntries: 100}, Observer: b.tel.CacheObserver("near")})
@@ -268,7 +268,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	if err := b.tel.CacheStats("near", c); err != nil {
 		t.Fatal(err)
 	}
-	obstest.NearHit(t, ctx, c, "k")
+	metricstest.NearHit(t, ctx, c, "k")
 	st := c.Stats()
 	near := cacheAttr("near")
 	b.want(t, float64(st.NearHits), "stampede.cache.events", near, event("hit"), tier("near"))
@@ -283,9 +283,9 @@ func TestCacheObserver_nearTier(t *testing.T) {
 // its value: a wait, timed and with a span, in the waiting Cache's name.
 func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	bd := newBed(t, nil)
-	obstest.WaitForOthersLoad(t, ctx, s, bd.tel.CacheObserver, bd.tel.CacheStats)
+	metricstest.WaitForOthersLoad(t, ctx, s.NewClient, bd.tel.CacheObserver, bd.tel.CacheStats)
 	const waits = "stampede.cache.wait.duration"
 	bd.want(t, 1, waits, cacheAttr("b"), result("ok"))
 	bd.want(t, 1, "stampede.cache.waits", cacheAttr("b"))
@@ -306,14 +306,14 @@ func TestCacheObserver_wait(t *testing.T) {
 // releases, each timed with a span (carrying the key, with SpanKeys).
 func TestLockObserver_contended(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	b := newBed(t, &stampedeotel.Options{SpanKeys: true})
 	locks, err := lock.New(s.Client(t), &lock.Options{Observer: b.tel.LockObserver("jobs")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := redistest.Key(t, "lock")
-	released := obstest.ContendLock(t, ctx, locks, key)
+	released := metricstest.ContendLock(t, ctx, locks, key)
 	jobs := lockAttr("jobs")
 	const events, obtain = "stampede.lock.events", "stampede.lock.obtain.duration"
 	b.want(t, 2, events, jobs, event("obtained"))
@@ -347,7 +347,7 @@ func TestLockObserver_contended(t *testing.T) {
 func TestMiddlewareObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, &stampedeotel.Options{MaxRoutes: 1})
-	mw := obstest.NewMiddleware(t, s, b.tel.MiddlewareObserver("pages"))
+	mw := metricstest.NewMiddleware(t, s.Client(t), b.tel.MiddlewareObserver("pages"))
 	r := chi.NewRouter()
 	r.With(mw.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
@@ -367,7 +367,7 @@ func TestMiddlewareObserver(t *testing.T) {
 		{"/users/2", []string{"Authorization", "Bearer x"}, "BYPASS"},
 		{"/teams/1", nil, "MISS"}, // a second route, beyond MaxRoutes
 	} {
-		if got := obstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
+		if got := metricstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
 			t.Fatalf("%s: X-Cache %q, want %q", step.path, got, step.xcache)
 		}
 	}
@@ -390,14 +390,14 @@ func TestMiddlewareObserver(t *testing.T) {
 func TestTraced(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, nil)
-	clk := &obstest.Clock{}
+	clk := &metricstest.Clock{}
 	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, parent := b.tp.Tracer("test").Start(obstest.Ctx(t), "request")
-	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", obstest.LoadString("v"))); err != nil {
+	ctx, parent := b.tp.Tracer("test").Start(metricstest.Context(t), "request")
+	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", metricstest.LoadString("v"))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
@@ -417,12 +417,12 @@ func TestTraced(t *testing.T) {
 	}
 
 	clk.Advance(2 * time.Minute)
-	ctx, second := b.tp.Tracer("test").Start(obstest.Ctx(t), "second request")
-	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", obstest.LoadString("v2"))); v != "v" || err != nil {
+	ctx, second := b.tp.Tracer("test").Start(metricstest.Context(t), "second request")
+	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", metricstest.LoadString("v2"))); v != "v" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	second.End()
-	redistest.WaitFor(t, obstest.Ctx(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
+	redistest.WaitFor(t, metricstest.Context(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
 	if p := b.ended("refresh k")[0].Parent().SpanID(); p != second.SpanContext().SpanID() {
 		t.Errorf("refresh span's parent %v, want the stale call's span %v", p, second.SpanContext().SpanID())
 	}

@@ -12,10 +12,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/obstest"
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
+	"github.com/hotkv/stampede/metrics/metricstest"
 	"github.com/hotkv/stampede/stampedeprom"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -103,7 +103,7 @@ func want(tb testing.TB, g prometheus.Gatherer, v float64, name string, labels .
 // come after the call that caused them has returned.
 func waitValue(tb testing.TB, g prometheus.Gatherer, v float64, name string, labels ...string) {
 	tb.Helper()
-	redistest.WaitFor(tb, obstest.Ctx(tb), fmt.Sprintf("%s%v = %v", name, labels, v), func() bool {
+	redistest.WaitFor(tb, metricstest.Context(tb), fmt.Sprintf("%s%v = %v", name, labels, v), func() bool {
 		return value(tb, g, name, labels...) == v
 	})
 }
@@ -114,9 +114,9 @@ func waitValue(tb testing.TB, g prometheus.Gatherer, v float64, name string, lab
 // Stats.
 func TestCacheObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	m, reg := newMetrics(t, nil)
-	clk := &obstest.Clock{}
+	clk := &metricstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
 	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
@@ -132,7 +132,7 @@ func TestCacheObserver(t *testing.T) {
 	const loads = "stampede_cache_load_duration_seconds"
 
 	for range 2 { // a miss and a load, then a hit
-		if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A")); v != "A" || err != nil {
+		if v, err := cache.GetOrLoad(ctx, c, "a", metricstest.LoadString("A")); v != "A" || err != nil {
 			t.Fatalf("GetOrLoad = %q, %v", v, err)
 		}
 	}
@@ -158,14 +158,14 @@ func TestCacheObserver(t *testing.T) {
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := cache.GetOrLoad(ctx, c, "d", obstest.LoadString("D")); v != "D" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "d", metricstest.LoadString("D")); v != "D" || err != nil {
 		t.Fatalf("GetOrLoad over a bad entry = %q, %v", v, err)
 	}
 	want(t, reg, 1, events, "cache", "users", "event", "decode-failure")
 
 	// Past the TTL, within StaleTTL: a stale hit, refreshed in the background.
 	clk.Advance(2 * time.Minute)
-	if v, err := cache.GetOrLoad(ctx, c, "a", obstest.LoadString("A2")); v != "A" || err != nil {
+	if v, err := cache.GetOrLoad(ctx, c, "a", metricstest.LoadString("A2")); v != "A" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
 	}
 	want(t, reg, 1, events, "cache", "users", "event", "stale", "tier", "server")
@@ -188,7 +188,7 @@ func TestCacheObserver(t *testing.T) {
 // cache's entries.
 func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	m, reg := newMetrics(t, nil)
 	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
 		Near: &cache.Near{MaxEntries: 100}, Observer: m.CacheObserver("near")})
@@ -199,7 +199,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	if err := m.CacheStats("near", c); err != nil {
 		t.Fatal(err)
 	}
-	obstest.NearHit(t, ctx, c, "k")
+	metricstest.NearHit(t, ctx, c, "k")
 	st := c.Stats()
 	want(t, reg, float64(st.NearHits), "stampede_cache_events_total", "cache", "near", "event", "hit", "tier", "near")
 	want(t, reg, float64(st.Hits-st.NearHits), "stampede_cache_events_total", "cache", "near", "event", "hit", "tier", "server")
@@ -215,9 +215,9 @@ func TestCacheObserver_nearTier(t *testing.T) {
 // timed, in the waiting Cache's metrics only.
 func TestCacheObserver_wait(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	m, reg := newMetrics(t, nil)
-	obstest.WaitForOthersLoad(t, ctx, s, m.CacheObserver, m.CacheStats)
+	metricstest.WaitForOthersLoad(t, ctx, s.NewClient, m.CacheObserver, m.CacheStats)
 	const waits = "stampede_cache_wait_duration_seconds"
 	want(t, reg, 1, waits, "cache", "b", "result", "ok")
 	want(t, reg, 1, "stampede_cache_waits_total", "cache", "b")
@@ -234,14 +234,14 @@ func TestCacheObserver_wait(t *testing.T) {
 // releases, each timed; the releases time how long the lock was held.
 func TestLockObserver_contended(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
-	ctx := obstest.Ctx(t)
+	ctx := metricstest.Context(t)
 	m, reg := newMetrics(t, nil)
 	locks, err := lock.New(s.Client(t), &lock.Options{Observer: m.LockObserver("jobs")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := redistest.Key(t, "lock")
-	obstest.ContendLock(t, ctx, locks, key)
+	metricstest.ContendLock(t, ctx, locks, key)
 	const events, obtain = "stampede_lock_events_total", "stampede_lock_obtain_duration_seconds"
 	want(t, reg, 2, events, "lock", "jobs", "event", "obtained")
 	want(t, reg, 1, events, "lock", "jobs", "event", "not-obtained")
@@ -260,7 +260,7 @@ func TestLockObserver_contended(t *testing.T) {
 func TestMiddlewareObserver(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	m, reg := newMetrics(t, nil)
-	mw := obstest.NewMiddleware(t, s, m.MiddlewareObserver("pages"))
+	mw := metricstest.NewMiddleware(t, s.Client(t), m.MiddlewareObserver("pages"))
 	r := chi.NewRouter()
 	r.With(mw.Handler).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "user ", chi.URLParam(r, "id"))
@@ -277,7 +277,7 @@ func TestMiddlewareObserver(t *testing.T) {
 		{"/users/1", nil, "HIT"},
 		{"/users/2", []string{"Authorization", "Bearer x"}, "BYPASS"},
 	} {
-		if got := obstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
+		if got := metricstest.Get(t, srv, step.path, step.hdr...); got != step.xcache {
 			t.Fatalf("%s: X-Cache %q, want %q", step.path, got, step.xcache)
 		}
 	}
@@ -309,7 +309,7 @@ func TestMiddlewareObserver(t *testing.T) {
 func TestMiddlewareObserver_maxRoutes(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	m, reg := newMetrics(t, &stampedeprom.Options{MaxRoutes: 2})
-	mw := obstest.NewMiddleware(t, s, m.MiddlewareObserver("pages"))
+	mw := metricstest.NewMiddleware(t, s.Client(t), m.MiddlewareObserver("pages"))
 	mux := http.NewServeMux()
 	for _, p := range []string{"/a", "/b", "/c", "/d"} {
 		mux.Handle("GET "+p, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -319,7 +319,7 @@ func TestMiddlewareObserver_maxRoutes(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for _, p := range []string{"/a", "/b", "/c", "/d", "/a"} {
-		obstest.Get(t, srv, p)
+		metricstest.Get(t, srv, p)
 	}
 	const events = "stampede_middleware_events_total"
 	waitValue(t, reg, 2, events, "middleware", "pages", "route", "other", "event", "miss")

@@ -1,8 +1,14 @@
-// Package obstest holds the test setup that the tests and benchmarks of
-// stampedeprom and stampedeotel share: a middleware and a cache against a
-// real server, requests, and the benchmarks of an Observer's hot path.
-// What each module asserts about its own metrics stays in its tests.
-package obstest
+// Package metricstest provides scenarios for the tests and benchmarks of
+// a metrics adapter built on package metrics, as net/http/httptest does
+// for HTTP: caches, a middleware and locks driven against a real server
+// until they have reported known Events, requests, and the benchmarks of
+// an Observer's hot path. The modules stampedeprom and stampedeotel test
+// with it; what each asserts about its own metrics stays in its tests.
+//
+// It is for tests only: its functions fail the test (testing.TB) they
+// are given rather than return errors, and they need a Redis-protocol
+// server, reached through the clients they are given.
+package metricstest
 
 import (
 	"context"
@@ -16,10 +22,11 @@ import (
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/middleware"
+	"github.com/redis/go-redis/v9"
 )
 
-// Ctx returns a context that ends after 20 seconds or with the test.
-func Ctx(tb testing.TB) context.Context {
+// Context returns a context that ends after 20 seconds or with the test.
+func Context(tb testing.TB) context.Context {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	tb.Cleanup(cancel)
@@ -30,7 +37,7 @@ func Ctx(tb testing.TB) context.Context {
 // X-Cache.
 func Get(tb testing.TB, srv *httptest.Server, path string, hdr ...string) string {
 	tb.Helper()
-	req, err := http.NewRequestWithContext(Ctx(tb), http.MethodGet, srv.URL+path, nil)
+	req, err := http.NewRequestWithContext(Context(tb), http.MethodGet, srv.URL+path, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -47,10 +54,11 @@ func Get(tb testing.TB, srv *httptest.Server, path string, hdr ...string) string
 }
 
 // NewMiddleware returns a Middleware caching for a minute in a Cache of
-// its own on s, reporting to obs.
-func NewMiddleware(tb testing.TB, s *redistest.Server, obs func(middleware.Event)) *middleware.Middleware {
+// its own on rc (in a namespace of its own), reporting to obs. The Cache
+// is closed when the test ends.
+func NewMiddleware(tb testing.TB, rc cache.RedisClient, obs func(middleware.Event)) *middleware.Middleware {
 	tb.Helper()
-	c, err := cache.New(s.Client(tb), &cache.Options{Namespace: redistest.Key(tb, "ns")})
+	c, err := cache.New(rc, &cache.Options{Namespace: redistest.Key(tb, "ns")})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,9 +100,10 @@ func BenchObserver(b *testing.B, co func(cache.Event), lo func(lock.Event), mo f
 
 // BenchNearHit measures near-cache hits, the cheapest path an Observer
 // runs on, without and with the Observer that observer returns: the
-// difference is what the Observer costs.
-func BenchNearHit(b *testing.B, observer func(tb testing.TB) func(cache.Event)) {
-	s := redistest.Shared(b, redistest.Redis8)
+// difference is what the Observer costs. newClient connects to a server
+// that supports client-side caching (Redis 6 or later); each
+// sub-benchmark closes the client it made.
+func BenchNearHit(b *testing.B, newClient func() redis.UniversalClient, observer func(tb testing.TB) func(cache.Event)) {
 	for _, observed := range []bool{false, true} {
 		name := "without-observer"
 		if observed {
@@ -105,14 +114,14 @@ func BenchNearHit(b *testing.B, observer func(tb testing.TB) func(cache.Event)) 
 			if observed {
 				opts.Observer = observer(b)
 			}
-			rc := s.NewClient()
+			rc := newClient()
 			defer rc.Close()
 			c, err := cache.New(rc, opts)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			ctx := Ctx(b)
+			ctx := Context(b)
 			redistest.WaitFor(b, ctx, "near cache active", c.NearActive)
 			load := func(context.Context) (string, error) { return "value", nil }
 			redistest.WaitFor(b, ctx, "a near hit", func() bool {

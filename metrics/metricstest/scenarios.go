@@ -1,4 +1,4 @@
-package obstest
+package metricstest
 
 import (
 	"context"
@@ -13,10 +13,11 @@ import (
 	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
 )
 
-// Clock is an Options.Now that tests move forward. The zero value is the
-// wall clock; it is safe for concurrent use.
+// Clock is a clock for cache.Options.Now that a test moves forward. The
+// zero value is the wall clock; it is safe for concurrent use.
 type Clock struct{ offset atomic.Int64 }
 
 // Now returns the wall clock's time moved forward by every Advance.
@@ -30,9 +31,9 @@ func LoadString(v string) loader.Func[string] {
 	return func(context.Context) (string, error) { return v, nil }
 }
 
-// NearHit reads key from c until the near cache answers (the cache's own
-// writes are invalidated by the server too, which may drop the first
-// fills).
+// NearHit reads key from c, which must have a near cache, until the near
+// cache answers (the cache's own writes are invalidated by the server
+// too, which may drop the first fills); it loads "v" on a miss.
 func NearHit(tb testing.TB, ctx context.Context, c *cache.Cache, key string) {
 	tb.Helper()
 	redistest.WaitFor(tb, ctx, "near cache active", c.NearActive)
@@ -44,17 +45,18 @@ func NearHit(tb testing.TB, ctx context.Context, c *cache.Cache, key string) {
 	})
 }
 
-// WaitForOthersLoad makes two Caches of one namespace on s, named "a" and
-// "b" and observed by observer(name), watches b with watch, and has a
-// caller of b wait for the load of a (another process, as far as the
-// server can tell) until it is woken with a's value: one load in a, one
-// wait in b.
-func WaitForOthersLoad(tb testing.TB, ctx context.Context, s *redistest.Server,
+// WaitForOthersLoad makes two Caches of one namespace, each on a client
+// of its own from newClient, named "a" and "b" and observed by
+// observer(name), watches b with watch, and has a caller of b wait for
+// the load of a (another process, as far as the server can tell) until
+// it is woken with a's value: one load in a, one wait in b. The Caches
+// are closed when the test ends.
+func WaitForOthersLoad(tb testing.TB, ctx context.Context, newClient func() redis.UniversalClient,
 	observer func(name string) func(cache.Event), watch func(name string, c *cache.Cache) error) {
 	tb.Helper()
 	ns := redistest.Key(tb, "ns")
 	newCache := func(name string) *cache.Cache {
-		c, err := cache.New(s.NewClient(), &cache.Options{Namespace: ns, Observer: observer(name)})
+		c, err := cache.New(newClient(), &cache.Options{Namespace: ns, Observer: observer(name)})
 		if err != nil {
 			tb.Fatal(err)
 		}
