@@ -87,6 +87,7 @@ func newCache(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, err
 		locks: locks,
 		s:     s,
 	}
+	c.flights.Recover, c.refreshes.Recover = panicError, panicError
 	c.conn.SetRecheck(recheck)
 	c.ann = startAnnouncer(rc, s.ns, s.broadcast, c.announceRefused, c.announceRestored)
 	c.ann.probe.Recheck = recheck

@@ -122,6 +122,13 @@ func (c *Cache) run(ctx context.Context, k keys, load loader.Func[[]byte]) (outc
 	return c.runAs(ctx, k, load, c.runs.begin(k.value, false))
 }
 
+// panicError is the flight.Recover of the cache's flights and loader
+// calls: a panic becomes a *loader.PanicError, which is what callers match
+// and every waiter of the flight gets.
+func panicError(value any, stack []byte) error {
+	return &loader.PanicError{Value: value, Stack: stack}
+}
+
 // runAs runs the loader as r, registered with c.runs, and ends r.
 func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *loadRun) (res outcome, err error) {
 	defer func() { c.runs.end(k.value, r, res, err) }()
@@ -129,7 +136,7 @@ func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *
 	defer cancel()
 	start := time.Now()
 	c.n.loads.Add(1)
-	payload, err := flight.Call(ctx, load)
+	payload, err := flight.Call(ctx, load, panicError)
 	c.emit(EventLoad, k.user, time.Since(start), err)
 	switch {
 	case errors.Is(err, loader.ErrNotFound):

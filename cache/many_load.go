@@ -345,7 +345,7 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 	c.n.loads.Add(1)
 	got, err := flight.Call(ctx, func(ctx context.Context) (map[string]encodedValue, error) {
 		return load(ctx, users)
-	})
+	}, panicError)
 	took := time.Since(start)
 	c.emit(EventLoad, users[0], took, err)
 	if exp.set {

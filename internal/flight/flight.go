@@ -5,32 +5,40 @@
 // Unlike golang.org/x/sync/singleflight, the shared function runs in a
 // goroutine of its own on a context detached from every caller (so one
 // caller giving up cancels nothing the others wait for), and a panic in it
-// becomes a *PanicError delivered to every caller instead of crashing the
-// process.
+// becomes an error (the owner's Recover makes it) delivered to every
+// caller instead of crashing the process.
 package flight
 
 import (
 	"context"
+	"fmt"
 	"runtime/debug"
 	"sync"
-
-	"github.com/hotkv/stampede/loader"
 )
 
-// PanicError is the error a panicking function turns into: loader's, which
-// is what callers of cache.GetOrLoad match. It carries the panic value and
-// the stack of the goroutine that panicked.
-type PanicError = loader.PanicError
+// Recover turns a panic into an error: value is what the function
+// panicked with, stack the stack of the goroutine that panicked. Package
+// cache makes a *loader.PanicError, which is what its callers match; the
+// owner decides, so that this package imports nothing above it.
+type Recover func(value any, stack []byte) error
 
-// Call runs fn and turns a panic into a *PanicError.
-func Call[V any](ctx context.Context, fn func(context.Context) (V, error)) (v V, err error) {
+// Call runs fn and turns a panic into the error rec returns (nil rec: an
+// error that names the value; the stack is lost).
+func Call[V any](ctx context.Context, fn func(context.Context) (V, error), rec Recover) (v V, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			var zero V
-			v, err = zero, &PanicError{Value: r, Stack: debug.Stack()}
+			v, err = zero, rec.error(r, debug.Stack())
 		}
 	}()
 	return fn(ctx)
+}
+
+func (rec Recover) error(value any, stack []byte) error {
+	if rec == nil {
+		return fmt.Errorf("flight: panic: %v", value)
+	}
+	return rec(value, stack)
 }
 
 type call[V any] struct {
@@ -43,6 +51,11 @@ type call[V any] struct {
 // Group coalesces calls by key. The zero value is ready to use; a Group
 // must not be copied after first use. It is safe for concurrent use.
 type Group[V any] struct {
+	// Recover turns a panic in a call's fn into the call's error, which
+	// every caller of the call gets. Set it before first use. Nil: an
+	// error that names the value.
+	Recover Recover
+
 	mu    sync.Mutex // guards calls; never held while fn runs
 	calls map[string]*call[V]
 }
@@ -131,7 +144,7 @@ func (g *Group[V]) launch(key string, c *call[V], start Starter, fn func(context
 	}
 	go func() {
 		defer finish()
-		v, err := Call(ctx, fn)
+		v, err := Call(ctx, fn, g.Recover)
 		g.finish(key, c, v, err)
 	}()
 }

@@ -3,6 +3,7 @@ package flight_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -121,20 +122,30 @@ func TestGroup_Do_waiterCancels(t *testing.T) {
 	}
 }
 
+// panicError is what the tests' Recover makes of a panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprint("panic: ", p.value) }
+
 func TestGroup_Do_panic(t *testing.T) {
-	var g flight.Group[int]
+	g := flight.Group[int]{Recover: func(v any, stack []byte) error { return &panicError{v, stack} }}
 	_, err, _ := g.Do(context.Background(), "k", detached, func(context.Context) (int, error) {
 		panic(errors.New("boom"))
 	})
-	var pe *flight.PanicError
-	if !errors.As(err, &pe) || pe.Value.(error).Error() != "boom" || len(pe.Stack) == 0 {
-		t.Fatalf("err = %v, want *PanicError with the value and a stack", err)
-	}
-	if errors.Unwrap(pe) == nil {
-		t.Error("PanicError of an error does not unwrap to it")
+	var pe *panicError
+	if !errors.As(err, &pe) || pe.value.(error).Error() != "boom" || len(pe.stack) == 0 {
+		t.Fatalf("err = %v, want the Recover's error with the value and a stack", err)
 	}
 	if g.Joined("k") != 0 {
 		t.Error("a panicked call is still registered")
+	}
+	var zero flight.Group[int]
+	_, err, _ = zero.Do(context.Background(), "k", detached, func(context.Context) (int, error) { panic("boom") })
+	if err == nil || err.Error() != "flight: panic: boom" {
+		t.Errorf("without a Recover: err = %v, want flight: panic: boom", err)
 	}
 }
 
