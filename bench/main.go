@@ -33,7 +33,7 @@ import (
 
 	"github.com/hotkv/stampede/bench/report"
 	"github.com/hotkv/stampede/bench/scenarios"
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hotkv/stampede/bench/report"
 	"github.com/hotkv/stampede/bench/scenarios"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestMain also serves as the pods' entry point: the bench starts its own

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

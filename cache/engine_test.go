@@ -7,7 +7,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestEngine_SetIfUnchanged: Engine's SetIfUnchanged (the middleware's revalidation)

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/faultproxy"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // This file tests GetOrLoad with real network faults between the Caches
 // and a real server: the server killed and restarted mid-rebuild, a
-// black-holed or slow server behind internal/faultproxy, announcements
+// black-holed or slow server behind internal/testkit/faultproxy, announcements
 // lost on a broken subscription, and connections reset under hot traffic.
 // Timers drive the fault schedules only; the steps of each test are
 // sequenced with channels and counters.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/redis/go-redis/v9"
 )

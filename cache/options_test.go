@@ -9,7 +9,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/codec"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestGetOrLoad_ttlJitter: TTLJitter shortens each entry's fresh time by

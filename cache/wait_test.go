@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestGetOrLoad_waitTimeout: a Cache that waits for another's load gives

@@ -9,8 +9,8 @@ import (
 	gocache "github.com/go-redis/cache/v9"
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
-	"github.com/hotkv/stampede/internal/redistest"
-	"github.com/hotkv/stampede/internal/sample"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/internal/testkit/sample"
 )
 
 // TestCompare_compression: the bytes each cache stores in Redis for the

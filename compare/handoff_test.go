@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -14,7 +14,7 @@ import (
 
 	gocache "github.com/go-redis/cache/v9"
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/viccon/sturdyc"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

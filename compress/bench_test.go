@@ -7,7 +7,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // benchCodecs are the codecs compared: msgpack alone and wrapped.

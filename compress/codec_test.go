@@ -9,7 +9,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
-	"github.com/hotkv/stampede/internal/sample"
+	"github.com/hotkv/stampede/internal/testkit/sample"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )

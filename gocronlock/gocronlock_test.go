@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/hotkv/stampede/gocronlock"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"

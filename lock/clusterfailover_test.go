@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )

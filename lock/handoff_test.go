@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/faultproxy"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 )
 

@@ -17,15 +17,15 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/codec"
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/redis/go-redis/v9"
 )
 
 // This file holds the test bed most of the middleware's tests run on:
 // real HTTP (httptest servers on loopback) in front of real servers from
-// internal/redistest. Several Middleware+Cache pairs on one namespace
+// internal/testkit/redistest. Several Middleware+Cache pairs on one namespace
 // behind one httptest server stand for several processes behind one load
 // balancer. Freshness moves with a settable clock given to both the
 // middleware and the cache (Options.Now); renders are sequenced with

@@ -11,7 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/redis/go-redis/v9"
 )

@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -8,7 +8,7 @@
 //	go run ./soak -duration 30s -workers 3 -redis redis://127.0.0.1:6379
 //	scripts/soak.sh 5m                             # the long form, on a Redis 8 it starts
 //
-// Each worker process puts its own fault proxy (internal/faultproxy) in
+// Each worker process puts its own fault proxy (internal/testkit/faultproxy) in
 // front of the server for its cache and lock clients, and injects latency,
 // latency spikes, resets, drops and short black holes on a seeded random
 // schedule. The "database", the source of truth, lives on the same server
@@ -82,8 +82,8 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/embedded"
-	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/fleet"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -49,7 +49,7 @@ func snapshotStacks() (snapshot, string) {
 		if err != nil {
 			continue
 		}
-		if strings.Contains(block, "internal/faultproxy.") {
+		if strings.Contains(block, "internal/testkit/faultproxy.") {
 			s.Proxy += n
 			continue
 		}

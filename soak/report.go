@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
 )
 
 // snapshot is a process's goroutines and heap at one moment.

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestMain also serves as the workers' entry point: the soak starts its
-// own binary again as worker processes (internal/fleet), and under go test
+// own binary again as worker processes (internal/toolkit/fleet), and under go test
 // that binary is this test binary.
 func TestMain(m *testing.M) {
 	if isWorker() {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
 )
 
 // Growth limits between the start and end snapshots (traffic stopped,

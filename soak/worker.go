@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
 	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/metrics/metricstest"
 	"github.com/hotkv/stampede/stampedeotel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"

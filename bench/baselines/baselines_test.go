@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"github.com/redis/go-redis/v9"
 )
 

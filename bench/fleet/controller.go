@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/hotkv/stampede/internal/toolkit/fleet"
 	"github.com/redis/go-redis/v9"
 )
 

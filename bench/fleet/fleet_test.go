@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// TestMain doubles as the fleet's workers: internal/fleet starts this
+// TestMain doubles as the fleet's workers: internal/toolkit/fleet starts this
 // test binary again with FLEET13_WORKER=1.
 func TestMain(m *testing.M) {
 	if isWorker() {

@@ -10,7 +10,7 @@
 //	go run ./bench/fleet -out /tmp/fleet.txt  # also write the output to a file
 //
 // It starts its own server ($STAMPEDE_REDIS8, as the tests do) and its
-// own worker processes (this binary again, through internal/fleet).
+// own worker processes (this binary again, through internal/toolkit/fleet).
 package main
 
 import (

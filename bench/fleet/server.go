@@ -6,12 +6,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // server is a Redis 8 server, or a Cluster of three masters, that the run
-// started on loopback (internal/redistest, from $STAMPEDE_REDIS8) and
+// started on loopback (internal/testkit/redistest, from $STAMPEDE_REDIS8) and
 // stops at the end.
 type server struct {
 	srv   *redistest.Server

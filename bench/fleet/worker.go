@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Environment of a worker process (internal/fleet starts this binary
+// Environment of a worker process (internal/toolkit/fleet starts this binary
 // again with these set).
 const (
 	envWorker  = "FLEET13_WORKER"  // "1" in a worker

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"go.uber.org/goleak"
 )
 

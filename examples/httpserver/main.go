@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 )
 
 // envChild is set in the instances -demo starts: they stop when their

@@ -35,7 +35,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/hotkv/stampede/stampedeprom"

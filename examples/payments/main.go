@@ -28,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
-	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/fleet"
 )
 
 func main() {

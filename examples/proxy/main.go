@@ -40,7 +40,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/redis/go-redis/v9"
 )

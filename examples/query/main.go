@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/embedded"
-	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/fleet"
 	"github.com/redis/go-redis/v9"
 )
 

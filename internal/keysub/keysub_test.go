@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/faultproxy"
 	"github.com/hotkv/stampede/internal/keysub"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

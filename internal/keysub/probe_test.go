@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/keysub"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

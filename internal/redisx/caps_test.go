@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestConn_probeTransient: a probe that meets BUSY fails (the call that

@@ -3,7 +3,7 @@ package redisx_test
 import (
 	"testing"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }

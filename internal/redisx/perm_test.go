@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // TestConn_permissions: the ACL's refusals of a script become

@@ -7,8 +7,8 @@ import (
 	"net"
 	"testing"
 
-	"github.com/hotkv/stampede/internal/redistest"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/middleware"
 	"github.com/redis/go-redis/v9"

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hotkv/stampede/internal/embedded"
+	"github.com/hotkv/stampede/internal/toolkit/embedded"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/faultproxy"
+	"github.com/hotkv/stampede/internal/testkit/faultproxy"
 	"go.uber.org/goleak"
 )
 

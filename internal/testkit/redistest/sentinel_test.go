@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/redistest"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
 // A Sentinel group fails over on request and when its master hangs, and

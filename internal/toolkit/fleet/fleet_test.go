@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotkv/stampede/internal/fleet"
+	"github.com/hotkv/stampede/internal/toolkit/fleet"
 	"go.uber.org/goleak"
 )
 
