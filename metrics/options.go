@@ -28,6 +28,7 @@ func Validate(buckets []float64, maxRoutes int) error {
 	}
 	for i := 1; i < len(buckets); i++ {
 		if buckets[i] <= buckets[i-1] {
+			//lint:ignore ST1005 the message begins with the option's name, as users spell it
 			return errors.New("Buckets must be in increasing order")
 		}
 	}
