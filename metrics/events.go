@@ -19,6 +19,8 @@ type Kind interface {
 // for a kind that Events does not count by tier.
 type Tier uint8
 
+// The tiers: NoTier for the kinds counted without tiers, Server and Near
+// for the two tiers of a cache's hits and stale hits.
 const (
 	NoTier Tier = iota // a kind counted without tiers
 	Server             // answered by the server
