@@ -2,8 +2,8 @@
 // middleware, so that however many instances run and however many requests
 // arrive at once, the report is rendered once per key and TTL.
 //
-//	go run ./examples/httpserver                     # embedded server, :8080
-//	REDIS_URL=redis://127.0.0.1:PORT go run ./examples/httpserver -addr :8081
+//	go run ./examples/httpserver                     # embedded server, 127.0.0.1:8080
+//	REDIS_URL=redis://127.0.0.1:PORT go run ./examples/httpserver -addr 127.0.0.1:8081
 //	go run ./examples/httpserver -demo               # two instances, 100 requests
 //
 // Routes:
@@ -40,7 +40,7 @@ import (
 const envChild = "HTTPSERVER_CHILD"
 
 func main() {
-	addr := flag.String("addr", ":8080", "address to listen on (\"127.0.0.1:0\" picks a free port)")
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on (\"127.0.0.1:0\" picks a free port)")
 	name := flag.String("name", "", "instance name shown in X-Served-By and the report (default: host name and port)")
 	ns := flag.String("namespace", "examples/httpserver", "cache namespace and prefix of the render counters; instances that share it share their cache")
 	ttl := flag.Duration("ttl", 30*time.Second, "how long a rendered report stays fresh")
@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg config) error {
 			other = "8082"
 		}
 		fmt.Printf("embedded server %s (REDIS_URL is not set); start another instance on it with\n", url)
-		fmt.Printf("  REDIS_URL=%s go run ./examples/httpserver -addr :%s\n", url, other)
+		fmt.Printf("  REDIS_URL=%s go run ./examples/httpserver -addr 127.0.0.1:%s\n", url, other)
 	}
 	// -demo reads this line to find the instance's address.
 	fmt.Printf("instance %s listening on http://%s\n", cfg.name, net.JoinHostPort(host, port))

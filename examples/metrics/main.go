@@ -2,8 +2,8 @@
 // cache and a lock, all three counted by stampedeprom, and exposes the
 // counts at /metrics for Prometheus.
 //
-//	go run ./examples/metrics                 # embedded server, :8080
-//	REDIS_URL=redis://127.0.0.1:PORT go run ./examples/metrics -addr :8081
+//	go run ./examples/metrics                 # embedded server, 127.0.0.1:8080
+//	REDIS_URL=redis://127.0.0.1:PORT go run ./examples/metrics -addr 127.0.0.1:8081
 //	go run ./examples/metrics -demo           # requests to itself, then reads /metrics
 //
 // Routes:
@@ -50,7 +50,7 @@ import (
 const renderTime = 50 * time.Millisecond
 
 func main() {
-	addr := flag.String("addr", ":8080", "address to listen on")
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
 	demo := flag.Bool("demo", false, "serve on a free port, send requests, check /metrics, print what it shows and exit")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

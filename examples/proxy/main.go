@@ -3,7 +3,7 @@
 // whose renders are coalesced across every proxy instance that shares the
 // server.
 //
-//	go run ./examples/proxy -origin http://127.0.0.1:8000            # embedded server, :8080
+//	go run ./examples/proxy -origin http://127.0.0.1:8000            # embedded server, 127.0.0.1:8080
 //	go run ./examples/proxy -origin http://app:8000 -redis redis://127.0.0.1:6379/0 -listen :9000
 //
 // It starts from middleware.SharedOptions(), the shared-cache preset: a
