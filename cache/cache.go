@@ -198,7 +198,6 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 // Every cause is said once per cool-down (see warnOnce), with no Logger
 // configured too: running without the cache must never be silent.
 func (c *Cache) serverError(key string, err error) {
-	c.n.serverErrors.Add(1)
 	c.emit(EventServerError, key, 0, err)
 	notRESP := redisx.IsNotRESP(err)
 	if redisx.IsTransport(err) || notRESP {
@@ -535,7 +534,6 @@ func decodeInto(c *Cache, key string, payload []byte, dst engine.Dst) error {
 // decodeFailed counts err, the failed decoding of key's value, and
 // returns it.
 func (c *Cache) decodeFailed(key string, err error) error {
-	c.n.decodeFailures.Add(1)
 	c.emit(EventDecodeFailure, key, 0, err)
 	return err
 }

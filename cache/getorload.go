@@ -69,7 +69,10 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	// outcome.accepts); it then reads the key again and goes round once
 	// more. Only the first round counts in Stats.
 	for round := 0; ; round++ {
-		first := round == 0
+		var tr *trail // what this call found before its verdict: the first round's only
+		if round == 0 {
+			tr = &trail{}
+		}
 		var bad []byte // a stored value this caller could not decode
 		var obs observation
 		// The hit path: one GET (shared with the concurrent callers of
@@ -81,10 +84,10 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 			switch {
 			case r.err == nil:
 				rd := c.decide(r.raw, c.s.now())
-				if v, err, ok := served[V](ctx, c, k, it, load, rd, r.raw, first); ok {
+				if v, err, ok := served[V](ctx, c, k, it, load, rd, r.raw, tr); ok {
 					return v, err
 				}
-				bad, obs.claim = unusable(c, k, rd, r.raw, first)
+				bad, obs.claim = unusable(k, rd, r.raw, tr)
 			case redisx.IsNil(r.err):
 			case redisx.CallerDone(ctx):
 				// The caller's own deadline or cancellation, not a server
@@ -95,7 +98,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 				obs = observation{}
 			}
 		}
-		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), bad, obs, round)
+		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), bad, obs, round, tr)
 		if err != nil {
 			return zero, err
 		}
@@ -116,8 +119,9 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 // served answers GetOrLoad from the reading rd of what the hit path read
 // (raw), if it can: a value, fresh or stale (starting the refresh it calls
 // for), or a fresh not-found. ok is false when the caller must go on to
-// the flight. Only the first round counts in Stats.
-func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte, first bool) (v V, err error, ok bool) {
+// the flight. The verdict is reported with the trail tr (nil after the
+// first round: only the first round counts in Stats).
+func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte, tr *trail) (v V, err error, ok bool) {
 	switch rd.use {
 	case useNotFound:
 		err = ErrNotFound
@@ -131,24 +135,24 @@ func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load 
 	default:
 		return v, nil, false
 	}
-	if first {
-		c.count(rd.event(), k.user, false)
+	if tr != nil {
+		tr.verdict = rd.event()
+		c.report(k.user, *tr)
 	}
 	return v, err, true
 }
 
 // unusable says what the flight needs to know of a reading the hit path
 // could not serve: the stored bytes to replace (bad), or the claim of the
-// rebuild to wait for. An undecodable entry counts as a decode failure
-// (on the first round).
-func unusable(c *Cache, k keys, rd reading, raw []byte, first bool) (bad []byte, claim string) {
+// rebuild to wait for. An undecodable entry is recorded in the trail tr
+// (nil after the first round), which join reports with the miss.
+func unusable(k keys, rd reading, raw []byte, tr *trail) (bad []byte, claim string) {
 	switch {
 	case rd.use == useWait:
 		return nil, rd.claim
 	case rd.corrupt():
-		if first {
-			c.n.decodeFailures.Add(1)
-			c.emit(EventDecodeFailure, k.user, 0, rd.err)
+		if tr != nil {
+			tr.decodeErr = rd.err
 		}
 		return raw, ""
 	case rd.use == useValue:

@@ -141,8 +141,7 @@ func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *
 	switch {
 	case errors.Is(err, loader.ErrNotFound):
 		return outcome{notFound: true}, nil
-	case err != nil:
-		c.n.loadErrors.Add(1)
+	case err != nil: // counted in LoadErrors by emit
 		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 	}
 	return outcome{payload: payload}, nil
@@ -159,7 +158,6 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 		if lead {
 			// Counted when the loader runs: a call that joins another
 			// run is not a load (Stats.FailOpenLoads, EventFailOpen).
-			c.n.failOpen.Add(1)
 			c.emit(EventFailOpen, k.user, 0, nil)
 			return c.runAs(ctx, k, load, r)
 		}
@@ -235,7 +233,6 @@ func (c *Cache) noteWrite(k keys, wrote bool, err error) {
 	case err != nil:
 		c.serverError(k.user, err)
 	case !wrote:
-		c.n.writesSkipped.Add(1)
 		c.emit(EventWriteSkipped, k.user, 0, nil)
 	}
 }

@@ -287,7 +287,6 @@ func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t tod
 		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w
 		return t, true
 	case rd.corrupt():
-		c.n.decodeFailures.Add(1)
 		c.emit(EventDecodeFailure, k.user, 0, rd.err)
 		t.bad = r.raw
 	case rd.use == useValue:
@@ -379,7 +378,6 @@ func (m *many[V]) begin(ctx context.Context, todos []todo, down bool) []pendingK
 	b := newBatch(c, m.it, encodedMany(c, m.load), down)
 	pending := make([]pendingKey, 0, len(todos))
 	for _, t := range todos {
-		c.n.misses.Add(1)
 		c.emit(EventMiss, t.k.user, 0, nil)
 		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), m.flight(t, b))
 		if shared {

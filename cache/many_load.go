@@ -226,7 +226,6 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 		users = append(users, cl.k.user)
 	}
 	for _, k := range alone {
-		c.n.failOpen.Add(1)
 		c.emit(EventFailOpen, k.user, 0, nil)
 		users = append(users, k.user)
 	}
@@ -305,7 +304,6 @@ func (b *batch) loadAlone(ctx context.Context, ks []keys) {
 	c := b.c
 	users := make([]string, len(ks))
 	for i, k := range ks {
-		c.n.failOpen.Add(1)
 		c.emit(EventFailOpen, k.user, 0, nil)
 		users[i] = k.user
 	}
@@ -354,8 +352,7 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 	switch {
 	case errors.Is(err, loader.ErrNotFound):
 		return nil, it, took, nil // none of them: every key is missing from the map
-	case err != nil:
-		c.n.loadErrors.Add(1)
+	case err != nil: // counted in LoadErrors by emit
 		return nil, it, took, fmt.Errorf("cache: load %d keys: %w", len(users), err)
 	}
 	return got, it, took, nil
@@ -572,7 +569,6 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	locks := make([]heldClaim, len(held))
 	for i, t := range held {
 		users[i], locks[i] = t.cl.k.user, t.cl
-		c.n.refreshes.Add(1)
 		c.emit(EventRefresh, t.cl.k.user, 0, nil)
 	}
 	stop := c.keepClaims(ctx, locks)

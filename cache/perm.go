@@ -32,7 +32,7 @@ func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 // command last worked, warns, naming the channels and what to grant.
 func (c *Cache) announceRefused(op string, err error, first bool) {
 	c.n.announceDenied.Add(1)
-	c.emit(EventServerError, "", 0, err)
+	c.tell(Event{Kind: EventServerError, Err: err}) // counted in AnnounceDenied, not ServerErrors
 	if first {
 		channel, grant := c.announceChannels()
 		c.log(slog.LevelWarn, "announcement channel refused by the server; processes waiting for a rebuild will poll every PollInterval instead of being told",

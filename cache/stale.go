@@ -94,7 +94,6 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 		c.release(ctx, k, l)
 		return
 	}
-	c.n.refreshes.Add(1)
 	c.emit(EventRefresh, k.user, 0, nil)
 	ld := c.loadHoldingAs(ctx, k, it, load, l, r)
 	wctx, cancel := writeContext(ctx)

@@ -1,10 +1,12 @@
 package cache
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/internal/striped"
+	"github.com/hotkv/stampede/loader"
 )
 
 // Stats counts what a Cache has done since New.
@@ -132,28 +134,85 @@ type Event struct {
 }
 
 func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
-	if c.s.observer != nil {
-		c.s.observer(Event{Kind: kind, Key: key, Duration: d, Err: err})
-	}
+	c.record(Event{Kind: kind, Key: key, Duration: d, Err: err})
 }
 
 // count counts a hit, stale hit or miss; near says it came from the near
 // cache.
 func (c *Cache) count(kind EventKind, key string, near bool) {
-	switch {
-	case near && kind == EventHit:
-		c.n.nearFresh.Inc()
-	case near && kind == EventStale:
-		c.n.nearStale.Inc()
-	case kind == EventHit:
-		c.n.hits.Inc()
-	case kind == EventStale:
-		c.n.staleHits.Inc()
-	case kind == EventMiss:
+	c.record(Event{Kind: kind, Key: key, Near: near})
+}
+
+// record counts e in Stats and hands it to the Observer: the one place
+// where what happened (the event's kind, and its error) decides which
+// counter moves. Counters that move before their event is known (Loads
+// when a loader starts, Waits when a wait starts, so that a caller can
+// watch them during the run) and those with no event (Coalesced,
+// LockContention, AnnounceDenied) are counted where it happens.
+func (c *Cache) record(e Event) {
+	switch e.Kind {
+	case EventHit:
+		if e.Near {
+			c.n.nearFresh.Inc()
+		} else {
+			c.n.hits.Inc()
+		}
+	case EventStale:
+		if e.Near {
+			c.n.nearStale.Inc()
+		} else {
+			c.n.staleHits.Inc()
+		}
+	case EventMiss:
 		c.n.misses.Add(1)
+	case EventLoad:
+		if e.Err != nil && !errors.Is(e.Err, loader.ErrNotFound) {
+			c.n.loadErrors.Add(1)
+		}
+	case EventWait:
+		if e.Err == ErrWaitTimeout {
+			c.n.waitTimeouts.Add(1)
+		}
+	case EventFailOpen:
+		c.n.failOpen.Add(1)
+	case EventDecodeFailure:
+		c.n.decodeFailures.Add(1)
+	case EventRefresh:
+		c.n.refreshes.Add(1)
+	case EventWriteSkipped:
+		c.n.writesSkipped.Add(1)
+	case EventServerError:
+		c.n.serverErrors.Add(1)
 	}
+	c.tell(e)
+}
+
+// tell hands e to the Observer, counting nothing.
+func (c *Cache) tell(e Event) {
 	if c.s.observer != nil {
-		c.s.observer(Event{Kind: kind, Key: key, Near: near})
+		c.s.observer(e)
+	}
+}
+
+// trail is what one GetOrLoad call found before its verdict, recorded as
+// the call runs: report counts it once the verdict is known (a value or a
+// not-found served, or a miss handed to the flight). The flight's own
+// events (its load, wait, fail-open, skipped write, the refresh it starts)
+// are the flight's, shared by every caller that joins it: they are
+// recorded where the flight makes them.
+type trail struct {
+	verdict   EventKind // EventHit, EventStale or EventMiss; 0: nothing to count (a later round)
+	decodeErr error     // a stored entry the hit path could not decode
+}
+
+// report counts the trail t of a call for key: a decode failure its read
+// met, then its verdict.
+func (c *Cache) report(key string, t trail) {
+	if t.decodeErr != nil {
+		c.record(Event{Kind: EventDecodeFailure, Key: key, Err: t.decodeErr})
+	}
+	if t.verdict != 0 {
+		c.record(Event{Kind: t.verdict, Key: key})
 	}
 }
 

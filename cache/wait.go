@@ -25,12 +25,13 @@ import (
 // and obs are what its own read of the key found, round how many times it
 // came back because a joined flight's result was older than that read.
 // taken reports whether the caller may return res (outcome.accepts);
-// otherwise it reads the key again. Only the first round counts in Stats.
-func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, obs observation, round int) (res outcome, taken bool, err error) {
-	first := round == 0
-	if first {
-		c.n.misses.Add(1)
-		c.emit(EventMiss, k.user, 0, nil)
+// otherwise it reads the key again. The miss is reported with the
+// caller's trail tr before it joins (nil after the first round: only the
+// first round counts in Stats), so that Stats shows it while it waits.
+func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, obs observation, round int, tr *trail) (res outcome, taken bool, err error) {
+	if tr != nil {
+		tr.verdict = EventMiss
+		c.report(k.user, *tr)
 	} else if round > 2 {
 		// The key keeps changing under the flights this caller joins:
 		// start one of its own (the others' flights go on).
@@ -39,7 +40,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
 		return c.fill(ctx, k, it, load, bad, obs.claim != "")
 	})
-	if shared && first {
+	if shared && tr != nil {
 		c.n.coalesced.Add(1)
 	}
 	if err != nil {
@@ -202,8 +203,7 @@ func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict 
 // with ErrWaitTimeout. Its own load rests on that claim, for the callers of
 // this process that join its flight (outcome.accepts).
 func (c *Cache) waitTimedOut(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], claim string, waitStart time.Time) (outcome, error) {
-	c.n.waitTimeouts.Add(1)
-	c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout)
+	c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout) // counted in WaitTimeouts
 	if c.s.loadOnWaitTimeout {
 		started := time.Now()
 		res, err := c.run(ctx, k, load)
