@@ -118,6 +118,21 @@ type added struct {
 	ready <-chan struct{}
 }
 
+// proxiedHub returns a Hub whose connections go through a fault proxy to
+// s, with the proxy, a channel told of each dial of the Hub's connection,
+// and the channel its messages are delivered to; the context bounds the
+// test, so that an Add or Remove stuck behind a dial fails it. Resume the
+// proxy before the test ends: closing the Hub waits for its loop.
+func proxiedHub(t *testing.T, s *redistest.Server) (ctx context.Context, h *keysub.Hub, p *faultproxy.Proxy, dialing <-chan struct{}, got chan string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	rc, p, dialing := proxied(t, s)
+	got = make(chan string, 4)
+	h = keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
+	t.Cleanup(h.Close)
+	return ctx, h, p, dialing, got
+}
+
 // TestHub_addWhileDialing: while the Hub's connection is dialled to a
 // black-holed server (the handshake waits for the client's read timeout),
 // Adds and Removes, of its channel and others, do not wait for the dial;
@@ -125,12 +140,7 @@ type added struct {
 // the one removed is not, and messages are delivered.
 func TestHub_addWhileDialing(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		rc, p, dialing := proxied(t, s)
-		got := make(chan string, 4)
-		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
-		defer h.Close()
+		ctx, h, p, dialing, got := proxiedHub(t, s)
 		p.BlackHole()
 		defer p.Resume() // before Close, which waits for the loop
 		a, _, _ := h.Add(ctx, "keysub:a", false)
@@ -173,12 +183,7 @@ func TestHub_addWhileDialing(t *testing.T) {
 // the server answers, the channel added meanwhile is subscribed.
 func TestHub_addWhileRedialing(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		rc, p, dialing := proxied(t, s)
-		got := make(chan string, 4)
-		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
-		defer h.Close()
+		ctx, h, p, dialing, got := proxiedHub(t, s)
 		a, readyA, _ := h.Add(ctx, "keysub:a", false)
 		redistest.Recv(t, ctx, dialing, "the dial")
 		redistest.Recv(t, ctx, readyA, "the confirmation")
