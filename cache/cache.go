@@ -314,9 +314,7 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	// Delete, nor find the old value in the near cache: both may predate
 	// it. So also when it failed: a write that timed out may have reached
 	// the server.
-	c.flights.Forget(k.value)
-	c.runs.forget(k.value)
-	c.nearDrop(k)
+	c.forgetLocal(k)
 	if err := del.Err(); err != nil {
 		return c.writeFailed(ctx, "delete", key, err)
 	}
@@ -495,9 +493,7 @@ func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []O
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
-	c.flights.Forget(k.value) // as in Delete, also when it failed
-	c.runs.forget(k.value)
-	c.nearDrop(k)
+	c.forgetLocal(k) // as in Delete, also when it failed
 	if err := set.Err(); err != nil {
 		return c.writeFailed(ctx, "set", key, err)
 	}
@@ -536,4 +532,14 @@ func decodeInto(c *Cache, key string, payload []byte, dst engine.Dst) error {
 func (c *Cache) decodeFailed(key string, err error) error {
 	c.emit(EventDecodeFailure, key, 0, err)
 	return err
+}
+
+// forgetLocal drops what this process holds of k that a write to it
+// (Set, Delete, a conditional Set) makes old: the flight in progress, so
+// that later callers do not join a load from before the write; the loader
+// runs a fail-open load would join; and the near cache's copy.
+func (c *Cache) forgetLocal(k keys) {
+	c.flights.Forget(k.value)
+	c.runs.forget(k.value)
+	c.nearDrop(k)
 }

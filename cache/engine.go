@@ -52,8 +52,6 @@ func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl
 	}
 	// Waiters are woken as after Set (whose pipeline carries this too).
 	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
-	c.flights.Forget(k.value) // as in Set
-	c.runs.forget(k.value)
-	c.nearDrop(k)
+	c.forgetLocal(k) // as in Set
 	return nil
 }
