@@ -231,14 +231,20 @@ func TestMiddleware_hitReads(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, path, body string
+		announced        int // announcements published by then, this case's miss included
 		want             map[string]int
 	}{
-		{"no Vary", "/plain", "GET 1", map[string]int{"get": 1}},
-		{"Vary", "/vary", "GET 2", map[string]int{"get": 2}},
+		{"no Vary", "/plain", "GET 1", 2, map[string]int{"get": 1}},
+		{"Vary", "/vary", "GET 2", 4, map[string]int{"get": 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "MISS", tc.body)
 			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "HIT", tc.body)
+			// The miss's writes are announced after they are stored, so
+			// an announcement can trail the hits that read them: wait for
+			// all of them (counted since the server started) before
+			// counting what one hit sends.
+			redistest.WaitFor(t, ctx, "the miss's announcements", func() bool { return commands()["spublish"] >= tc.announced })
 			before := commands()
 			b.get(t, tc.path, "Accept-Language", "en").check(t, 200, "HIT", tc.body)
 			after := commands()
