@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -90,6 +91,7 @@ type Hub struct {
 	wg       sync.WaitGroup // the sessions' loops
 
 	delivered, subscribes uint64 // counts, for tests (Counts)
+	pings                 uint64 // Syncs so far: each PING's payload
 }
 
 // Sub is one channel's subscription, shared by everybody in the process
@@ -118,14 +120,15 @@ type target struct {
 // session is one pub/sub connection of the Hub and its loop.
 type session struct {
 	t        target
-	running  bool            // a loop goroutine owns ps
-	ps       *redis.PubSub   // the current connection; nil between connections and while one is opened (connect)
-	subs     map[string]*Sub // channel -> subscription on this connection
-	unsubs   map[string]int  // channel -> (S)UNSUBSCRIBEs sent and not yet confirmed
-	idle     chan struct{}   // told when the last channel goes, to end the loop's pause
-	queue    []command       // decided, not yet sent; in order
-	sending  bool            // a send goroutine drains queue
-	stopping bool            // Close was called
+	running  bool                     // a loop goroutine owns ps
+	ps       *redis.PubSub            // the current connection; nil between connections and while one is opened (connect)
+	subs     map[string]*Sub          // channel -> subscription on this connection
+	unsubs   map[string]int           // channel -> (S)UNSUBSCRIBEs sent and not yet confirmed
+	idle     chan struct{}            // told when the last channel goes, to end the loop's pause
+	queue    []command                // decided, not yet sent; in order
+	sending  bool                     // a send goroutine drains queue
+	stopping bool                     // Close was called
+	pongs    map[string]chan struct{} // a Sync's PING payload -> closed by its PONG
 }
 
 // closed is a channel that is closed: ready at once. Never written.
@@ -246,6 +249,59 @@ func (h *Hub) State(sub *Sub) (ready <-chan struct{}, at time.Time) {
 		return nil, time.Time{}
 	}
 	return sub.ready, sub.at
+}
+
+// Sync waits until the messages published on sub's channel before Sync
+// was called have been delivered, and reports whether it knows they have:
+// it sends a PING on sub's connection, which the server answers after
+// every message it sent there before, and waits for the answer until ctx
+// ends. It is false at once when sub is not confirmed on a connection.
+//
+// A message can be published, and then the change it announces made,
+// before a read on another connection finds that change: the read's
+// reply may then come before the message. Sync after such a read is a
+// barrier: what was published before the change is delivered when it
+// returns true.
+func (h *Hub) Sync(ctx context.Context, sub *Sub) bool {
+	h.mu.Lock()
+	s := sub.s
+	if sub.gone || s == nil || s.ps == nil || sub.at.IsZero() {
+		h.mu.Unlock()
+		return false
+	}
+	ps := s.ps
+	h.pings++
+	id := "keysub:" + strconv.FormatUint(h.pings, 10)
+	pong := make(chan struct{})
+	if s.pongs == nil {
+		s.pongs = map[string]chan struct{}{}
+	}
+	s.pongs[id] = pong
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(s.pongs, id)
+		h.mu.Unlock()
+	}()
+	if err := ps.Ping(ctx, id); err != nil {
+		return false
+	}
+	select {
+	case <-pong:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ponged takes the server's answer to a PING sent on s with payload.
+func (h *Hub) ponged(s *session, payload string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if pong, ok := s.pongs[payload]; ok {
+		close(pong)
+		delete(s.pongs, payload)
+	}
 }
 
 // Remove undoes one Add of sub.
@@ -637,6 +693,9 @@ func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) 
 				h.cfg.Deliver(m.Channel, m.Payload)
 			}
 		case *redis.Pong:
+			if m.Payload != "" {
+				h.ponged(s, m.Payload)
+			}
 		}
 	}
 }
@@ -680,8 +739,11 @@ func (h *Hub) subscribed(s *session, channel string) {
 			select {
 			case <-sub.ready:
 			default:
-				close(sub.ready)
+				// The time first: whoever ready wakes must find its
+				// subscription confirmed before anything it does next
+				// (see State).
 				sub.at = time.Now()
+				close(sub.ready)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package keysub_test
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -83,6 +84,77 @@ func TestHub_shareLingerDeliver(t *testing.T) {
 			t.Errorf("%d messages delivered, want 1", d)
 		}
 	}, redistest.Redis8, redistest.Cluster)
+}
+
+// TestHub_confirmedBeforeWoken: a caller woken by ready finds the
+// subscription's confirmation time (State) at or before its own clock
+// reading. A waiter compares the two to know whether its subscription
+// covered a read it sent next; a confirmation stamped after the wake-up
+// made a waiter read its key once more for nothing, and that read could
+// find a failed rebuild's key free before the failure's announcement
+// came (the waiter then loaded itself instead of getting ErrRemoteLoad).
+// The race is narrow: many subscriptions are checked, on a Hub each.
+func TestHub_confirmedBeforeWoken(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rc := s.Client(t)
+	const rounds = 300
+	for i := range rounds {
+		h := keysub.New(keysub.Config{Client: rc})
+		sub, ready, live := h.Add(ctx, "keysub:{woken}:ann", true)
+		if !live {
+			t.Fatal("not live")
+		}
+		redistest.Recv(t, ctx, ready, "the confirmation")
+		woken := time.Now()
+		_, at := h.State(sub)
+		h.Close()
+		if at.IsZero() || at.After(woken) {
+			t.Fatalf("round %d: confirmed at %v, %v after the caller it woke read the clock", i, at, at.Sub(woken))
+		}
+	}
+}
+
+// TestHub_syncIsABarrier: a message published before Sync is delivered
+// when Sync returns true, although it travels on another connection than
+// the publisher's reply; Sync on a Sub that is not confirmed is false.
+func TestHub_syncIsABarrier(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rc := s.Client(t)
+		got := make(chan string, 1)
+		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
+		defer h.Close()
+		const ch = "keysub:{sync}:ann"
+		sub, ready, live := h.Add(ctx, ch, true)
+		if !live {
+			t.Fatal("not live")
+		}
+		redistest.Recv(t, ctx, ready, "the confirmation")
+		for i := range 200 {
+			want := strconv.Itoa(i)
+			if err := rc.Do(ctx, "SPUBLISH", ch, want).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !h.Sync(ctx, sub) {
+				t.Fatalf("round %d: Sync on a confirmed subscription: false", i)
+			}
+			select {
+			case m := <-got:
+				if m != want {
+					t.Fatalf("round %d: delivered %q", i, m)
+				}
+			default:
+				t.Fatalf("round %d: Sync returned before the message published before it was delivered", i)
+			}
+		}
+		h.Remove(sub)
+		if h.Sync(ctx, sub) {
+			t.Error("Sync on a removed Sub: true")
+		}
+	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
 
 // proxied returns a client whose connections go through a new fault
