@@ -315,6 +315,18 @@ func (a *announcer) prepare(ctx context.Context, key string, w *waiter, d time.D
 	}
 }
 
+// settle waits, at most d, until the announcements published on w's
+// channel before now have reached w, if w is subscribed: see
+// keysub.Hub.Sync.
+func (a *announcer) settle(ctx context.Context, w *waiter, d time.Duration) {
+	if w.sub == nil || w.dead {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	a.hub.Sync(ctx, w.sub)
+}
+
 func (a *announcer) unregister(key string, w *waiter) {
 	a.mu.Lock()
 	if set := a.waiters[key]; set != nil {

@@ -178,14 +178,14 @@ func encoded[V any](c *Cache, key string, load loader.Func[V]) loader.Func[[]byt
 }
 
 // step reads the key once and decides what fill does next: answer with
-// what it found (or loaded, having claimed the key), read again, or wait
-// for another process's rebuild.
+// what it found (or loaded, having replaced what it could not use), claim
+// the free key, read again, or wait for another process's rebuild.
 func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) verdict {
 	sent := time.Now() // outcome.seen of what this read finds
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
 	switch {
 	case redisx.IsNil(err):
-		return c.claimMiss(ctx, k, it, load)
+		return verdict{next: keyFree}
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
 	}

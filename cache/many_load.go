@@ -401,8 +401,7 @@ func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announ
 			err = redisx.Denied("conditional write", err, "")
 			c.noteWrite(w.cl.k, false, err)
 			if refused(err) {
-				c.releaseClaim(ctx, w.cl)
-				notes[w.i] = announcement{k: w.cl.k, token: w.cl.token, kind: noticeError, text: err.Error()}
+				notes[w.i] = announcement{k: w.cl.k, token: w.cl.token, kind: noticeError, text: err.Error(), free: &w.cl}
 				continue
 			}
 		}
@@ -411,20 +410,20 @@ func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announ
 	return left
 }
 
-// endClaim replaces the claim cl with the entry for res (or frees it when
-// there is nothing to store), as loadClaimed does, and returns the
-// announcement of the outcome.
+// endClaim replaces the claim cl with the entry for res, as loadClaimed
+// does, and returns the announcement of the outcome; where there is
+// nothing to store, the announcement frees the claim once it is published.
 func (c *Cache) endClaim(ctx context.Context, cl heldClaim, it itemSettings, took time.Duration, res outcome, err error) announcement {
 	if err != nil || res.notFound && it.negative == 0 {
-		c.releaseClaim(ctx, cl)
-		return nothing(cl, err)
+		a := nothing(cl, err)
+		a.free = &cl
+		return a
 	}
 	val, ttl := c.entry(it, res.payload, res.notFound, took)
 	wrote, werr := c.conn.SetIfEqual(ctx, cl.key, cl.value, val, ttl)
 	c.noteWrite(cl.k, wrote, werr)
 	if refused(werr) {
-		c.releaseClaim(ctx, cl)
-		return announcement{k: cl.k, token: cl.token, kind: noticeError, text: werr.Error()}
+		return announcement{k: cl.k, token: cl.token, kind: noticeError, text: werr.Error(), free: &cl}
 	}
 	return written(cl, wrote, val)
 }
@@ -471,6 +470,7 @@ type announcement struct {
 	token string
 	kind  byte
 	text  string
+	free  *heldClaim // a claim to release once the outcome is published (see loadClaimed)
 }
 
 func nothing(cl heldClaim, err error) announcement {
@@ -489,11 +489,18 @@ func written(cl heldClaim, wrote bool, val string) announcement {
 }
 
 // announceAll publishes notes in one pipeline, as announce does one by
-// one.
+// one, then frees the claims the notes name.
 func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	for _, a := range notes {
 		c.nearDrop(a.k) // this process wrote, or found the key changed
 	}
+	defer func() {
+		for _, a := range notes {
+			if a.free != nil {
+				c.releaseClaim(ctx, *a.free)
+			}
+		}
+	}()
 	if c.down() || len(notes) == 0 {
 		return
 	}

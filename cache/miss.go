@@ -50,13 +50,19 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 // the claim with the entry (or frees it when there is nothing to store),
 // and announces the outcome. A write refused by the ACL is announced as an
 // error but is not this caller's error: it has its value.
+//
+// A claim with nothing to replace it is freed after the announcement: a
+// waiter that reads the key meanwhile (its poll) still finds the claim,
+// and then the announcement. Freed first, the key would be free for that
+// read, and the waiter would load itself instead of learning of the
+// failure.
 func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) (outcome, error) {
 	ld := c.loadHolding(ctx, k, it, load, l)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	if !ld.storable() {
-		c.release(wctx, k, l)
 		c.announceNothing(wctx, k, l, ld.err)
+		c.release(wctx, k, l)
 		return ld.res, ld.err
 	}
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
@@ -71,8 +77,8 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	if refused(werr) {
 		// The claim goes if the server lets it (it does not where the
 		// refused write was a script, and the release is one too).
-		_ = l.Release(wctx)
 		c.announce(wctx, k, l, noticeError, werr.Error())
+		_ = l.Release(wctx)
 		return ld.res, nil
 	}
 	if wrote {

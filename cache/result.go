@@ -16,6 +16,9 @@ const (
 	// read and the lock, or another caller claimed the key first (the
 	// next read finds its claim, or its value).
 	readAgain
+	// keyFree: nothing is stored under the key; claim it (see
+	// Cache.claimFree).
+	keyFree
 	// waitRebuild: another process is rebuilding the key; wait for its
 	// announcement, or for the poll interval, then read again.
 	waitRebuild

@@ -92,6 +92,9 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 		}
 		sent := time.Now()
 		v := c.step(ctx, k, it, load, bad)
+		if v.next == keyFree {
+			v = c.claimFree(ctx, k, it, load, w, waited, waitStart)
+		}
 		switch v.next {
 		case answered:
 			if !waitStart.IsZero() {
@@ -121,6 +124,26 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 		}
 		waited = v
 	}
+}
+
+// claimFree claims the key that a read found free, and loads. But a
+// caller that waited for the rebuild waited (and has not heard how it
+// ended) first makes sure that every announcement published before that
+// read has reached it: a rebuild that stored nothing announces its outcome
+// and only then frees its claim (loadClaimed), and the announcement may
+// still be on its way on the subscription's connection when the read's
+// reply arrives. If it is that rebuild's outcome, it is the answer; a
+// failed load is then not run again here.
+func (c *Cache) claimFree(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, waited verdict, waitStart time.Time) verdict {
+	if waited.claim != "" {
+		c.ann.settle(ctx, w, c.s.poll)
+		if n, ok := w.pending(); ok {
+			if h := c.heard(k, n, waited, waitStart); h.next == answered {
+				return h
+			}
+		}
+	}
+	return c.claimMiss(ctx, k, it, load)
 }
 
 // await waits for a notice for w, at most d. A zero notice means: read

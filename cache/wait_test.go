@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,43 @@ func TestGetOrLoad_remoteFailure(t *testing.T) {
 			t.Errorf("next call: %q, %v; want a new load", v, err)
 		}
 	})
+}
+
+// TestGetOrLoad_remoteFailure_polling: a waiter that polls the key often
+// still learns of a failed load from its announcement, whenever its polls
+// fall: the rebuilder frees its claim only after announcing the failure,
+// so a poll never finds the key free before the announcement was sent
+// (it did, freed first, and the waiter then loaded itself, about one
+// round in ten with a 1ms poll).
+func TestGetOrLoad_remoteFailure_polling(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.Client(t)
+		a := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		b := newCacheOn(t, rc, &cache.Options{Namespace: ns, PollInterval: time.Millisecond, WaitTimeout: time.Minute})
+		const rounds = 40
+		for i := range rounds {
+			key := fmt.Sprintf("k%d", i)
+			started := make(chan struct{})
+			fail, open := gate(t)
+			holder := goGetOrLoad(ctx, a, key, func(context.Context) (string, error) {
+				close(started)
+				<-fail
+				return "", errors.New("upstream answered 503")
+			})
+			redistest.Recv(t, ctx, started, "cache a to claim the key and load")
+			var calls atomic.Int32
+			covered := cache.CoveredWaits(b)
+			waiter := goGetOrLoad(ctx, b, key, neverLoad[string](&calls))
+			redistest.WaitFor(t, ctx, "cache b to wait, subscribed", func() bool { return cache.CoveredWaits(b) > covered })
+			open()
+			redistest.Recv(t, ctx, holder, "cache a")
+			if r := redistest.Recv(t, ctx, waiter, "cache b"); !errors.Is(r.err, cache.ErrRemoteLoad) || calls.Load() != 0 {
+				t.Fatalf("round %d: cache b: %q, %v (%d own loads); want ErrRemoteLoad", i, r.v, r.err, calls.Load())
+			}
+		}
+	}, redistest.Redis8, redistest.Valkey, redistest.Miniredis)
 }
 
 // TestGetOrLoad_waitEndedByRead: a wait that ends by reading the key
