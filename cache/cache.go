@@ -377,7 +377,7 @@ func (c *Cache) get(ctx context.Context, key string, dst engine.Dst, peek bool) 
 	case peek:
 		return engine.NewFound(g.raw, c.counter(g.kind, key, g.near)), g.err
 	}
-	c.count(g.kind, key, g.near)
+	c.report(key, trail{verdict: g.kind, near: g.near})
 	return engine.Found{}, g.err
 }
 

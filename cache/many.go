@@ -245,7 +245,7 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			rest = append(rest, key) // an expired not-found: load again
 			continue
 		}
-		c.count(rd.event(), key, true)
+		c.report(key, trail{verdict: rd.event(), near: true})
 	}
 	return rest
 }
@@ -301,7 +301,7 @@ func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t tod
 	if t.bad != nil || rd.use == useReplace {
 		return t, true // an expired not-found, or bytes nobody here can use: replace
 	}
-	c.count(rd.event(), k.user, false)
+	c.report(k.user, trail{verdict: rd.event()})
 	return t, false
 }
 

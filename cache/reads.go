@@ -263,7 +263,7 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 	default:
 		return v, nil, false // an expired not-found: load again
 	}
-	c.count(rd.event(), key, true)
+	c.report(key, trail{verdict: rd.event(), near: true})
 	return v, err, true
 }
 

@@ -137,12 +137,6 @@ func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
 	c.record(Event{Kind: kind, Key: key, Duration: d, Err: err})
 }
 
-// count counts a hit, stale hit or miss; near says it came from the near
-// cache.
-func (c *Cache) count(kind EventKind, key string, near bool) {
-	c.record(Event{Kind: kind, Key: key, Near: near})
-}
-
 // record counts e in Stats and hands it to the Observer: the one place
 // where what happened (the event's kind, and its error) decides which
 // counter moves. Counters that move before their event is known (Loads
@@ -194,14 +188,15 @@ func (c *Cache) tell(e Event) {
 	}
 }
 
-// trail is what one GetOrLoad call found before its verdict, recorded as
-// the call runs: report counts it once the verdict is known (a value or a
-// not-found served, or a miss handed to the flight). The flight's own
-// events (its load, wait, fail-open, skipped write, the refresh it starts)
-// are the flight's, shared by every caller that joins it: they are
-// recorded where the flight makes them.
+// trail is what one read call (GetOrLoad, Get, a key of a batch) found
+// before its verdict, recorded as the call runs: report counts it once the
+// verdict is known (a value or a not-found served, or a miss handed to the
+// flight). The flight's own events (its load, wait, fail-open, skipped
+// write, the refresh it starts) are the flight's, shared by every caller
+// that joins it: they are recorded where the flight makes them.
 type trail struct {
 	verdict   EventKind // EventHit, EventStale or EventMiss; 0: nothing to count (a later round)
+	near      bool      // the verdict was the near cache's
 	decodeErr error     // a stored entry the hit path could not decode
 }
 
@@ -212,12 +207,12 @@ func (c *Cache) report(key string, t trail) {
 		c.record(Event{Kind: EventDecodeFailure, Key: key, Err: t.decodeErr})
 	}
 	if t.verdict != 0 {
-		c.record(Event{Kind: t.verdict, Key: key})
+		c.record(Event{Kind: t.verdict, Key: key, Near: t.near})
 	}
 }
 
-// counter returns a func that counts kind for key as count does, for a
+// counter returns a func that reports the verdict kind for key, for a
 // look of package middleware's to count later (see Engine).
 func (c *Cache) counter(kind EventKind, key string, near bool) func() {
-	return func() { c.count(kind, key, near) }
+	return func() { c.report(key, trail{verdict: kind, near: near}) }
 }
