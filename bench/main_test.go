@@ -188,8 +188,8 @@ func checkNear(t *testing.T, r *report.Results, near bool) {
 		}
 	}
 	if !near {
-		if len(cold) > 0 || len(hot) > 0 || len(r.NearHit) != 2 {
-			t.Errorf("no near cache: %d cold and %d hot near rows, %d near hit rows; want 0, 0 and 2", len(cold), len(hot), len(r.NearHit))
+		if len(cold) > 0 || len(hot) > 0 || len(r.NearHit) != 3 {
+			t.Errorf("no near cache: %d cold and %d hot near rows, %d near hit rows; want 0, 0 and 3 (raw, stampede, otter)", len(cold), len(hot), len(r.NearHit))
 		}
 		if r.Coherence == nil || r.Coherence.Skipped == "" || r.NearMemory == nil || r.NearMemory.Skipped == "" {
 			t.Errorf("no near cache: coherence %+v, memory %+v; want both skipped", r.Coherence, r.NearMemory)
@@ -213,8 +213,8 @@ func checkNear(t *testing.T, r *report.Results, near bool) {
 			t.Errorf("near hit %s: %d near hits", h.Mode, h.NearHits)
 		}
 	}
-	if len(r.NearHit) != 3 {
-		t.Errorf("near hit path has %d modes, want 3", len(r.NearHit))
+	if len(r.NearHit) != 4 {
+		t.Errorf("near hit path has %d modes, want 4", len(r.NearHit))
 	}
 
 	for _, c := range []*report.Coherence{r.Coherence, r.CoherencePaced} {

@@ -15,6 +15,7 @@ func nearHitModes() []hitMode {
 		{"raw", "raw GET + msgpack decode"},
 		{"stampede", "stampede GetOrLoad"},
 		{nearApproach, "stampede GetOrLoad + near cache"},
+		{"otter", "otter Get, in-process only (not coherent)"},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -354,9 +355,39 @@ func newHitGetter(mode string, rdb *redis.Client, ns string) (getter, error) {
 		return rawGetter{rdb: rdb, key: ns + ":raw"}, nil
 	case "stampede", nearApproach:
 		return newGetter(mode, rdb, approachOptions{ns: ns, ttl: time.Hour})
+	case "otter":
+		return newOtterGetter(rdb, ns+":raw")
 	}
 	return nil, fmt.Errorf("unknown hit mode %q", mode)
 }
+
+// otterGetter is the in-process ceiling: the decoded item in an otter
+// cache (the library under the near cache), read with Get; it is never
+// told of a change on the server.
+type otterGetter struct{ c *otter.Cache[string, Item] }
+
+func newOtterGetter(rdb *redis.Client, key string) (getter, error) {
+	it, err := rawGetter{rdb: rdb, key: key}.get(context.Background(), "", nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := otter.New(&otter.Options[string, Item]{MaximumSize: 100_000})
+	if err != nil {
+		return nil, err
+	}
+	c.Set("item", it)
+	return otterGetter{c: c}, nil
+}
+
+func (o otterGetter) get(_ context.Context, key string, _ func(context.Context) (Item, error)) (Item, error) {
+	it, ok := o.c.GetIfPresent(key)
+	if !ok {
+		return it, errHitLoaded
+	}
+	return it, nil
+}
+
+func (otterGetter) close() {}
 
 type rawGetter struct {
 	rdb *redis.Client
