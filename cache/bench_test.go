@@ -10,6 +10,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/maypok86/otter/v2"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -179,4 +180,53 @@ func BenchmarkWake(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// BenchmarkNearHit compares a fresh hit answered by the near cache with
+// its in-process ceiling, measured in the same run: a Get of the decoded
+// value from an otter cache (the library the near cache keeps its entries
+// in), which nobody tells of a change on the server.
+func BenchmarkNearHit(b *testing.B) {
+	s := redistest.Shared(b, redistest.Redis8)
+	ctx := context.Background()
+	c, _ := newCache(b, s, &cache.Options{Near: &cache.Near{MaxEntries: 100_000}})
+	if err := cache.Set(ctx, c, "profile:42", sample, cache.WithTTL(time.Hour)); err != nil {
+		b.Fatal(err)
+	}
+	load := func(context.Context) (profile, error) { panic("a hit must not load") }
+	redistest.WaitFor(b, ctx, "near cache active", c.NearActive)
+	redistest.WaitFor(b, ctx, "a near hit", func() bool {
+		_, err := cache.GetOrLoad(ctx, c, "profile:42", load)
+		return err == nil && c.Stats().NearHits > 0
+	})
+	o, err := otter.New(&otter.Options[string, profile]{MaximumSize: 100_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.Set("profile:42", sample)
+
+	b.Run("otter-get", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if p, ok := o.GetIfPresent("profile:42"); !ok || p.ID != 42 {
+					b.Fatal("otter lost the entry")
+				}
+			}
+		})
+	})
+	b.Run("near-hit", func(b *testing.B) {
+		b.ReportAllocs()
+		before := c.Stats().NearHits
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if p, err := cache.GetOrLoad(ctx, c, "profile:42", load); err != nil || p.ID != 42 {
+					b.Fatal(err)
+				}
+			}
+		})
+		if got := c.Stats().NearHits - before; got < uint64(b.N) {
+			b.Fatalf("%d of %d hits from the near cache", got, b.N)
+		}
+	})
 }
