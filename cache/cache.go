@@ -15,6 +15,7 @@ import (
 	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/redisx"
+	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
 )
 
@@ -404,8 +405,9 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 
 // gotInto is what Get answers for the reading rd of key, decoding a
 // value into dst: nil for a fresh value, ErrStale for a stale one,
-// ErrNotFound for a not-found, fresh or expired (Get does not load: it is
-// the last word stored), and otherwise an error wrapping ErrMiss.
+// loader.ErrNotFound for a not-found, fresh or expired (Get does not
+// load: it is the last word stored), and otherwise an error wrapping
+// ErrMiss.
 func gotInto(c *Cache, key string, rd reading, dst engine.Dst) error {
 	switch {
 	case rd.use == useWait:
@@ -413,7 +415,7 @@ func gotInto(c *Cache, key string, rd reading, dst engine.Dst) error {
 	case rd.corrupt():
 		return fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
 	case rd.e.NotFound:
-		return ErrNotFound
+		return loader.ErrNotFound
 	}
 	switch err := decodeInto(c, key, rd.e.Payload, dst); {
 	case err != nil:
@@ -454,7 +456,7 @@ func (c *Cache) nearGet(key string, dst engine.Dst) (g getResult, ok bool) {
 			g.err = ErrStale
 		}
 	} else {
-		g.err = ErrNotFound // the near tier keeps values and not-founds only
+		g.err = loader.ErrNotFound // the near tier keeps values and not-founds only
 	}
 	g.kind = gotEvent(rd, g.err)
 	return g, true

@@ -243,17 +243,17 @@ func TestCalls_badInput(t *testing.T) {
 		{"Get nil cache", func() error { _, err := cache.Get[string](ctx, nilCache, "k"); return err }, cache.ErrInvalid, "nil *Cache"},
 		{"Set nil cache", func() error { return cache.Set(ctx, nilCache, "k", "v") }, cache.ErrInvalid, "nil *Cache"},
 		{"Delete nil cache", func() error { return nilCache.Delete(ctx, "k") }, cache.ErrInvalid, "nil *Cache"},
-		{"GetOrLoad WithTTL(0)", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(0)); return err }, cache.ErrInvalid, "TTL 0s is below 1ms"},
-		{"GetOrLoad WithTTL negative", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(-time.Second)); return err }, cache.ErrInvalid, "TTL -1s is below 1ms"},
+		{"GetOrLoad WithTTL(0)", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(0)); return err }, cache.ErrInvalid, "WithTTL 0s is below 1ms"},
+		{"GetOrLoad WithTTL negative", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(-time.Second)); return err }, cache.ErrInvalid, "WithTTL -1s is below 1ms"},
 		{"GetOrLoad WithStaleTTL negative", func() error {
 			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithStaleTTL(-time.Second))
 			return err
-		}, cache.ErrInvalid, "StaleTTL -1s is negative"},
+		}, cache.ErrInvalid, "WithStaleTTL -1s is negative"},
 		{"GetOrLoad WithNegativeTTL negative", func() error {
 			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithNegativeTTL(-time.Second))
 			return err
-		}, cache.ErrInvalid, "NegativeTTL -1s is negative"},
-		{"Set WithTTL(0)", func() error { return cache.Set(ctx, c, "k", "v", cache.WithTTL(0)) }, cache.ErrInvalid, "TTL 0s is below 1ms"},
+		}, cache.ErrInvalid, "WithNegativeTTL -1s is negative"},
+		{"Set WithTTL(0)", func() error { return cache.Set(ctx, c, "k", "v", cache.WithTTL(0)) }, cache.ErrInvalid, "WithTTL 0s is below 1ms"},
 		{"Set above MaxValueSize", func() error { return cache.Set(ctx, c, "k", strings.Repeat("x", 100)) }, cache.ErrValueTooLarge, "MaxValueSize is 16"},
 	}
 	for _, tt := range tests {

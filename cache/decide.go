@@ -19,7 +19,7 @@ type use uint8
 
 const (
 	useValue    use = iota // serve the value (fresh or stale)
-	useNotFound            // answer ErrNotFound: a remembered not-found, fresh
+	useNotFound            // answer loader.ErrNotFound: a remembered not-found, fresh
 	useReplace             // load and replace it: an expired not-found, or an undecodable entry
 	useWait                // wait for the rebuild whose claim sits where the value goes
 )

@@ -56,7 +56,7 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestDecide_early: with EarlyRefresh on, a fresh entry is refreshed
+// TestDecide_early: with Expiry.EarlyRefresh on, a fresh entry is refreshed
 // early more often the closer it is to its end (XFetch), never once
 // stale-free past its freshness, and never with EarlyRefresh off.
 func TestDecide_early(t *testing.T) {
@@ -80,6 +80,6 @@ func TestDecide_early(t *testing.T) {
 		t.Errorf("early refreshes: %.3f at 50 ms left, %.4f at 1 s; want about 0.61 and 0", near, far)
 	}
 	if got := share(&Cache{}, at(time.Millisecond)); got != 0 {
-		t.Errorf("EarlyRefresh off: %.3f of reads refresh; want 0", got)
+		t.Errorf("Expiry.EarlyRefresh off: %.3f of reads refresh; want 0", got)
 	}
 }

@@ -2,7 +2,9 @@
 // shared by many processes, in which an expired or missing value is
 // recomputed once, not once per request or once per process.
 //
-//	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute})
+//	c, err := cache.New(rdb, &cache.Options{
+//		Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute},
+//	})
 //	...
 //	u, err := cache.GetOrLoad(ctx, c, "user:42", func(ctx context.Context) (User, error) {
 //		return db.LoadUser(ctx, 42)
@@ -22,13 +24,15 @@
 // expires after LockTTL and is taken over; the claim is kept alive while
 // the loader runs.
 //
-// A value past its TTL but within StaleTTL is served at once while one
+// A value past its TTL but within its stale time (Options.Expiry, see
+// ExpiryPolicy) is served at once while one
 // process, holding the entry's rebuild lock, refreshes it in the
 // background. The refreshed value is written only if the key still holds
 // what the refresher read (compared by digest for large values: SET ...
 // IFDEQ on Redis >= 8.4, a script elsewhere), so a Delete or Set that
-// happens during the load wins. With EarlyRefresh, hot keys are refreshed
-// shortly before they expire (XFetch), so they need not go stale at all.
+// happens during the load wins. With ExpiryPolicy.EarlyRefresh, hot keys
+// are refreshed shortly before they expire (XFetch), so they need not go
+// stale at all.
 //
 // GetOrLoadMany does the same for many keys in a few round trips: one
 // MGET (one per slot on a Cluster), the claims in one pipeline, one loader
@@ -38,8 +42,8 @@
 //
 // A loader error is returned to every caller waiting for that load, in
 // every process, and never stored; loader.ErrNotFound may be stored for
-// NegativeTTL. A failed background refresh keeps the stale value served
-// until StaleTTL ends. A panicking loader becomes a *loader.PanicError for
+// Expiry.Negative. A failed background refresh keeps the stale value
+// served until its stale time (Expiry.Stale) ends. A panicking loader becomes a *loader.PanicError for
 // every waiter. When the server cannot be reached, loaders run without it
 // (each process still loads once per key at a time) and the server is
 // left alone for FailOpenCooldown. An entry that cannot be decoded is

@@ -108,7 +108,7 @@ func TestEngine_Peek(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis7)
 	ctx := testCtx(t)
 	clk := newClock()
-	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: time.Hour, Now: clk.Now})
+	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: clk.Now})
 	e := c.Engine()
 	if err := cache.Set(ctx, c, "k", "v1"); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
 )
 
@@ -12,7 +11,7 @@ import (
 var ErrMiss = errors.New("cache: miss")
 
 // ErrStale is returned by Get together with a value that is past its TTL
-// but within StaleTTL. (GetOrLoad serves such a value with a nil error and
+// but within Expiry.Stale. (GetOrLoad serves such a value with a nil error and
 // refreshes it in the background.)
 var ErrStale = errors.New("cache: stale value")
 
@@ -45,10 +44,6 @@ var ErrInvalid = lock.ErrInvalid
 // other processes for a rebuild whose write was refused get it together
 // with ErrRemoteLoad.
 var ErrPermission = lock.ErrPermission
-
-// ErrNotFound is loader.ErrNotFound, for matching with errors.Is without
-// importing loader.
-var ErrNotFound = loader.ErrNotFound
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("cache: %w: "+format, append([]any{ErrInvalid}, args...)...)

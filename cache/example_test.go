@@ -22,7 +22,7 @@ func ExampleGetOrLoad() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute})
+	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}})
 	if err != nil {
 		panic(err)
 	}
@@ -53,17 +53,17 @@ func ExampleGetOrLoad_notFound() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, _ := cache.New(rdb, &cache.Options{NegativeTTL: 30 * time.Second})
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Negative: 30 * time.Second}})
 	defer c.Close()
 
 	lookups := 0
 	load := func(ctx context.Context) (string, error) {
 		lookups++
-		return "", loader.ErrNotFound // remembered for NegativeTTL
+		return "", loader.ErrNotFound // remembered for Expiry.Negative
 	}
 	for range 2 {
 		_, err := cache.GetOrLoad(context.Background(), c, "sku:missing", load)
-		fmt.Println(errors.Is(err, cache.ErrNotFound))
+		fmt.Println(errors.Is(err, loader.ErrNotFound))
 	}
 	fmt.Println("lookups:", lookups)
 	// Output:
@@ -94,7 +94,7 @@ func ExampleGetOrLoad_retry() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, _ := cache.New(rdb, &cache.Options{TTL: time.Minute})
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
 	defer c.Close()
 
 	calls := 0
@@ -120,7 +120,7 @@ func ExampleSet() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, _ := cache.New(rdb, &cache.Options{TTL: time.Minute})
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
 	defer c.Close()
 	ctx := context.Background()
 
@@ -151,8 +151,8 @@ func ExampleNear() {
 	// Hits are answered in this process, and an entry leaves every
 	// process's near cache when its value changes on the server.
 	c, err := cache.New(rdb, &cache.Options{
-		TTL:  time.Minute,
-		Near: &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20},
+		Expiry: cache.ExpiryPolicy{TTL: time.Minute},
+		Near:   &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20},
 	})
 	if err != nil {
 		panic(err)
@@ -183,14 +183,14 @@ func ExampleGetOrLoadMany() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, err := cache.New(rdb, &cache.Options{TTL: time.Minute, NegativeTTL: 30 * time.Second})
+	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Negative: 30 * time.Second}})
 	if err != nil {
 		panic(err)
 	}
 	defer c.Close()
 
 	// One query for every id not cached yet; ids it does not return are
-	// not found (remembered for NegativeTTL).
+	// not found (remembered for Expiry.Negative).
 	load := func(ctx context.Context, ids []string) (map[string]string, error) {
 		fmt.Println("SELECT … WHERE id IN", ids)
 		rows := map[string]string{}
@@ -240,8 +240,10 @@ var db userDB
 func Example_getOrLoad() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient
 	c, err := cache.New(rdb, &cache.Options{
-		TTL:      time.Minute,      // fresh for
-		StaleTTL: 10 * time.Minute, // then served stale while one process refreshes
+		Expiry: cache.ExpiryPolicy{
+			TTL:   time.Minute,      // fresh for
+			Stale: 10 * time.Minute, // then served stale while one process refreshes
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -253,7 +255,7 @@ func Example_getOrLoad() {
 		return db.LoadUser(ctx, 42) // runs once per key across all processes
 	})
 	switch {
-	case errors.Is(err, cache.ErrNotFound): // the loader returned loader.ErrNotFound
+	case errors.Is(err, loader.ErrNotFound): // remembered for Expiry.Negative, if set
 	case errors.Is(err, cache.ErrWaitTimeout): // another process took longer than WaitTimeout
 	}
 
@@ -274,8 +276,8 @@ func Example_getOrLoad() {
 func Example_near() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	c, err := cache.New(rdb, &cache.Options{
-		TTL:  time.Minute,
-		Near: &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20}, // Lease: 1s by default
+		Expiry: cache.ExpiryPolicy{TTL: time.Minute},
+		Near:   &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20}, // Lease: 1s by default
 	})
 	if err != nil {
 		log.Fatal(err)

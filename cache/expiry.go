@@ -8,9 +8,10 @@ import (
 )
 
 // Expiry is a loaded value's lifetime: how long it stays fresh, then how
-// long after that it may be served stale while it is reloaded. A zero
-// Fresh keeps the call's TTL and StaleTTL (WithTTL, WithStaleTTL or the
-// Options).
+// long after that it may be served stale while it is reloaded; it
+// overrides, for that value, the Cache's ExpiryPolicy.TTL and Stale. A
+// zero Fresh keeps the call's TTL and stale time (WithTTL, WithStaleTTL
+// or Options.Expiry).
 type Expiry struct {
 	Fresh time.Duration
 	Stale time.Duration
@@ -21,9 +22,9 @@ type Expiry struct {
 // HTTP response's max-age, a token's expiry). It is the typed way to do
 // what Expire does from inside a loader, and the preferred one. A Fresh
 // below 1ms (but not zero) is raised to 1ms, a negative Stale to 0, and
-// both are clamped as Options.TTL and Options.StaleTTL are. The Expiry of
-// a failed load is ignored. The result may be wrapped (loader.WithRetry,
-// loader.WithTimeout) like any loader.
+// both are clamped as Options.Expiry.TTL and Options.Expiry.Stale are.
+// The Expiry of a failed load is ignored. The result may be wrapped
+// (loader.WithRetry, loader.WithTimeout) like any loader.
 func LoadWithExpiry[V any](load func(ctx context.Context) (V, Expiry, error)) loader.Func[V] {
 	if load == nil {
 		return nil // GetOrLoad reports the nil loader

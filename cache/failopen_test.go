@@ -65,7 +65,7 @@ func TestFailOpen_said(t *testing.T) {
 			rc, done := tc.start(t)
 			defer done()
 			logs := captureDefault(t)
-			c, err := cache.New(rc, &cache.Options{Namespace: namespace(t), TTL: time.Minute, FailOpenCooldown: time.Hour})
+			c, err := cache.New(rc, &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute}, FailOpenCooldown: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestGetOrLoad_failOpenJoinsRefresh(t *testing.T) {
 	ctx := testCtx(t)
 	var clock atomic.Int64 // offset from the real time, ns
 	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, rc, &cache.Options{TTL: time.Minute, StaleTTL: time.Hour, Now: now})
+	c := newCacheOn(t, rc, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
 	if err := cache.Set(ctx, c, "k", "old"); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestGetOrLoad_refreshBesideFailOpen(t *testing.T) {
 	ctx := testCtx(t)
 	var clock atomic.Int64 // offset from the real time, ns
 	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{TTL: time.Minute, StaleTTL: time.Hour, Now: now})
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
 	if err := cache.Set(ctx, c, "k", "old"); err != nil {
 		t.Fatal(err)
 	}

@@ -219,10 +219,10 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	wo.PoolSize = 1
 	wrc := redis.NewFailoverClient(wo)
 	t.Cleanup(func() { _ = wrc.Close() })
-	w := newCacheOn(t, wrc, &cache.Options{Namespace: opts.Namespace, TTL: time.Minute})
+	w := newCacheOn(t, wrc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
 	// A second process loads the expiring key too.
-	other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, TTL: ttl})
-	expiring := newCacheOn(t, rc, &cache.Options{Namespace: opts.Namespace, TTL: ttl})
+	other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: ttl}})
+	expiring := newCacheOn(t, rc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: ttl}})
 	if err := cache.Set(ctx, w, "k", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -566,7 +566,7 @@ func TestGetOrLoad_faults_slowServer(t *testing.T) {
 			p := startProxy(t, s.Addrs()[0])
 			clk := &skipClock{}
 			// The clock moves minutes ahead: the value's TTL must outlast that.
-			c := newCacheOn(t, timedClient(t, p.Addr(), tt.tm), &cache.Options{Namespace: ns, TTL: time.Hour, FailOpenCooldown: cooldown, Now: clk.Now})
+			c := newCacheOn(t, timedClient(t, p.Addr(), tt.tm), &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}, FailOpenCooldown: cooldown, Now: clk.Now})
 			direct := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
 			warm(t, ctx, c, direct, "k", "warm")
 			before := c.Stats()
@@ -851,7 +851,7 @@ func (l *eventLog) unexplained(d time.Duration) []time.Time {
 //     fails, so there is no expected error kind at all;
 //   - loads whose result is stored (under a claim or the refresh lock;
 //     cache.Expire tells them apart) run at most one at a time per key
-//     across all Caches, also with StaleTTL 0, where a value read in the
+//     across all Caches, also with Expiry.Stale 0, where a value read in the
 //     instant between its FreshUntil and its expiry on the server is
 //     fresh, not stale (a refresh then would run beside the claim that
 //     follows);
@@ -933,7 +933,7 @@ func TestGetOrLoad_faults_connectionResets(t *testing.T) {
 				// No retries: go-redis would otherwise retry most resets away.
 				rc := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
 				t.Cleanup(func() { _ = rc.Close() })
-				in.c = newCacheOn(t, rc, &cache.Options{Namespace: ns, TTL: ttl, StaleTTL: tt.stale, LockTTL: lockTTL,
+				in.c = newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl, Stale: tt.stale}, LockTTL: lockTTL,
 					WaitTimeout: 5 * time.Second, PollInterval: 50 * time.Millisecond, FailOpenCooldown: cooldown, Observer: in.log.observe})
 				cs = append(cs, in)
 			}

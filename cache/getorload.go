@@ -16,7 +16,7 @@ import (
 // every other process sharing the server, cause one load between them:
 //
 //   - fresh value: returned after one GET, no lock traffic;
-//   - stale value (past TTL, within StaleTTL): returned at once, and one
+//   - stale value (past TTL, within Expiry.Stale): returned at once, and one
 //     process in the cluster refreshes it in the background;
 //   - no value: callers in this process share one flight; across processes
 //     the one that claims the key loads, writes and announces, the others
@@ -26,7 +26,7 @@ import (
 //
 // A loader error is returned to every caller waiting for that load, in
 // every process, and is never stored; loader.ErrNotFound is stored for
-// NegativeTTL, and when a refresh of a stale value meets it, that value is
+// Expiry.Negative, and when a refresh of a stale value meets it, that value is
 // no longer served: it is deleted (or replaced by the negative entry), but
 // only if nothing was written to the key since it was read. A panicking
 // loader becomes a *loader.PanicError. If the server cannot be reached,
@@ -106,7 +106,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 			continue
 		}
 		if res.notFound {
-			return zero, ErrNotFound
+			return zero, loader.ErrNotFound
 		}
 		v, err := decode[V](c, key, res.payload)
 		if err != nil {
@@ -124,7 +124,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte, tr *trail) (v V, err error, ok bool) {
 	switch rd.use {
 	case useNotFound:
-		err = ErrNotFound
+		err = loader.ErrNotFound
 	case useValue:
 		if rd.refresh {
 			c.refresh(ctx, k, it, raw, encoded(c, k.user, load))

@@ -77,7 +77,7 @@ func TestGetOrLoad_freshHitIsOneGet(t *testing.T) {
 		ns := namespace(t)
 		rc := s.Client(t)
 		rec := record(rc)
-		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, StaleTTL: time.Minute})
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Stale: time.Minute}})
 		if v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (user, error) { return user{1, "ada"}, nil }); err != nil || v.Name != "ada" {
 			t.Fatalf("first call: %+v, %v", v, err)
 		}
@@ -108,7 +108,7 @@ func TestGetOrLoad_freshHitIsOneGet(t *testing.T) {
 }
 
 // TestGetOrLoad_negative: loader.ErrNotFound is remembered for
-// NegativeTTL, in every Cache, and not at all without it.
+// Expiry.Negative, in every Cache, and not at all without it.
 func TestGetOrLoad_negative(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -116,7 +116,7 @@ func TestGetOrLoad_negative(t *testing.T) {
 		wantLoads int32
 		wantGet   error
 	}{
-		{"remembered", time.Minute, 1, cache.ErrNotFound},
+		{"remembered", time.Minute, 1, loader.ErrNotFound},
 		{"not remembered", 0, 3, cache.ErrMiss},
 	}
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
@@ -124,7 +124,7 @@ func TestGetOrLoad_negative(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := testCtx(t)
 				clk := newClock()
-				opts := cache.Options{Namespace: namespace(t), NegativeTTL: tt.negative, Now: clk.Now}
+				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Negative: tt.negative}, Now: clk.Now}
 				rc := s.Client(t)
 				a, b := newCacheOn(t, rc, &opts), newCacheOn(t, rc, &opts)
 				var loads atomic.Int32
@@ -133,7 +133,7 @@ func TestGetOrLoad_negative(t *testing.T) {
 					return user{}, fmt.Errorf("user 9: %w", loader.ErrNotFound)
 				}
 				for i, c := range []*cache.Cache{a, a, b} {
-					if v, err := cache.GetOrLoad(ctx, c, "user:9", notFound); !errors.Is(err, cache.ErrNotFound) || v != (user{}) {
+					if v, err := cache.GetOrLoad(ctx, c, "user:9", notFound); !errors.Is(err, loader.ErrNotFound) || v != (user{}) {
 						t.Fatalf("call %d: %+v, %v; want ErrNotFound", i, v, err)
 					}
 				}
@@ -146,11 +146,11 @@ func TestGetOrLoad_negative(t *testing.T) {
 				if tt.negative == 0 {
 					return
 				}
-				// Past NegativeTTL the loader runs again, and its value is kept.
+				// Past Expiry.Negative the loader runs again, and its value is kept.
 				clk.Advance(2 * tt.negative)
 				v, err := cache.GetOrLoad(ctx, a, "user:9", func(context.Context) (user, error) { loads.Add(1); return user{9, "ida"}, nil })
 				if err != nil || v != (user{9, "ida"}) || loads.Load() != tt.wantLoads+1 {
-					t.Errorf("after NegativeTTL: %+v, %v, %d loads; want a new load", v, err, loads.Load())
+					t.Errorf("after Expiry.Negative: %+v, %v, %d loads; want a new load", v, err, loads.Load())
 				}
 			})
 		}

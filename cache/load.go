@@ -179,11 +179,11 @@ type loaded struct {
 	res  outcome
 	err  error
 	it   itemSettings  // the item's settings, with the TTLs the loader set through Expire
-	took time.Duration // how long the loader ran; stored for EarlyRefresh
+	took time.Duration // how long the loader ran; stored for Expiry.EarlyRefresh
 }
 
 // storable reports whether the load left something to write: a value, or a
-// not-found when NegativeTTL stores it. Otherwise the lock is freed and
+// not-found when Expiry.Negative stores it. Otherwise the lock is freed and
 // the waiters are told what happened.
 func (ld loaded) storable() bool {
 	return ld.err == nil && !(ld.res.notFound && ld.it.negative == 0)

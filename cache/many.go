@@ -33,7 +33,7 @@ import (
 //
 // load gets the keys to load (a subset of keys, each once, never empty)
 // and returns the values it found. A key missing from its map is not
-// found: it is stored for NegativeTTL, like loader.ErrNotFound from
+// found: it is stored for Expiry.Negative, like loader.ErrNotFound from
 // GetOrLoad's loader, and left out of the result. load returning
 // loader.ErrNotFound means that none of its keys was found. Expire, called
 // from load, sets the lifetime of every value of that call. Values of keys
@@ -427,7 +427,7 @@ func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
 			// which reads the key again.
 			v, err := GetOrLoad(ctx, c, p.k.user, typedOne(p.k.user, m.load))
 			switch {
-			case errors.Is(err, ErrNotFound):
+			case errors.Is(err, loader.ErrNotFound):
 			case err != nil && ctx.Err() != nil:
 				return fmt.Errorf("cache: load many: %w", ctx.Err())
 			case err != nil:

@@ -673,7 +673,7 @@ func (c *Cache) endRefresh(ctx context.Context, cl heldClaim, old []byte, it ite
 	k := cl.k
 	switch {
 	case err != nil:
-		// Nobody retries for RefreshBackoff: the lock stays that long.
+		// Nobody retries for Expiry.RefreshBackoff: the lock stays that long.
 		if _, rerr := c.conn.ExpireIfEqual(ctx, cl.key, cl.value, c.s.backoff); rerr != nil {
 			c.serverError(k.user, rerr)
 		}

@@ -92,12 +92,12 @@ func keyRange(prefix string, from, to int) []string {
 
 // One call: one loader call with every missing key; keys the loader did
 // not return are not found (absent, no error) and remembered for
-// NegativeTTL; the next call loads nothing. Repeated keys are read and
+// Expiry.Negative; the next call loads nothing. Repeated keys are read and
 // loaded once.
 func TestGetOrLoadMany_valuesAndNegative(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		c, _ := newCache(t, s, &cache.Options{NegativeTTL: time.Minute})
+		c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{Negative: time.Minute}})
 		l := newBatchLoader("v:")
 		l.value = func(k string) (string, bool) { return "v:" + k, !strings.HasSuffix(k, "0") }
 		keys := keyRange("k", 0, 50)
@@ -132,7 +132,7 @@ func TestGetOrLoadMany_valuesAndNegative(t *testing.T) {
 		if st := c.Stats(); st.Loads != 1 || st.Misses != 50 || st.Hits != 50 {
 			t.Errorf("stats %+v: want 1 load, 50 misses, 50 hits", st)
 		}
-		if _, err := cache.Get[string](ctx, c, "k10"); !errors.Is(err, cache.ErrNotFound) {
+		if _, err := cache.Get[string](ctx, c, "k10"); !errors.Is(err, loader.ErrNotFound) {
 			t.Errorf("Get(k10) = %v, want the negative entry's ErrNotFound", err)
 		}
 	})
@@ -397,7 +397,7 @@ func TestGetOrLoadMany_staleRefreshedOnce(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		opts := &cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now}
+		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 		a, rc := newCache(t, s, opts)
 		b := newCacheOn(t, rc, opts)
 		keys := keyRange("s", 0, 20)
@@ -962,13 +962,13 @@ func TestGetOrLoadMany_announcesToWaiters(t *testing.T) {
 }
 
 // A stale key the refresh does not find any more is ended (deleted, with
-// NegativeTTL 0) rather than served and refreshed again; the others are
+// Expiry.Negative 0) rather than served and refreshed again; the others are
 // replaced.
 func TestGetOrLoadMany_staleNotFound(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		c, _ := newCache(t, s, &cache.Options{TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now})
+		c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
 		keys := []string{"g0", "g1"}
 		if _, err := cache.GetOrLoadMany(ctx, c, keys, newBatchLoader("v1:").load); err != nil {
 			t.Fatal(err)

@@ -59,7 +59,7 @@ func (h *fillHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // reads key first: the server tells a process of the keys it read.
 func setAndWait(t *testing.T, ctx context.Context, a, b *cache.Cache, key, v string) {
 	t.Helper()
-	if _, err := cache.Get[string](ctx, b, key); err != nil && !errors.Is(err, cache.ErrMiss) && !errors.Is(err, cache.ErrNotFound) && !errors.Is(err, cache.ErrStale) {
+	if _, err := cache.Get[string](ctx, b, key); err != nil && !errors.Is(err, cache.ErrMiss) && !errors.Is(err, loader.ErrNotFound) && !errors.Is(err, cache.ErrStale) {
 		t.Fatal(err)
 	}
 	before := b.Stats().NearInvalidations
@@ -241,7 +241,7 @@ func TestNear_staleRefreshOnceAcrossProcesses(t *testing.T) {
 		ctx := testCtx(t)
 		clock := &skipClock{}
 		opts := nearOpts(t)
-		opts.StaleTTL = 10 * time.Minute
+		opts.Expiry.Stale = 10 * time.Minute
 		opts.Now = clock.Now
 		const procs, callers = 4, 16
 		cs := make([]*cache.Cache, procs)
@@ -295,7 +295,7 @@ func TestNear_notFound(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		opts := nearOpts(t)
-		opts.NegativeTTL = time.Minute
+		opts.Expiry.Negative = time.Minute
 		c := nearCache(t, s, opts)
 		var calls atomic.Int64
 		missing := func(context.Context) (string, error) {
@@ -303,7 +303,7 @@ func TestNear_notFound(t *testing.T) {
 			return "", loader.ErrNotFound
 		}
 		get := func() {
-			if _, err := cache.GetOrLoad(ctx, c, "k", missing); !errors.Is(err, cache.ErrNotFound) {
+			if _, err := cache.GetOrLoad(ctx, c, "k", missing); !errors.Is(err, loader.ErrNotFound) {
 				t.Fatalf("GetOrLoad: %v; want ErrNotFound", err)
 			}
 		}

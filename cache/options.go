@@ -43,27 +43,10 @@ type Options struct {
 	// not contain braces. Default: "stampede".
 	Namespace string
 
-	// TTL is how long a loaded value is fresh. Values above 100 years
-	// (math.MaxInt64 for "forever") are clamped to 100 years.
-	// Default: 1 minute.
-	TTL time.Duration
-
-	// StaleTTL is how long after TTL a value may still be served while one
-	// caller in the whole cluster reloads it in the background. The server
-	// drops the key after TTL+StaleTTL, which is clamped to 100 years, so
-	// math.MaxInt64 means "stale until 100 years after it was written".
-	// Zero disables stale serving. Default: 0.
-	StaleTTL time.Duration
-
-	// TTLJitter shortens each entry's TTL by a random fraction of up to
-	// TTLJitter, so that keys written together do not expire together.
-	// Must be in [0, 1). Default: 0.
-	TTLJitter float64
-
-	// NegativeTTL is how long a loader.ErrNotFound result is remembered
-	// (at most 100 years). Zero means not at all: the loader runs again on
-	// the next call. Default: 0.
-	NegativeTTL time.Duration
+	// Expiry says how long entries are fresh, stale and remembered as not
+	// found, and how they are refreshed (see ExpiryPolicy). The zero value
+	// means the defaults of each field.
+	Expiry ExpiryPolicy
 
 	// LockTTL is the TTL of the rebuild lock; it is kept alive while the
 	// loader runs, so it only bounds how long others wait for a rebuilder
@@ -89,20 +72,10 @@ type Options struct {
 	// Stats.AnnounceDenied). Default: 200ms, or WaitTimeout if shorter.
 	PollInterval time.Duration
 
-	// RefreshBackoff is how long no process retries a background refresh
-	// that failed (the stale value is served meanwhile). Default: 1s.
-	RefreshBackoff time.Duration
-
 	// FailOpenCooldown is how long the cache stops talking to a server
 	// that could not be reached; loaders run directly meanwhile (at most
 	// 100 years: "never again until restarted"). Default: 1s.
 	FailOpenCooldown time.Duration
-
-	// EarlyRefresh is the XFetch beta: with beta > 0 a fresh hit refreshes
-	// the value in the background with a probability that grows as expiry
-	// nears, in proportion to how long the last load took (1 is the
-	// paper's choice). Zero disables it. Default: 0.
-	EarlyRefresh float64
 
 	// MaxValueSize is the largest encoded value stored. Default: 4 MiB.
 	MaxValueSize int
@@ -151,6 +124,55 @@ type Options struct {
 	// them coherent with the server (see Near). Default: nil, every read
 	// goes to the server.
 	Near *Near
+}
+
+// ExpiryPolicy is a Cache's expiry and refresh policy (Options.Expiry):
+// how long entries are fresh, stale and remembered as not found, and how
+// they are refreshed. Each zero field means its default.
+//
+// The fields work together. A loaded value is fresh for TTL, less a
+// random fraction of up to Jitter. With EarlyRefresh, a hit on a fresh
+// value may refresh it in the background shortly before TTL ends. Past
+// TTL the value is served stale for up to Stale more while one process in
+// the whole cluster reloads it; once that ends the server drops it. A
+// background refresh that fails is not retried by any process for
+// RefreshBackoff, and the value is served meanwhile. A loader's
+// loader.ErrNotFound is remembered for Negative. WithTTL, WithStaleTTL
+// and WithNegativeTTL override TTL, Stale and Negative for one call, and
+// a loader may set its own value's lifetime (LoadWithExpiry, Expire).
+type ExpiryPolicy struct {
+	// TTL is how long a loaded value is fresh. Values above 100 years
+	// (math.MaxInt64 for "forever") are clamped to 100 years.
+	// Default: 1 minute.
+	TTL time.Duration
+
+	// Stale is how long after TTL a value may still be served while one
+	// caller in the whole cluster reloads it in the background. The server
+	// drops the key after TTL+Stale, which is clamped to 100 years, so
+	// math.MaxInt64 means "stale until 100 years after it was written".
+	// Zero disables stale serving. Default: 0.
+	Stale time.Duration
+
+	// Jitter shortens each entry's TTL by a random fraction of up to
+	// Jitter, so that keys written together do not expire together.
+	// Must be in [0, 1). Default: 0.
+	Jitter float64
+
+	// Negative is how long a loader.ErrNotFound result is remembered
+	// (at most 100 years). Zero means not at all: the loader runs again on
+	// the next call. Default: 0.
+	Negative time.Duration
+
+	// EarlyRefresh is the XFetch beta: with beta > 0 a fresh hit refreshes
+	// the value in the background with a probability that grows as expiry
+	// nears, in proportion to how long the last load took (1 is the
+	// paper's choice). Zero disables it. Default: 0.
+	EarlyRefresh float64
+
+	// RefreshBackoff is how long no process retries a background refresh
+	// that failed (the stale value is served meanwhile). Values above 100
+	// years are clamped to 100 years. Default: 1s.
+	RefreshBackoff time.Duration
 }
 
 // Near configures the near cache: a bounded in-process tier in front of
@@ -202,11 +224,12 @@ type Near struct {
 }
 
 // maxExpiry is the longest expiry the cache gives an entry: 100 years.
-// TTL, StaleTTL and NegativeTTL set larger (math.MaxInt64 is a common
-// "forever"), per call or by Expire, are clamped to it, and so is the
-// server's expiry TTL+StaleTTL; the server refuses expiries that overflow
-// when added to its clock, and a Duration sum would wrap around first.
-// LockTTL, RefreshBackoff and FailOpenCooldown are clamped to it too (the
+// Expiry.TTL, Expiry.Stale and Expiry.Negative set larger (math.MaxInt64
+// is a common "forever"), per call or by Expire, are clamped to it, and so
+// is the server's expiry TTL+Stale; the server refuses expiries that
+// overflow when added to its clock, and a Duration sum would wrap around
+// first. LockTTL, Expiry.RefreshBackoff and FailOpenCooldown are clamped
+// to it too (the
 // end of a cool-down must fit in Unix nanoseconds, which end in 2262).
 const maxExpiry = 100 * 365 * 24 * time.Hour
 
@@ -276,17 +299,17 @@ func (o *Options) settings() (settings, error) {
 func (o *Options) defaults() settings {
 	s := settings{
 		ns:                or(o.Namespace, "stampede"),
-		ttl:               or(o.TTL, time.Minute),
-		stale:             o.StaleTTL,
-		negative:          o.NegativeTTL,
+		ttl:               or(o.Expiry.TTL, time.Minute),
+		stale:             o.Expiry.Stale,
+		negative:          o.Expiry.Negative,
 		lockTTL:           min(or(o.LockTTL, 5*time.Second), maxExpiry),
 		loadTimeout:       or(o.LoadTimeout, 10*time.Second),
 		waitTimeout:       or(o.WaitTimeout, 10*time.Second),
 		poll:              o.PollInterval,
-		backoff:           min(or(o.RefreshBackoff, time.Second), maxExpiry),
+		backoff:           min(or(o.Expiry.RefreshBackoff, time.Second), maxExpiry),
 		off:               min(or(o.FailOpenCooldown, time.Second), maxExpiry), // its end must fit Unix nanoseconds
-		jitter:            o.TTLJitter,
-		beta:              o.EarlyRefresh,
+		jitter:            o.Expiry.Jitter,
+		beta:              o.Expiry.EarlyRefresh,
 		loadOnWaitTimeout: o.LoadOnWaitTimeout,
 		broadcast:         o.Broadcast,
 		maxSize:           or(o.MaxValueSize, 4<<20),
@@ -315,9 +338,10 @@ func (o *Options) checkDurations() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", o.TTL}, {"StaleTTL", o.StaleTTL}, {"NegativeTTL", o.NegativeTTL}, {"LockTTL", o.LockTTL},
-		{"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout}, {"PollInterval", o.PollInterval},
-		{"RefreshBackoff", o.RefreshBackoff}, {"FailOpenCooldown", o.FailOpenCooldown}} {
+	}{{"Expiry.TTL", o.Expiry.TTL}, {"Expiry.Stale", o.Expiry.Stale}, {"Expiry.Negative", o.Expiry.Negative},
+		{"LockTTL", o.LockTTL}, {"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout},
+		{"PollInterval", o.PollInterval}, {"Expiry.RefreshBackoff", o.Expiry.RefreshBackoff},
+		{"FailOpenCooldown", o.FailOpenCooldown}} {
 		if d.v < 0 {
 			return invalid("%s %v is negative", d.name, d.v)
 		}
@@ -335,9 +359,9 @@ func (s *settings) check(o *Options) error {
 	case strings.ContainsAny(s.ns, "{}") || !printable(s.ns):
 		return invalid("Namespace %q must be printable and without braces", s.ns)
 	case math.IsNaN(s.jitter) || s.jitter < 0 || s.jitter >= 1:
-		return invalid("TTLJitter %v is outside [0, 1)", s.jitter)
+		return invalid("Expiry.Jitter %v is outside [0, 1)", s.jitter)
 	case math.IsNaN(s.beta) || math.IsInf(s.beta, 0) || s.beta < 0:
-		return invalid("EarlyRefresh %v must be a non-negative number", s.beta)
+		return invalid("Expiry.EarlyRefresh %v must be a non-negative number", s.beta)
 	case o.MaxValueSize < 0:
 		return invalid("MaxValueSize %d is negative", o.MaxValueSize)
 	case o.DigestThreshold < 0:
@@ -384,11 +408,11 @@ type itemSettings struct {
 	stored                     func() // OnStored's; nil: none
 }
 
-// WithTTL sets how long this value is fresh (clamped as Options.TTL).
+// WithTTL sets how long this value is fresh (clamped as Options.Expiry.TTL).
 func WithTTL(d time.Duration) Option { return func(s *itemSettings) { s.ttl = d } }
 
 // WithStaleTTL sets how long this value may be served stale after its TTL
-// (clamped as Options.StaleTTL).
+// (clamped as Options.Expiry.Stale).
 func WithStaleTTL(d time.Duration) Option { return func(s *itemSettings) { s.stale = d } }
 
 // WithNegativeTTL sets how long a not-found result is remembered (at most
@@ -422,13 +446,13 @@ func (c *Cache) item(opts []Option) (itemSettings, error) {
 	}
 	switch {
 	case it.ttl < time.Millisecond:
-		return it, invalid("TTL %v is below 1ms", it.ttl)
+		return it, invalid("WithTTL %v is below 1ms", it.ttl)
 	case it.stale < 0:
-		return it, invalid("StaleTTL %v is negative", it.stale)
+		return it, invalid("WithStaleTTL %v is negative", it.stale)
 	case it.negative < 0:
-		return it, invalid("NegativeTTL %v is negative", it.negative)
+		return it, invalid("WithNegativeTTL %v is negative", it.negative)
 	case it.wait < time.Millisecond:
-		return it, invalid("WaitTimeout %v is below 1ms", it.wait)
+		return it, invalid("WithWaitTimeout %v is below 1ms", it.wait)
 	}
 	return it, nil
 }
@@ -451,14 +475,15 @@ type expiry struct {
 }
 
 // Expire sets, from inside a loader, how long the value it is about to
-// return stays fresh and then stale, overriding the TTL and StaleTTL of the
-// call; for values whose lifetime is only known once loaded (an HTTP
-// response's max-age, a token's expiry). LoadWithExpiry, where the loader
-// returns the Expiry with its value, is the typed and preferred way; Expire
-// suits code that only has the loader's context. It reports whether ctx belongs to
-// a load whose result will be stored; elsewhere it does nothing. A fresh
-// duration below 1ms is raised to 1ms, a negative stale one to 0, and both
-// are clamped as Options.TTL and Options.StaleTTL are.
+// return stays fresh and then stale, overriding the call's TTL and stale
+// time (WithTTL, WithStaleTTL or Options.Expiry); for values whose
+// lifetime is only known once loaded (an HTTP response's max-age, a
+// token's expiry). LoadWithExpiry, where the loader returns the Expiry
+// with its value, is the typed and preferred way; Expire suits code that
+// only has the loader's context. It reports whether ctx belongs to a load
+// whose result will be stored; elsewhere it does nothing. A fresh duration
+// below 1ms is raised to 1ms, a negative stale one to 0, and both are
+// clamped as Options.Expiry.TTL and Options.Expiry.Stale are.
 func Expire(ctx context.Context, fresh, stale time.Duration) bool {
 	e, _ := ctx.Value(expiryKey{}).(*expiry)
 	if e == nil {

@@ -12,8 +12,9 @@ import (
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 )
 
-// TestGetOrLoad_ttlJitter: TTLJitter shortens each entry's fresh time by
-// a random fraction up to TTLJitter; the key's TTL is that plus StaleTTL.
+// TestGetOrLoad_ttlJitter: Expiry.Jitter shortens each entry's fresh time
+// by a random fraction up to Jitter; the key's TTL is that plus
+// Expiry.Stale.
 func TestGetOrLoad_ttlJitter(t *testing.T) {
 	const ttl, stale = 100 * time.Second, 20 * time.Second
 	tests := []struct {
@@ -30,7 +31,7 @@ func TestGetOrLoad_ttlJitter(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := testCtx(t)
 				ns := namespace(t)
-				c, rc := newCache(t, s, &cache.Options{Namespace: ns, TTL: ttl, StaleTTL: stale, TTLJitter: tt.jitter})
+				c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl, Stale: stale, Jitter: tt.jitter}})
 				const n = 20
 				lo := time.Duration(float64(ttl)*(1-tt.jitter)) + stale - 2*time.Second // 2s for the test's own time
 				hi := ttl + stale
@@ -75,7 +76,7 @@ func TestGetOrLoad_ttlJitter(t *testing.T) {
 const hundredYears = 100 * 365 * 24 * time.Hour
 
 // TestGetOrLoad_foreverDurations (issue 10, #13): durations set huge to
-// mean "forever" (TTL, StaleTTL and NegativeTTL in Options, per call, from
+// mean "forever" (TTL, Stale and Negative in Options.Expiry, per call, from
 // Expire) are clamped, so the value is stored with an expiry the server
 // accepts, and the next call is a hit instead of waiting out a claim left
 // behind by a failed write.
@@ -87,9 +88,9 @@ func TestGetOrLoad_foreverDurations(t *testing.T) {
 		call []cache.Option
 		load func(ctx context.Context) (string, error)
 	}{
-		{name: "Options.StaleTTL", opts: cache.Options{StaleTTL: forever}},
-		{name: "Options.TTL and StaleTTL", opts: cache.Options{TTL: forever, StaleTTL: forever}},
-		{name: "Options.TTL with jitter", opts: cache.Options{TTL: forever, TTLJitter: 0.5}},
+		{name: "Options.Expiry.Stale", opts: cache.Options{Expiry: cache.ExpiryPolicy{Stale: forever}}},
+		{name: "Options.Expiry.TTL and Stale", opts: cache.Options{Expiry: cache.ExpiryPolicy{TTL: forever, Stale: forever}}},
+		{name: "Options.Expiry.TTL with jitter", opts: cache.Options{Expiry: cache.ExpiryPolicy{TTL: forever, Jitter: 0.5}}},
 		{name: "WithStaleTTL", call: []cache.Option{cache.WithStaleTTL(forever)}},
 		{name: "WithTTL and WithStaleTTL", call: []cache.Option{cache.WithTTL(forever), cache.WithStaleTTL(forever)}},
 		{name: "Expire", load: func(ctx context.Context) (string, error) {
@@ -156,7 +157,7 @@ func TestExpire(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	ns := namespace(t)
-	c, rc := newCache(t, s, &cache.Options{Namespace: ns, TTL: time.Hour})
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}})
 	set := false
 	_, err := cache.GetOrLoad(ctx, c, "token", func(ctx context.Context) (string, error) {
 		set = cache.Expire(ctx, 2*time.Minute, 3*time.Minute)
@@ -180,23 +181,23 @@ func TestNew_badOptions(t *testing.T) {
 		opts cache.Options
 		text string
 	}{
-		{"negative TTL", cache.Options{TTL: -time.Second}, "TTL -1s is negative"},
-		{"negative StaleTTL", cache.Options{StaleTTL: -time.Second}, "StaleTTL -1s is negative"},
-		{"negative NegativeTTL", cache.Options{NegativeTTL: -time.Second}, "NegativeTTL -1s is negative"},
+		{"negative Expiry.TTL", cache.Options{Expiry: cache.ExpiryPolicy{TTL: -time.Second}}, "Expiry.TTL -1s is negative"},
+		{"negative Expiry.Stale", cache.Options{Expiry: cache.ExpiryPolicy{Stale: -time.Second}}, "Expiry.Stale -1s is negative"},
+		{"negative Expiry.Negative", cache.Options{Expiry: cache.ExpiryPolicy{Negative: -time.Second}}, "Expiry.Negative -1s is negative"},
 		{"negative LockTTL", cache.Options{LockTTL: -time.Second}, "LockTTL -1s is negative"},
 		{"negative LoadTimeout", cache.Options{LoadTimeout: -time.Second}, "LoadTimeout -1s is negative"},
 		{"negative WaitTimeout", cache.Options{WaitTimeout: -time.Second}, "WaitTimeout -1s is negative"},
 		{"negative PollInterval", cache.Options{PollInterval: -time.Second}, "PollInterval -1s is negative"},
-		{"negative RefreshBackoff", cache.Options{RefreshBackoff: -time.Second}, "RefreshBackoff -1s is negative"},
+		{"negative Expiry.RefreshBackoff", cache.Options{Expiry: cache.ExpiryPolicy{RefreshBackoff: -time.Second}}, "Expiry.RefreshBackoff -1s is negative"},
 		{"negative FailOpenCooldown", cache.Options{FailOpenCooldown: -time.Second}, "FailOpenCooldown -1s is negative"},
-		{"TTL below 1ms", cache.Options{TTL: time.Microsecond}, "TTL 1µs is below 1ms"},
+		{"Expiry.TTL below 1ms", cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Microsecond}}, "Expiry.TTL 1µs is below 1ms"},
 		{"LockTTL below 10ms", cache.Options{LockTTL: 5 * time.Millisecond}, "LockTTL 5ms is below 10ms"},
-		{"TTLJitter negative", cache.Options{TTLJitter: -0.1}, "TTLJitter -0.1 is outside [0, 1)"},
-		{"TTLJitter 1", cache.Options{TTLJitter: 1}, "TTLJitter 1 is outside [0, 1)"},
-		{"TTLJitter NaN", cache.Options{TTLJitter: math.NaN()}, "TTLJitter NaN is outside [0, 1)"},
-		{"EarlyRefresh negative", cache.Options{EarlyRefresh: -1}, "EarlyRefresh -1 must be a non-negative number"},
-		{"EarlyRefresh NaN", cache.Options{EarlyRefresh: math.NaN()}, "EarlyRefresh NaN must be a non-negative number"},
-		{"EarlyRefresh infinite", cache.Options{EarlyRefresh: math.Inf(1)}, "EarlyRefresh +Inf must be a non-negative number"},
+		{"Expiry.Jitter negative", cache.Options{Expiry: cache.ExpiryPolicy{Jitter: -0.1}}, "Expiry.Jitter -0.1 is outside [0, 1)"},
+		{"Expiry.Jitter 1", cache.Options{Expiry: cache.ExpiryPolicy{Jitter: 1}}, "Expiry.Jitter 1 is outside [0, 1)"},
+		{"Expiry.Jitter NaN", cache.Options{Expiry: cache.ExpiryPolicy{Jitter: math.NaN()}}, "Expiry.Jitter NaN is outside [0, 1)"},
+		{"Expiry.EarlyRefresh negative", cache.Options{Expiry: cache.ExpiryPolicy{EarlyRefresh: -1}}, "Expiry.EarlyRefresh -1 must be a non-negative number"},
+		{"Expiry.EarlyRefresh NaN", cache.Options{Expiry: cache.ExpiryPolicy{EarlyRefresh: math.NaN()}}, "Expiry.EarlyRefresh NaN must be a non-negative number"},
+		{"Expiry.EarlyRefresh infinite", cache.Options{Expiry: cache.ExpiryPolicy{EarlyRefresh: math.Inf(1)}}, "Expiry.EarlyRefresh +Inf must be a non-negative number"},
 		{"Namespace with {", cache.Options{Namespace: "app{1"}, `Namespace "app{1" must be printable and without braces`},
 		{"Namespace with }", cache.Options{Namespace: "app}1"}, `Namespace "app}1" must be printable and without braces`},
 		{"Namespace with a space", cache.Options{Namespace: "my app"}, `Namespace "my app" must be printable`},

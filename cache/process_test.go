@@ -52,7 +52,7 @@ func envDur(name string) time.Duration {
 func workerCache() (*cache.Cache, redis.UniversalClient) {
 	rc := redistest.WorkerClient()
 	c, err := cache.New(rc, &cache.Options{
-		Namespace: env("NS"), TTL: envDur("TTL"), StaleTTL: envDur("STALE"),
+		Namespace: env("NS"), Expiry: cache.ExpiryPolicy{TTL: envDur("TTL"), Stale: envDur("STALE")},
 		LockTTL: envDur("LOCKTTL"), WaitTimeout: 20 * time.Second, LoadTimeout: 20 * time.Second,
 	})
 	if err != nil {
@@ -495,13 +495,13 @@ func TestGetOrLoad_deleteDuringRebuild_processes(t *testing.T) {
 			t.Run(map[bool]string{false: "from miss", true: "from stale"}[stale], func(t *testing.T) {
 				now := time.Now()
 				clock := func() time.Time { return now }
-				c, _ := newCache(t, s, &cache.Options{Namespace: ns, StaleTTL: time.Hour, Now: func() time.Time { return clock() }})
+				c, _ := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Stale: time.Hour}, Now: func() time.Time { return clock() }})
 				key := redistest.Key(t, "k")
 				if stale {
 					if err := cache.Set(ctx, c, key, "old"); err != nil {
 						t.Fatal(err)
 					}
-					clock = func() time.Time { return now.Add(2 * time.Minute) } // past TTL, within StaleTTL
+					clock = func() time.Time { return now.Add(2 * time.Minute) } // past TTL, within Expiry.Stale
 				}
 				loaded := make(chan string, 1)
 				load := func(ctx context.Context) (string, error) {

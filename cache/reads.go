@@ -252,7 +252,7 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 	rd := c.decideEntry(ne.e, c.clock(now))
 	switch rd.use {
 	case useNotFound:
-		err = ErrNotFound
+		err = loader.ErrNotFound
 	case useValue:
 		if v, err = nearValue[V](c, key, ne); err != nil {
 			return v, nil, false // the server path replaces what this caller cannot decode

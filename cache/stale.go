@@ -68,7 +68,7 @@ func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte
 // refreshStale replaces old, a value callers go on being served meanwhile,
 // if this process gets the rebuild lock. Nothing it meets is anyone's
 // error: a failure is logged and counted, and a failed load keeps the
-// lock for RefreshBackoff so that nobody retries at once.
+// lock for Expiry.RefreshBackoff so that nobody retries at once.
 func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte) {
 	if err := c.permitted(ctx, k, old); err != nil {
 		c.serverError(k.user, err) // the stale value goes on being served

@@ -28,7 +28,7 @@ func TestGetOrLoad_staleWhileOneRefreshes(t *testing.T) {
 			t.Run(fmt.Sprintf("%dB", size), func(t *testing.T) {
 				ctx := testCtx(t)
 				clk := newClock()
-				opts := cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now}
+				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 				const n = 3
 				var cs []*cache.Cache
 				var recs []*recorder
@@ -41,7 +41,7 @@ func TestGetOrLoad_staleWhileOneRefreshes(t *testing.T) {
 				if v, err := cache.GetOrLoad(ctx, cs[0], "k", func(context.Context) (string, error) { return old, nil }); err != nil || v != old {
 					t.Fatalf("initial load: %.20q, %v", v, err)
 				}
-				clk.Advance(2 * time.Minute) // past TTL, within StaleTTL
+				clk.Advance(2 * time.Minute) // past TTL, within Expiry.Stale
 
 				started := make(chan struct{})
 				release, open := gate(t)
@@ -128,7 +128,7 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		opts := cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now}
+		opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 		rc0, rc1 := s.Client(t), s.Client(t)
 		rec0, rec1 := record(rc0), record(rc1)
 		c0, c1 := newCacheOn(t, rc0, &opts), newCacheOn(t, rc1, &opts)
@@ -189,7 +189,7 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 
 // TestGetOrLoad_staleIfError: a failing refresh keeps the stale value
 // served, reports the failure to the Observer, and is not retried by any
-// Cache within RefreshBackoff.
+// Cache within Expiry.RefreshBackoff.
 func TestGetOrLoad_staleIfError(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
@@ -212,7 +212,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 				}
 			}
 		}
-		opts := cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute, RefreshBackoff: 10 * time.Minute, Now: clk.Now}
+		opts := cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute, RefreshBackoff: 10 * time.Minute}, Now: clk.Now}
 		rc := s.Client(t)
 		rec := record(rc)
 		aOpts := opts
@@ -239,7 +239,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 		redistest.WaitFor(t, ctx, "the failed refresh to end", func() bool { return !cache.RefreshRunning(a, "k") })
 
 		// Both caches serve stale again; each one's refresh finds the lock
-		// held for RefreshBackoff.
+		// held for Expiry.RefreshBackoff.
 		var calls atomic.Int32
 		lockKey := valueKey(ns, "k") + ":lock"
 		for _, x := range []struct {
@@ -259,7 +259,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 		_ = a.Close() // waits for the refresh attempts, so the counters are final
 		_ = b.Close()
 		if fails.Load() != 1 || calls.Load() != 0 {
-			t.Errorf("failing loader ran %d times, later loaders %d; want 1 and 0 (RefreshBackoff)", fails.Load(), calls.Load())
+			t.Errorf("failing loader ran %d times, later loaders %d; want 1 and 0 (Expiry.RefreshBackoff)", fails.Load(), calls.Load())
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -360,7 +360,7 @@ func TestGetOrLoad_earlyRefresh(t *testing.T) {
 				ns := namespace(t)
 				rc := s.Client(t)
 				rec := record(rc)
-				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, TTL: time.Minute, EarlyRefresh: tt.beta})
+				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, EarlyRefresh: tt.beta}})
 				var loads atomic.Int32
 				load := func(ctx context.Context) (int, error) {
 					n := loads.Add(1)
@@ -412,7 +412,7 @@ func TestGetOrLoad_earlyRefresh(t *testing.T) {
 // TestGetOrLoad_notFoundEndsStaleValue (issue 10, #11): when the refresh of
 // a stale value finds the row gone (loader.ErrNotFound), the stale value is
 // no longer served: it is deleted, or replaced by a negative entry with
-// NegativeTTL, and the refresh is not started again and again. The end is
+// Expiry.Negative, and the refresh is not started again and again. The end is
 // conditional, as every other write: a Set that came during the refresh
 // stands.
 func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
@@ -423,18 +423,18 @@ func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
 		large        bool  // compared by digest
 		wantGet      error // Get after the refresh
 	}{
-		{name: "no NegativeTTL", wantGet: cache.ErrMiss},
-		{name: "no NegativeTTL, large value", large: true, wantGet: cache.ErrMiss},
-		{name: "NegativeTTL", negative: time.Minute, wantGet: cache.ErrNotFound},
-		{name: "no NegativeTTL, Set during refresh", setMeanwhile: true},
-		{name: "NegativeTTL, Set during refresh", negative: time.Minute, setMeanwhile: true},
+		{name: "no Expiry.Negative", wantGet: cache.ErrMiss},
+		{name: "no Expiry.Negative, large value", large: true, wantGet: cache.ErrMiss},
+		{name: "Expiry.Negative", negative: time.Minute, wantGet: loader.ErrNotFound},
+		{name: "no Expiry.Negative, Set during refresh", setMeanwhile: true},
+		{name: "Expiry.Negative, Set during refresh", negative: time.Minute, setMeanwhile: true},
 	}
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := testCtx(t)
 				clk := newClock()
-				opts := cache.Options{Namespace: namespace(t), TTL: time.Minute, StaleTTL: time.Hour, NegativeTTL: tt.negative, Now: clk.Now}
+				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour, Negative: tt.negative}, Now: clk.Now}
 				rc := s.Client(t)
 				c, other := newCacheOn(t, rc, &opts), newCacheOn(t, rc, &opts)
 				row := "deleted row"
@@ -477,7 +477,7 @@ func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
 				}
 				const calls = 5
 				for i := range calls {
-					if v, err := cache.GetOrLoad(ctx, c, "row", gone); !errors.Is(err, cache.ErrNotFound) {
+					if v, err := cache.GetOrLoad(ctx, c, "row", gone); !errors.Is(err, loader.ErrNotFound) {
 						t.Fatalf("call %d after the refresh = %.20q, %v; want ErrNotFound", i, v, err)
 					}
 				}
@@ -523,7 +523,7 @@ func TestGetOrLoad_noStaleWindowStaysFreshUntilGone(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	clk := newClock()
-	c, _ := newCache(t, s, &cache.Options{TTL: time.Minute, Now: clk.Now})
+	c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}, Now: clk.Now})
 	if _, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "v", nil }); err != nil {
 		t.Fatal(err)
 	}

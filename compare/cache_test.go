@@ -64,7 +64,7 @@ func TestCompare_coldKey(t *testing.T) {
 				ns := namespace()
 				var gets []getter
 				for range instances {
-					c := newStampede(t, s, ns, cache.Options{TTL: time.Minute})
+					c := newStampede(t, s, ns, cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
 					gets = append(gets, func(ctx context.Context) (string, error) {
 						return cache.GetOrLoad(ctx, c, key, loader.Func[string](load))
 					})
@@ -142,9 +142,11 @@ func TestCompare_hotKeyExpired(t *testing.T) {
 				var now atomic.Int64
 				now.Store(time.Now().UnixNano())
 				opts := cache.Options{
-					TTL:      time.Minute,
-					StaleTTL: 10 * time.Minute,
-					Now:      func() time.Time { return time.Unix(0, now.Load()) },
+					Expiry: cache.ExpiryPolicy{
+						TTL:   time.Minute,
+						Stale: 10 * time.Minute,
+					},
+					Now: func() time.Time { return time.Unix(0, now.Load()) },
 				}
 				ns := namespace()
 				var gets []getter
@@ -155,7 +157,7 @@ func TestCompare_hotKeyExpired(t *testing.T) {
 					})
 				}
 				return setup{gets: gets, expire: func(context.Context) error {
-					now.Add(int64(2 * time.Minute)) // past TTL, within StaleTTL
+					now.Add(int64(2 * time.Minute)) // past TTL, within Expiry.Stale
 					return nil
 				}}
 			},

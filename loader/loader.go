@@ -16,8 +16,9 @@ import (
 type Func[V any] func(ctx context.Context) (V, error)
 
 // ErrNotFound is returned by a loader when the value does not exist. The
-// cache may remember it for Options.NegativeTTL and returns it (matched by
-// errors.Is) instead of running the loader again. It is never retried.
+// cache may remember it for Options.Expiry.Negative and returns it
+// (matched by errors.Is) instead of running the loader again. It is never
+// retried.
 var ErrNotFound = errors.New("loader: not found")
 
 // PanicError is what a panicking loader becomes (cache.GetOrLoad recovers

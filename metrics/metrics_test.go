@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/middleware"
 )
 
@@ -115,7 +116,7 @@ func TestLoadResult_WaitResult(t *testing.T) {
 		load, wait string
 	}{
 		{"nil", nil, "ok", "ok"},
-		{"not found", fmt.Errorf("x: %w", cache.ErrNotFound), "not-found", "error"},
+		{"not found", fmt.Errorf("x: %w", loader.ErrNotFound), "not-found", "error"},
 		{"wait timeout", fmt.Errorf("x: %w", cache.ErrWaitTimeout), "error", "timeout"},
 		{"other", boom, "error", "error"},
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/loader"
 )
 
 // LoadResults returns the result labels of a load's duration (a
@@ -13,12 +14,12 @@ func LoadResults() []string { return []string{"ok", "not-found", "error"} }
 
 // LoadResult returns the index in LoadResults of a load that ended with
 // err (a cache.EventLoad's Err): not-found when err matches
-// cache.ErrNotFound.
+// loader.ErrNotFound.
 func LoadResult(err error) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, cache.ErrNotFound):
+	case errors.Is(err, loader.ErrNotFound):
 		return 1
 	}
 	return 2

@@ -522,7 +522,7 @@ func newFaultBed(tb testing.TB, s *redistest.Server, site *faultSite, procs int)
 		c, err := cache.New(rdb, &cache.Options{
 			Namespace: b.ns, LockTTL: 500 * time.Millisecond, WaitTimeout: time.Second,
 			PollInterval: 50 * time.Millisecond, FailOpenCooldown: 100 * time.Millisecond,
-			LoadTimeout: 3 * time.Second, RefreshBackoff: 200 * time.Millisecond,
+			LoadTimeout: 3 * time.Second, Expiry: cache.ExpiryPolicy{RefreshBackoff: 200 * time.Millisecond},
 			Observer: func(e cache.Event) {
 				if e.Kind == cache.EventServerError {
 					select {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/loader"
 )
 
 // errDeclined is a request's answer to a job it will not render: the
@@ -145,8 +146,8 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 //
 // A refresh of a stored response (rv set) whose answer ends it (see
 // endsStored) ends it: within its stale window the loader says so with
-// cache.ErrNotFound, on which the cache deletes the entry if it still
-// holds the stale response (or, with the cache's NegativeTTL, stores
+// loader.ErrNotFound, on which the cache deletes the entry if it still
+// holds the stale response (or, with the cache's Expiry.Negative, stores
 // that nothing is there); a kept response's revalidation deletes it
 // (endRevalidated).
 func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, rv *revalidation, res result) (response, error) {
@@ -157,7 +158,7 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, 
 			m.endRevalidated(ctx, rv)
 			return res.resp, res.err
 		}
-		return res.resp, errors.Join(cache.ErrNotFound, res.err)
+		return res.resp, errors.Join(loader.ErrNotFound, res.err)
 	case res.err != nil:
 		return res.resp, res.err
 	}

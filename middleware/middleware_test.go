@@ -131,7 +131,7 @@ func TestMiddleware_staleIfError(t *testing.T) {
 		}
 		w.Header().Set("Cache-Control", "max-age=10, stale-if-error=60")
 		fmt.Fprintf(w, "good-%d", n)
-	}), &bedOptions{cache: &cache.Options{RefreshBackoff: time.Hour}})
+	}), &bedOptions{cache: &cache.Options{Expiry: cache.ExpiryPolicy{RefreshBackoff: time.Hour}}})
 
 	b.get(t, "/sie").check(t, 200, "MISS", "good-1")
 	b.waitStored(t, "/sie", "good-1")
@@ -152,7 +152,7 @@ func TestMiddleware_staleIfError(t *testing.T) {
 		t.Errorf("Age = %s, want 60", got)
 	}
 	if n := renders.Load(); n != 2 {
-		t.Errorf("renders = %d within the window, want 2 (RefreshBackoff holds retries)", n)
+		t.Errorf("renders = %d within the window, want 2 (Expiry.RefreshBackoff holds retries)", n)
 	}
 
 	// The window ends at 70s, when the server drops the entry (its TTL,

@@ -172,19 +172,21 @@ const failOpenCooldown = 250 * time.Millisecond
 // In a near worker it has the near cache too (see near).
 func (w *worker) newCache() (*cache.Cache, error) {
 	return cache.New(w.cacheC, &cache.Options{
-		Near:             w.near(),
-		Logger:           w.logger,
-		Observer:         w.coh.observe,
-		Namespace:        namespace(w.cfg.Prefix),
-		TTL:              time.Second,
-		StaleTTL:         500 * time.Millisecond,
+		Near:      w.near(),
+		Logger:    w.logger,
+		Observer:  w.coh.observe,
+		Namespace: namespace(w.cfg.Prefix),
+		Expiry: cache.ExpiryPolicy{
+			TTL:            time.Second,
+			Stale:          500 * time.Millisecond,
+			RefreshBackoff: 200 * time.Millisecond,
+			Jitter:         0.2,
+		},
 		LockTTL:          time.Second,
 		LoadTimeout:      2 * time.Second,
 		WaitTimeout:      time.Second,
 		PollInterval:     100 * time.Millisecond,
-		RefreshBackoff:   200 * time.Millisecond,
 		FailOpenCooldown: failOpenCooldown,
-		TTLJitter:        0.2,
 	})
 }
 

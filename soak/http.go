@@ -77,15 +77,17 @@ type web struct {
 // openWeb starts the HTTP server on a loopback port.
 func (w *worker) openWeb() (*web, error) {
 	c, err := cache.New(w.cacheC, &cache.Options{
-		Namespace:        httpNamespace(w.cfg.Prefix),
-		Near:             w.near(),
-		Logger:           w.logger,
-		TTL:              time.Second, // the responses' max-age decides, through cache.Expire
+		Namespace: httpNamespace(w.cfg.Prefix),
+		Near:      w.near(),
+		Logger:    w.logger,
+		Expiry: cache.ExpiryPolicy{
+			TTL:            time.Second, // the responses' max-age decides, through cache.Expire
+			RefreshBackoff: 200 * time.Millisecond,
+		},
 		LockTTL:          time.Second,
 		LoadTimeout:      2 * time.Second,
 		WaitTimeout:      time.Second,
 		PollInterval:     100 * time.Millisecond,
-		RefreshBackoff:   200 * time.Millisecond,
 		FailOpenCooldown: failOpenCooldown,
 	})
 	if err != nil {

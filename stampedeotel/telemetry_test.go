@@ -172,7 +172,7 @@ func TestCacheObserver(t *testing.T) {
 	clk := &metricstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
-	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
+	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute},
 		Now: clk.Now, Observer: b.tel.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestCacheObserver(t *testing.T) {
 	b.want(t, 0, events, users, event("hit"), tier("near"))
 	b.want(t, 1, loads, users, result("ok"))
 
-	if _, err := cache.GetOrLoad(ctx, c, "gone", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, cache.ErrNotFound) {
+	if _, err := cache.GetOrLoad(ctx, c, "gone", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
 		t.Fatalf("not found: %v", err)
 	}
 	boom := errors.New("boom")
@@ -259,7 +259,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := metricstest.Context(t)
 	b := newBed(t, nil)
-	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
+	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute},
 		Near: &cache.Near{MaxEntries: 100}, Observer: b.tel.CacheObserver("near")})
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +391,7 @@ func TestTraced(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, nil)
 	clk := &metricstest.Clock{}
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute, StaleTTL: 10 * time.Minute, Now: clk.Now})
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestTraced(t *testing.T) {
 	}
 	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
 		return "", loader.ErrNotFound
-	})); !errors.Is(err, cache.ErrNotFound) {
+	})); !errors.Is(err, loader.ErrNotFound) {
 		t.Fatal(err)
 	}
 	parent.End()

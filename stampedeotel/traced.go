@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/loader"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -28,7 +28,7 @@ func Traced[V any](t *Telemetry, name string, load func(context.Context) (V, err
 		switch {
 		case err == nil:
 			span.SetAttributes(keyResult.String("ok"))
-		case errors.Is(err, cache.ErrNotFound):
+		case errors.Is(err, loader.ErrNotFound):
 			span.SetAttributes(keyResult.String("not-found"))
 		default:
 			span.SetAttributes(keyResult.String("error"))

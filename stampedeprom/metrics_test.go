@@ -119,7 +119,7 @@ func TestCacheObserver(t *testing.T) {
 	clk := &metricstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
-	c, err := cache.New(rdb, &cache.Options{Namespace: ns, TTL: time.Minute, StaleTTL: 10 * time.Minute,
+	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute},
 		Now: clk.Now, Observer: m.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestCacheObserver(t *testing.T) {
 	want(t, reg, 1, loads, "cache", "users", "result", "ok")
 
 	_, err = cache.GetOrLoad(ctx, c, "gone", func(context.Context) (string, error) { return "", loader.ErrNotFound })
-	if !errors.Is(err, cache.ErrNotFound) {
+	if !errors.Is(err, loader.ErrNotFound) {
 		t.Fatalf("not found: %v", err)
 	}
 	boom := errors.New("boom")
@@ -163,7 +163,7 @@ func TestCacheObserver(t *testing.T) {
 	}
 	want(t, reg, 1, events, "cache", "users", "event", "decode-failure")
 
-	// Past the TTL, within StaleTTL: a stale hit, refreshed in the background.
+	// Past the TTL, within Expiry.Stale: a stale hit, refreshed in the background.
 	clk.Advance(2 * time.Minute)
 	if v, err := cache.GetOrLoad(ctx, c, "a", metricstest.LoadString("A2")); v != "A" || err != nil {
 		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
@@ -190,7 +190,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := metricstest.Context(t)
 	m, reg := newMetrics(t, nil)
-	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), TTL: time.Minute,
+	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute},
 		Near: &cache.Near{MaxEntries: 100}, Observer: m.CacheObserver("near")})
 	if err != nil {
 		t.Fatal(err)

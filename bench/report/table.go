@@ -55,7 +55,7 @@ func tables(r *Results) []table {
 		t := table{
 			title: "Hot-key expiry",
 			about: fmt.Sprintf("%.0f requests/s across %d processes on one key with TTL %s, for %s; the loader takes %s. "+
-				"stampede runs with StaleTTL, so an expired value is served while one process refreshes it. "+
+				"stampede runs with a stale time (Expiry.Stale), so an expired value is served while one process refreshes it. "+
 				"\"waited\" counts requests slower than half the load time; \"after\" columns cover requests started within %s after each expiry's first load.",
 				r.Hot[0].Rate, r.Hot[0].Procs, ms(c.TTLms), sec(c.DurationS), load, ms(r.Hot[0].WindowMs)),
 			header: []string{"approach", "expiries", "loads/expiry", "max", "waited", "p50", "p99", "p99.9",

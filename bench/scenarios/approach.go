@@ -36,14 +36,14 @@ type getter interface {
 // approachOptions are what every approach needs to know.
 type approachOptions struct {
 	ns         string
-	ttl, stale time.Duration // stale: stampede's StaleTTL
+	ttl, stale time.Duration // stale: stampede's Expiry.Stale
 }
 
 // newGetter builds approach name on rdb.
 func newGetter(name string, rdb *redis.Client, o approachOptions) (getter, error) {
 	switch name {
 	case "stampede", nearApproach:
-		opts := &cache.Options{Namespace: o.ns, TTL: o.ttl, StaleTTL: o.stale,
+		opts := &cache.Options{Namespace: o.ns, Expiry: cache.ExpiryPolicy{TTL: o.ttl, Stale: o.stale},
 			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second}
 		if name == nearApproach {
 			opts.Near = &cache.Near{MaxEntries: 100_000}

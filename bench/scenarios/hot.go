@@ -13,7 +13,7 @@ import (
 // Hot is the hot-key expiry: Rate requests per second, spread over Procs
 // processes, ask for one key with TTL; the key is loaded before the start,
 // so every load during the run follows an expiry. stampede runs with a
-// StaleTTL of 10 × TTL; the baselines have no such thing.
+// Expiry.Stale of 10 × TTL; the baselines have no such thing.
 //
 // Loads are logged on the server with their start times. Loads less than
 // TTL/2 apart belong to one expiry (after a load, the value lives at least

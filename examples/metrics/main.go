@@ -123,7 +123,7 @@ func newApp(rdb *redis.Client) (*app, error) {
 	// One Cache for the pages and the prices; its Observer counts both,
 	// labelled cache="shop". The middleware's Observer counts requests by
 	// route, the lock Client's Observer the reindex lock.
-	c, err := cache.New(rdb, &cache.Options{Namespace: "examples/metrics", TTL: time.Minute, Observer: m.CacheObserver("shop")})
+	c, err := cache.New(rdb, &cache.Options{Namespace: "examples/metrics", Expiry: cache.ExpiryPolicy{TTL: time.Minute}, Observer: m.CacheObserver("shop")})
 	if err != nil {
 		return nil, err
 	}

@@ -241,7 +241,7 @@ func runApproach(ctx context.Context, rdb *redis.Client, prefix, approach string
 
 // waitExpired waits until the value of approach has expired, as a reader
 // sees it: the naive key is gone from the server, the cache's entry is
-// stale (it stays on the server for StaleTTL more). It returns how long it
+// stale (it stays on the server for Expiry.Stale more). It returns how long it
 // waited.
 func waitExpired(ctx context.Context, rdb *redis.Client, approach string, keys runKeys, ttl time.Duration) (time.Duration, error) {
 	c, err := cache.New(rdb, &cache.Options{Namespace: keys.namespace})

@@ -21,7 +21,7 @@ import (
 // API. It is safe for concurrent use.
 type View interface {
 	// Peek reads key as cache.Get does, with Get's answers (a value,
-	// with cache.ErrStale when stale; cache.ErrNotFound; an error
+	// with cache.ErrStale when stale; loader.ErrNotFound; an error
 	// wrapping cache.ErrMiss; a failed call's error), and decodes the
 	// value it answers with into dst, which otherwise holds its zero
 	// value. Unlike Get it counts nothing in the cache's Stats nor as an

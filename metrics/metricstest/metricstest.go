@@ -110,7 +110,7 @@ func BenchNearHit(b *testing.B, newClient func() redis.UniversalClient, observer
 			name = "with-observer"
 		}
 		b.Run(name, func(b *testing.B) {
-			opts := &cache.Options{Namespace: redistest.Key(b, "ns"), TTL: time.Hour, Near: &cache.Near{MaxEntries: 100}}
+			opts := &cache.Options{Namespace: redistest.Key(b, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Hour}, Near: &cache.Near{MaxEntries: 100}}
 			if observed {
 				opts.Observer = observer(b)
 			}
