@@ -20,22 +20,34 @@
 #
 # A nested module that still requires the root at a version the proxy does
 # not serve (v0.0.0-...) fails step 2. The temporary module uses a module
-# cache of its own, filled from the usual one (a second file proxy), so a
-# previous run's modules at VERSION are never reused.
+# cache of its own, ${CONSUMER_MODCACHE:-~/.cache/stampede/consumer-modcache},
+# filled from the usual one (a second file proxy) and kept between runs so
+# that builds hit the build cache; this repository's modules are removed
+# from it before each run, so a previous run's zips are never reused.
 set -euo pipefail
 version=${1:-v0.1.0}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/stampede-consumer.XXXXXX")
+modcache=${CONSUMER_MODCACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stampede/consumer-modcache}
 pid=
+# forget_ours removes this repository's modules from the consumer's module
+# cache (read-only there, as every module cache is).
+forget_ours() {
+	local d
+	for d in "$modcache/github.com/hotkv" "$modcache/cache/download/github.com/hotkv"; do
+		[ -e "$d" ] && chmod -R u+w "$d" && rm -rf "$d"
+	done
+	return 0
+}
 cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	# The module cache is read-only; go clean -modcache empties it.
-	GOMODCACHE=$work/modcache go clean -modcache 2>/dev/null || true
+	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
+	forget_ours
 	rm -rf "$work"
 }
 trap cleanup EXIT
+forget_ours
 
 # 1. The proxy, from the modules go.work uses (". ./bench …").
 modules=$(go work edit -json | sed -n 's/^.*"DiskPath": "\(.*\)".*$/\1/p')
@@ -46,7 +58,7 @@ upstream=$(go env GOPROXY)
 cache_dl=$(go env GOMODCACHE)/cache/download
 export GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/hotkv/stampede
 export GOPROXY="file://$work/proxy,file://$cache_dl,$upstream"
-export GOMODCACHE=$work/modcache
+export GOMODCACHE=$modcache
 # Each module alone first, in a module of its own, as a user who needs only
 # that one would: the consumer module's go get of them together would hide a
 # nested module's requirement on a root version the proxy lacks (the newest

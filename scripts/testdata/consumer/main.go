@@ -197,18 +197,22 @@ func gathered(reg *prometheus.Registry) error {
 	if err != nil {
 		return fmt.Errorf("stampedeprom: gather: %w", err)
 	}
-	var cacheSeries, lockSeries int
+	var cacheEvents, lockEvents float64
 	for _, f := range families {
+		var n float64
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
 		switch {
 		case strings.Contains(f.GetName(), "cache"):
-			cacheSeries += len(f.GetMetric())
+			cacheEvents += n
 		case strings.Contains(f.GetName(), "lock"):
-			lockSeries += len(f.GetMetric())
+			lockEvents += n
 		}
 	}
-	if cacheSeries == 0 || lockSeries == 0 {
-		return fmt.Errorf("stampedeprom: gathered %d families, %d cache and %d lock series", len(families), cacheSeries, lockSeries)
+	if cacheEvents == 0 || lockEvents == 0 {
+		return fmt.Errorf("stampedeprom: gathered %d families counting %v cache and %v lock events, want some of each", len(families), cacheEvents, lockEvents)
 	}
-	fmt.Printf("stampedeprom: gathered %d families (%d cache series, %d lock series)\n", len(families), cacheSeries, lockSeries)
+	fmt.Printf("stampedeprom: gathered %d families counting %v cache and %v lock events\n", len(families), cacheEvents, lockEvents)
 	return nil
 }
