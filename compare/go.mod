@@ -9,9 +9,9 @@ require (
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
-	github.com/hotkv/stampede/compress v0.0.0-00010101000000-000000000000
-	github.com/hotkv/stampede/gocronlock v0.0.0-00010101000000-000000000000
+	github.com/hotkv/stampede v0.1.0
+	github.com/hotkv/stampede/compress v0.1.0
+	github.com/hotkv/stampede/gocronlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/viccon/sturdyc v1.1.5
 )

@@ -12,9 +12,9 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
-	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
-	github.com/hotkv/stampede/gocronlock v0.0.0-00010101000000-000000000000
-	github.com/hotkv/stampede/stampedeprom v0.0.0-00010101000000-000000000000
+	github.com/hotkv/stampede v0.1.0
+	github.com/hotkv/stampede/gocronlock v0.1.0
+	github.com/hotkv/stampede/stampedeprom v0.1.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

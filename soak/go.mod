@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/hotkv/stampede => ../
 
 require (
-	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
+	github.com/hotkv/stampede v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

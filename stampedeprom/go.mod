@@ -7,7 +7,7 @@ replace github.com/hotkv/stampede => ../
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/go-chi/chi/v5 v5.5.0
-	github.com/hotkv/stampede v0.0.0-00010101000000-000000000000
+	github.com/hotkv/stampede v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
