@@ -20,34 +20,25 @@
 #
 # A nested module that still requires the root at a version the proxy does
 # not serve (v0.0.0-...) fails step 2. The temporary module uses a module
-# cache of its own, ${CONSUMER_MODCACHE:-~/.cache/stampede/consumer-modcache},
-# filled from the usual one (a second file proxy) and kept between runs so
-# that builds hit the build cache; this repository's modules are removed
-# from it before each run, so a previous run's zips are never reused.
+# cache of its own, filled from the usual one (a second file proxy) and
+# removed at the end: a module cache is immutable by contract (the go
+# command indexes what it holds by module and version), and each run serves
+# the same version with new content. -trimpath keeps that cache's path out
+# of the build cache's keys, so a second run compiles only what changed.
 set -euo pipefail
 version=${1:-v0.1.0}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/stampede-consumer.XXXXXX")
-modcache=${CONSUMER_MODCACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stampede/consumer-modcache}
 pid=
-# forget_ours removes this repository's modules from the consumer's module
-# cache (read-only there, as every module cache is).
-forget_ours() {
-	local d
-	for d in "$modcache/github.com/hotkv" "$modcache/cache/download/github.com/hotkv"; do
-		[ -e "$d" ] && chmod -R u+w "$d" && rm -rf "$d"
-	done
-	return 0
-}
 cleanup() {
 	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
-	forget_ours
+	# The module cache is read-only; go clean -modcache empties it.
+	GOMODCACHE=$work/modcache go clean -modcache 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
-forget_ours
 
 # 1. The proxy, from the modules go.work uses (". ./bench …").
 modules=$(go work edit -json | sed -n 's/^.*"DiskPath": "\(.*\)".*$/\1/p')
@@ -56,9 +47,9 @@ modules=$(go work edit -json | sed -n 's/^.*"DiskPath": "\(.*\)".*$/\1/p')
 # 2. The consumer module.
 upstream=$(go env GOPROXY)
 cache_dl=$(go env GOMODCACHE)/cache/download
-export GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/hotkv/stampede
+export GOWORK=off GOFLAGS="-mod=mod -trimpath" GONOSUMDB=github.com/hotkv/stampede
 export GOPROXY="file://$work/proxy,file://$cache_dl,$upstream"
-export GOMODCACHE=$modcache
+export GOMODCACHE=$work/modcache
 # Each module alone first, in a module of its own, as a user who needs only
 # that one would: the consumer module's go get of them together would hide a
 # nested module's requirement on a root version the proxy lacks (the newest
