@@ -609,7 +609,7 @@ func TestGetOrLoad_announcementOfAnotherClaimIsNotTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := valueKey(ns, "k")
-	claim, err := locks.Obtain(ctx, stored, time.Minute, nil)
+	claim, err := locks.Obtain(ctx, stored, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

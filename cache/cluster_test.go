@@ -30,7 +30,7 @@ func TestCluster_announcementsCrossNodes(t *testing.T) {
 		key := "k" + string(rune('a'+i))
 		stored := ns + ":{" + key + "}"
 		// Another process's claim on the key: GetOrLoad must wait for it.
-		claim, err := locks.Obtain(ctx, stored, time.Minute, nil)
+		claim, err := locks.Obtain(ctx, stored, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestGetOrLoad_lostAnnouncement(t *testing.T) {
 			t.Fatal(err)
 		}
 		stored := ns + ":{k}"
-		if _, err := locks.Obtain(ctx, stored, time.Minute, nil); err != nil { // another process's claim
+		if _, err := locks.Obtain(ctx, stored, time.Minute); err != nil { // another process's claim
 			t.Fatal(err)
 		}
 		got := make(chan string, 1)

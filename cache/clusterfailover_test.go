@@ -305,7 +305,7 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 	}
 	wg.Go(func() { // the fenced holder, one acquisition after another
 		for wctx.Err() == nil {
-			l, err := locks.Obtain(wctx, fenced, ttl, &lock.ObtainOptions{Fencing: true})
+			l, err := locks.Obtain(wctx, fenced, ttl, lock.WithFencing())
 			if err != nil {
 				lockErr = err
 				continue

@@ -567,7 +567,7 @@ func TestGetOrLoadMany_remoteFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		claim, err := locks.Obtain(ctx, ns+":{k2}", time.Minute, nil)
+		claim, err := locks.Obtain(ctx, ns+":{k2}", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -847,7 +847,7 @@ func TestGetOrLoadMany_claimTakenMeanwhile(t *testing.T) {
 		claims := make(chan *lock.Lock, 1)
 		rec.onBefore(func(args []string) {
 			if args[0] == "set" && len(args) > 1 && args[1] == ns+":{k2}" && slices.Contains(args, "NX") && len(claims) == 0 {
-				l, err := locks.Obtain(ctx, ns+":{k2}", time.Minute, nil) // the other process is first
+				l, err := locks.Obtain(ctx, ns+":{k2}", time.Minute) // the other process is first
 				if err != nil {
 					t.Error(err)
 				}

@@ -31,7 +31,7 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 		return c.serverFailed(ctx, k, load, err)
 	}
 	claimed := time.Now()
-	l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL, nil)
+	l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)

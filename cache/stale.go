@@ -31,7 +31,7 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 	if err := c.permitted(ctx, k, old); err != nil {
 		return c.serverFailed(ctx, k, load, err)
 	}
-	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)
@@ -74,7 +74,7 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 		c.serverError(k.user, err) // the stale value goes on being served
 		return
 	}
-	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL, nil)
+	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)

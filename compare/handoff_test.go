@@ -45,7 +45,7 @@ func stampedeLocker(tb testing.TB, rc redis.UniversalClient, key string, missed 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opts := &lock.ObtainOptions{Retry: retry}
+	opts := lock.WithRetry(retry)
 	return func(ctx context.Context) (func(context.Context) error, error) {
 		l, err := c.Obtain(ctx, key, 10*time.Second, opts)
 		if err != nil {

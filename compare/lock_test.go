@@ -42,7 +42,7 @@ func TestCompare_release(t *testing.T) {
 					t.Fatal(err)
 				}
 				return func(ctx context.Context, key, payload string) (func(context.Context) error, error) {
-					l, err := c.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Metadata: payload})
+					l, err := c.Obtain(ctx, key, 10*time.Second, lock.WithMetadata(payload))
 					if err != nil {
 						return nil, err
 					}
@@ -164,7 +164,7 @@ func TestCompare_keepAlive(t *testing.T) {
 						close(started)
 						<-work.Done()
 						return context.Cause(work)
-					}, &lock.DoOptions{RefreshEvery: 50 * time.Millisecond})
+					}, lock.WithRefreshEvery(50*time.Millisecond))
 				}()
 				select {
 				case <-started:
@@ -202,7 +202,7 @@ func TestCompare_keepAlive(t *testing.T) {
 			run: func(t *testing.T, ctx context.Context, key string) string {
 				var fences []int64
 				for range 3 {
-					l, err := c.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Fencing: true})
+					l, err := c.Obtain(ctx, key, 10*time.Second, lock.WithFencing())
 					if err != nil {
 						t.Fatal(err)
 					}

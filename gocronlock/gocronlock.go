@@ -121,7 +121,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		return nil, invalid("empty key (job name)")
 	}
 	start := time.Now()
-	held, err := l.c.Obtain(ctx, l.prefix+key, l.ttl, &lock.ObtainOptions{Metadata: l.meta})
+	held, err := l.c.Obtain(ctx, l.prefix+key, l.ttl, lock.WithMetadata(l.meta))
 	if err != nil {
 		return nil, fmt.Errorf("gocronlock: job %q: %w", key, err)
 	}

@@ -32,7 +32,7 @@ func TestACL_lock_leastPrivilege(t *testing.T) {
 		admin := s.Client(t)
 		for _, meta := range []string{"", strings.Repeat("m", 1000)} {
 			key := prefix + "k" + string(rune('0'+len(meta)%10))
-			l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: meta})
+			l, err := c.Obtain(ctx, key, time.Minute, lock.WithMetadata(meta))
 			if s.Kind == redistest.Valkey && meta != "" {
 				if !errors.Is(err, lock.ErrPermission) {
 					t.Fatalf("large lock on valkey without scripts: %v, want ErrPermission", err)
@@ -54,7 +54,7 @@ func TestACL_lock_leastPrivilege(t *testing.T) {
 			if info, err := c.Inspect(ctx, key); err != nil || info.Metadata != meta || info.TTL <= time.Minute {
 				t.Fatalf("inspect: %+v, %v", info, err)
 			}
-			if _, err := c.Obtain(ctx, key, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+			if _, err := c.Obtain(ctx, key, time.Minute); !errors.Is(err, lock.ErrNotObtained) {
 				t.Fatalf("second obtain: %v, want ErrNotObtained", err)
 			}
 			if err := l.Release(ctx); err != nil {
@@ -69,7 +69,7 @@ func TestACL_lock_leastPrivilege(t *testing.T) {
 		}
 
 		// Fencing adds FencePerms.
-		if _, err := c.Obtain(ctx, prefix+"f", time.Minute, &lock.ObtainOptions{Fencing: true}); !errors.Is(err, lock.ErrPermission) {
+		if _, err := c.Obtain(ctx, prefix+"f", time.Minute, lock.WithFencing()); !errors.Is(err, lock.ErrPermission) {
 			t.Errorf("fenced obtain without FencePerms: %v, want ErrPermission", err)
 		}
 		fu := s.User(t, append(redistest.LockPerms(s.Kind, prefix+"*"), redistest.FencePerms(prefix+"*")...)...)
@@ -79,7 +79,7 @@ func TestACL_lock_leastPrivilege(t *testing.T) {
 		}
 		var last int64
 		for i := range 2 {
-			l, err := fc.Obtain(ctx, prefix+"fenced", time.Minute, &lock.ObtainOptions{Fencing: true})
+			l, err := fc.Obtain(ctx, prefix+"fenced", time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatalf("fenced obtain %d: %v", i, err)
 			}
@@ -115,7 +115,11 @@ func TestACL_lock_scriptsDenied(t *testing.T) {
 		}
 		for _, fencing := range []bool{false, true} {
 			key := prefix + "up"
-			_, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: fencing})
+			var opt lock.Option // nil: skipped
+			if fencing {
+				opt = lock.WithFencing()
+			}
+			_, err := c.Obtain(ctx, key, time.Minute, opt)
 			if !errors.Is(err, lock.ErrPermission) || !strings.Contains(err.Error(), "evalsha") {
 				t.Errorf("obtain (fencing %t): %v, want ErrPermission naming evalsha", fencing, err)
 			}
@@ -138,7 +142,7 @@ func TestACL_lock_scriptsDenied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := c.Obtain(ctx, prefix+"held", time.Minute, nil)
+		l, err := c.Obtain(ctx, prefix+"held", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +159,7 @@ func TestACL_lock_scriptsDenied(t *testing.T) {
 		if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
 			t.Errorf("ttl: %v, %v", ttl, err)
 		}
-		if _, err := c.Obtain(ctx, prefix+"next", time.Minute, nil); !errors.Is(err, lock.ErrPermission) {
+		if _, err := c.Obtain(ctx, prefix+"next", time.Minute); !errors.Is(err, lock.ErrPermission) {
 			t.Errorf("next obtain: %v, want ErrPermission", err)
 		}
 		if n, _ := admin.Exists(ctx, prefix+"next").Result(); n != 0 {
@@ -194,7 +198,7 @@ func TestACL_lock_permissionRemoved(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.Obtain(ctx, prefix+"k", time.Minute, nil)
+			_, err = c.Obtain(ctx, prefix+"k", time.Minute)
 			t.Log(err)
 			if !errors.Is(err, lock.ErrPermission) || !strings.Contains(strings.ToLower(err.Error()), tc.want) {
 				t.Errorf("obtain: %v, want ErrPermission naming %q", err, tc.want)

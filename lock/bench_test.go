@@ -62,7 +62,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 					b.ReportAllocs()
 					b.ResetTimer()
 					for b.Loop() {
-						l, err := c.Obtain(ctx, key, time.Second, nil)
+						l, err := c.Obtain(ctx, key, time.Second)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -121,10 +121,10 @@ func BenchmarkRelease_noWaiters(b *testing.B) {
 			s := redistest.Shared(b, kind)
 			for _, v := range []struct {
 				name string
-				opts *lock.ObtainOptions
+				opts lock.Option // nil: skipped
 			}{
 				{"plain", nil},
-				{"handoff", &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond)}},
+				{"handoff", lock.WithRetry(lock.LinearBackoff(time.Millisecond))},
 			} {
 				b.Run(v.name, func(b *testing.B) {
 					var cnt cmdCounter
@@ -169,11 +169,11 @@ func BenchmarkRelease_noWaitersInterleaved(b *testing.B) {
 			c, _ := newClient(b, s, nil)
 			ctx := context.Background()
 			key := redistest.Key(b, "bench")
-			retry := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond)}
+			retry := lock.WithRetry(lock.LinearBackoff(time.Millisecond))
 			var plain, handoff []time.Duration
 			b.ResetTimer()
 			for i := range 2*b.N + 2 {
-				opts := (*lock.ObtainOptions)(nil)
+				var opts lock.Option // nil: skipped
 				if i%2 == 1 {
 					opts = retry
 				}

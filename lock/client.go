@@ -102,7 +102,7 @@ const (
 // that would have spared a script where the server offers them. Each
 // *Denied field holds the server's reply: with AnnounceDenied, processes
 // waiting for a cache's rebuild poll instead of being told; with
-// HandoffDenied, waiters poll (see ObtainOptions.Retry) and the script is
+// HandoffDenied, waiters poll (see WithRetry) and the script is
 // tried again a minute later; with NearDenied, the near cache stays off
 // and asks again a minute later.
 type Capabilities = redisx.Capabilities

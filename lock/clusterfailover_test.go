@@ -42,7 +42,7 @@ func TestCluster_killedMasterSlotMap(t *testing.T) {
 			key = k
 		}
 	}
-	l, err := locks.Obtain(ctx, key, time.Minute, nil)
+	l, err := locks.Obtain(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestCluster_killedMasterSlotMap(t *testing.T) {
 	failures := 0
 	for {
 		began := time.Now()
-		l, err := locks.Obtain(ctx, key, time.Minute, nil)
+		l, err := locks.Obtain(ctx, key, time.Minute)
 		now := time.Now()
 		if firstEnd.IsZero() {
 			firstEnd = now

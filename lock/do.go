@@ -12,18 +12,6 @@ import (
 // context of its own so that a cancelled caller still frees the lock.
 const releaseTimeout = 5 * time.Second
 
-// DoOptions configure Do. A nil *DoOptions means all defaults.
-type DoOptions struct {
-	// ObtainOptions say how the lock is obtained. With the default (no
-	// Retry), Do returns ErrNotObtained at once when the lock is held;
-	// set Retry to wait for it instead.
-	ObtainOptions
-
-	// RefreshEvery is how often the lock is refreshed back to its full TTL
-	// while fn runs. It must be below the TTL. Default: a third of the TTL.
-	RefreshEvery time.Duration
-}
-
 type ctxKey struct{ name string }
 
 var lockKey = &ctxKey{"lock"}
@@ -38,31 +26,36 @@ func FromContext(ctx context.Context) *Lock {
 // Do obtains the lock on key, runs fn while keeping the lock alive, and
 // releases it when fn returns, also when fn panics (the panic then goes on).
 //
-// The lock is refreshed to ttl every opts.RefreshEvery. If it is lost (the
-// key was taken or deleted) or cannot be refreshed before it would expire,
-// fn's context is cancelled at once with a cause matching ErrLost (read it
-// with context.Cause), and Do's error matches ErrLost too. fn should stop
-// when its context ends; Do does not return before fn does.
+// The lock is refreshed to ttl every ttl/3, or as WithRefreshEvery says.
+// If it is lost (the key was taken or deleted) or cannot be refreshed
+// before it would expire, fn's context is cancelled at once with a cause
+// matching ErrLost (read it with context.Cause), and Do's error matches
+// ErrLost too. fn should stop when its context ends; Do does not return
+// before fn does.
 //
 // A lock held by someone else returns ErrNotObtained without running fn,
-// unless opts.Retry asks to wait. A ctx that ends before the lock is
+// unless WithRetry asks to wait. A ctx that ends before the lock is
 // obtained returns errors.Join(ErrNotObtained, ctx.Err()), also without
 // running fn.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts *DoOptions) error {
-	if opts == nil {
-		opts = &DoOptions{}
+//
+// Its options are those of Obtain (WithRetry, WithMaxWait, WithMetadata,
+// WithFencing) and WithRefreshEvery.
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Option) error {
+	s, err := gather("Do", doAccepts, opts)
+	if err != nil {
+		return err
 	}
 	if fn == nil {
 		return invalid("nil fn for key %q", key)
 	}
-	every := opts.RefreshEvery
+	every := s.refreshEvery
 	if every == 0 {
 		every = ttl / 3
 	}
 	if ttl >= time.Millisecond && (every < time.Millisecond || every >= ttl) {
 		return invalid("RefreshEvery %v must be at least 1ms and below the ttl %v", every, ttl)
 	}
-	l, err := c.Obtain(ctx, key, ttl, &opts.ObtainOptions)
+	l, err := c.obtainWith(ctx, key, ttl, s)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func TestClient_Do_keepsAlive(t *testing.T) {
 				}
 				_, err := l.TTL(ctx)
 				return err
-			}, nil)
+			})
 			if errors.Is(err, lock.ErrLost) {
 				if lostAt.IsZero() {
 					lostAt = time.Now() // lost after the work: found at release
@@ -75,7 +75,7 @@ func TestClient_Do_lostCancelsWork(t *testing.T) {
 			<-wctx.Done()
 			cause = context.Cause(wctx)
 			return wctx.Err()
-		}, &lock.DoOptions{RefreshEvery: 20 * time.Millisecond})
+		}, lock.WithRefreshEvery(20*time.Millisecond))
 		if !errors.Is(cause, lock.ErrLost) {
 			t.Errorf("work's cause = %v, want ErrLost", cause)
 		}
@@ -90,13 +90,13 @@ func TestClient_Do_heldSkipsFn(t *testing.T) {
 	ctx := testCtx(t)
 	c, _ := newClient(t, s, nil)
 	key := redistest.Key(t, "lock")
-	l, err := c.Obtain(ctx, key, time.Minute, nil)
+	l, err := c.Obtain(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
 	called := false
-	err = c.Do(ctx, key, time.Second, func(context.Context) error { called = true; return nil }, nil)
+	err = c.Do(ctx, key, time.Second, func(context.Context) error { called = true; return nil })
 	if !errors.Is(err, lock.ErrNotObtained) || called {
 		t.Errorf("Do on a held lock = %v (fn called: %t), want ErrNotObtained without fn", err, called)
 	}
@@ -110,7 +110,7 @@ func TestClient_Do_panicReleases(t *testing.T) {
 	var recovered any
 	func() {
 		defer func() { recovered = recover() }()
-		_ = c.Do(ctx, key, time.Minute, func(context.Context) error { panic("boom") }, nil)
+		_ = c.Do(ctx, key, time.Minute, func(context.Context) error { panic("boom") })
 	}()
 	if recovered != "boom" {
 		t.Fatalf("recovered %v, want the work's panic", recovered)
@@ -127,13 +127,14 @@ func TestClient_Obtain_retry(t *testing.T) {
 	key := redistest.Key(t, "lock")
 
 	t.Run("waits for release", func(t *testing.T) {
-		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		l, err := c.Obtain(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make(chan error, 1)
 		go func() {
-			l2, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Retry: lock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond), MaxWait: 10 * time.Second})
+			l2, err := c.Obtain(ctx, key, time.Minute,
+				lock.WithRetry(lock.ExponentialBackoff(time.Millisecond, 10*time.Millisecond)), lock.WithMaxWait(10*time.Second))
 			if err == nil {
 				err = l2.Release(ctx)
 			}
@@ -150,19 +151,20 @@ func TestClient_Obtain_retry(t *testing.T) {
 	})
 
 	t.Run("MaxWait bounds the wait", func(t *testing.T) {
-		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		l, err := c.Obtain(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Release(ctx)
-		_, err = c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(5 * time.Millisecond), MaxWait: 30 * time.Millisecond})
+		_, err = c.Obtain(ctx, key, time.Minute,
+			lock.WithRetry(lock.LinearBackoff(5*time.Millisecond)), lock.WithMaxWait(30*time.Millisecond))
 		if !errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Obtain = %v, want plain ErrNotObtained", err)
 		}
 	})
 
 	t.Run("context ends the wait", func(t *testing.T) {
-		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		l, err := c.Obtain(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +172,7 @@ func TestClient_Obtain_retry(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		got := make(chan error, 1)
 		go func() {
-			_, err := c.Obtain(cctx, key, time.Hour, &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour)})
+			_, err := c.Obtain(cctx, key, time.Hour, lock.WithRetry(lock.LinearBackoff(time.Hour)))
 			got <- err
 		}()
 		cancel()
@@ -194,7 +196,7 @@ func TestLock_KeepAlive(t *testing.T) {
 		ttl := 150 * time.Millisecond
 		for attempt := 1; ; attempt++ {
 			key := redistest.Key(t, "lock")
-			l, err := c.Obtain(ctx, key, ttl, nil)
+			l, err := c.Obtain(ctx, key, ttl)
 			if err != nil {
 				t.Fatal(err)
 			}

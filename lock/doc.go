@@ -10,7 +10,7 @@
 //	...
 //	err = c.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
 //		return buildReport(ctx) // ctx is cancelled if the lock is lost
-//	}, nil)
+//	})
 //	if errors.Is(err, lock.ErrNotObtained) {
 //		// another instance is building it
 //	}
@@ -39,7 +39,7 @@
 //
 // # Waiting: hand-off and wake-up
 //
-// An Obtain with ObtainOptions.Retry that finds the lock held joins a
+// An Obtain with WithRetry that finds the lock held joins a
 // queue kept next to the lock (QueueKey, in the lock's cluster slot) and
 // subscribes, on a pub/sub connection of the Client (opened by the first
 // waiter, closed about ten seconds after the last), to the lock's channel
@@ -95,7 +95,7 @@
 // as soon as the lock is lost or could not be refreshed before it would
 // expire. It cannot close it: the work must notice the cancellation.
 // Fencing closes it where the protected resource can help: with
-// ObtainOptions.Fencing every acquisition gets a number larger than all
+// WithFencing every acquisition gets a number larger than all
 // earlier ones for that key, taken in the same atomic step as the lock, so
 // a store that rejects writes carrying a number below the largest it has
 // seen turns away a holder that woke up too late.

@@ -104,12 +104,12 @@ func TestClient_Observer_sequence(t *testing.T) {
 	}
 
 	// Obtain, Refresh, Release, one event per call.
-	l, err := c.Obtain(ctx, key, ttl, nil)
+	l, err := c.Obtain(ctx, key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	step("Obtain", key, lock.EventObtained)
-	if _, err := c.Obtain(ctx, key, ttl, nil); !errors.Is(err, lock.ErrNotObtained) {
+	if _, err := c.Obtain(ctx, key, ttl); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("second Obtain = %v, want ErrNotObtained", err)
 	}
 	step("Obtain held", key, lock.EventNotObtained)
@@ -130,7 +130,7 @@ func TestClient_Observer_sequence(t *testing.T) {
 		t.Fatalf("Refresh after Release = %v, want ErrNotHeld", err)
 	}
 	step("Release and Refresh not held", key, lock.EventReleaseFailed, lock.EventRefreshFailed)
-	if _, err := c.Obtain(ctx, "", ttl, nil); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := c.Obtain(ctx, "", ttl); !errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("Obtain of an empty key = %v, want ErrInvalid", err)
 	}
 	step("Obtain with bad arguments", "")
@@ -151,7 +151,7 @@ func TestClient_Observer_sequence(t *testing.T) {
 		case <-wctx.Done():
 			return context.Cause(wctx)
 		}
-	}, &lock.DoOptions{RefreshEvery: 50 * time.Millisecond})
+	}, lock.WithRefreshEvery(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Do: %v", err)
 	}
@@ -174,18 +174,18 @@ func TestClient_Observer_sequence(t *testing.T) {
 		}
 		<-wctx.Done()
 		return nil
-	}, &lock.DoOptions{RefreshEvery: 100 * time.Millisecond}) // the Del comes first
+	}, lock.WithRefreshEvery(100*time.Millisecond)) // the Del comes first
 	if !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Do = %v, want ErrLost", err)
 	}
 	step("Do lost", key, lock.EventObtained, lock.EventRefreshFailed, lock.EventLost, lock.EventReleaseFailed)
 
 	// Do on a lock held elsewhere.
-	held, err := other.Obtain(ctx, key, ttl, nil)
+	held, err := other.Obtain(ctx, key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.Do(ctx, key, ttl, func(context.Context) error { return errors.New("ran") }, nil)
+	err = c.Do(ctx, key, ttl, func(context.Context) error { return errors.New("ran") })
 	if !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("Do on a held lock = %v, want ErrNotObtained", err)
 	}
@@ -193,7 +193,7 @@ func TestClient_Observer_sequence(t *testing.T) {
 
 	// RunOnce: skipped while another instance holds the lock, run once it
 	// is free.
-	ran, err := c.RunOnce(ctx, key, ttl, func(context.Context) error { return errors.New("ran") }, nil)
+	ran, err := c.RunOnce(ctx, key, ttl, func(context.Context) error { return errors.New("ran") })
 	if ran || err != nil {
 		t.Fatalf("RunOnce on a held lock = %t, %v; want false, nil", ran, err)
 	}
@@ -203,7 +203,7 @@ func TestClient_Observer_sequence(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ran, err = c.RunOnce(ctx, key, ttl, func(context.Context) error { return nil }, nil)
+	ran, err = c.RunOnce(ctx, key, ttl, func(context.Context) error { return nil })
 	if !ran || err != nil {
 		t.Fatalf("RunOnce = %t, %v; want true, nil", ran, err)
 	}
@@ -211,7 +211,7 @@ func TestClient_Observer_sequence(t *testing.T) {
 
 	// RunOnce whose lock is deleted while the job runs: the loss is
 	// reported once, after the release that finds the lock gone.
-	ran, err = c.RunOnce(ctx, key, ttl, func(context.Context) error { return rc.Del(ctx, key).Err() }, nil)
+	ran, err = c.RunOnce(ctx, key, ttl, func(context.Context) error { return rc.Del(ctx, key).Err() })
 	if !ran || !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("RunOnce = %t, %v; want true, ErrLost", ran, err)
 	}
@@ -227,7 +227,7 @@ func TestClient_Logger_lostLock(t *testing.T) {
 	key := redistest.Key(t, "lock")
 
 	// Obtaining and releasing log nothing.
-	if err := c.Do(ctx, key, time.Second, func(context.Context) error { return nil }, nil); err != nil {
+	if err := c.Do(ctx, key, time.Second, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); out != "" {
@@ -240,7 +240,7 @@ func TestClient_Logger_lostLock(t *testing.T) {
 		}
 		<-wctx.Done()
 		return nil
-	}, &lock.DoOptions{RefreshEvery: 100 * time.Millisecond}) // the Del comes first
+	}, lock.WithRefreshEvery(100*time.Millisecond)) // the Del comes first
 	if !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Do = %v, want ErrLost", err)
 	}
@@ -285,7 +285,7 @@ func TestClient_Observer_panics(t *testing.T) {
 				t.Errorf("Obtain recovered %v, want the Observer's panic", r)
 			}
 		}()
-		_, _ = c.Obtain(ctx, panics, time.Second, nil)
+		_, _ = c.Obtain(ctx, panics, time.Second)
 	}()
 	rc.Del(ctx, panics) // the lock Obtain took before it panicked
 
@@ -299,7 +299,7 @@ func TestClient_Observer_panics(t *testing.T) {
 			}
 		}
 		return nil
-	}, &lock.DoOptions{RefreshEvery: 20 * time.Millisecond})
+	}, lock.WithRefreshEvery(20*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Do = %v, want nil", err)
 	}

@@ -32,11 +32,11 @@ func ExampleClient_Obtain() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := c.Obtain(ctx, "invoice:42", 10*time.Second, &lock.ObtainOptions{Metadata: "worker-a"})
+	l, err := c.Obtain(ctx, "invoice:42", 10*time.Second, lock.WithMetadata("worker-a"))
 	if err != nil {
 		panic(err)
 	}
-	_, err = c.Obtain(ctx, "invoice:42", 10*time.Second, nil)
+	_, err = c.Obtain(ctx, "invoice:42", 10*time.Second)
 	fmt.Println("second obtain:", err)
 
 	info, _ := c.Inspect(ctx, "invoice:42")
@@ -62,9 +62,7 @@ func ExampleClient_Do() {
 		// if it is lost, ctx is cancelled with cause lock.ErrLost.
 		fmt.Println("building the report")
 		return nil
-	}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
-		Retry: lock.ExponentialBackoff(10*time.Millisecond, time.Second), // wait if another instance holds it
-	}})
+	}, lock.WithRetry(lock.ExponentialBackoff(10*time.Millisecond, time.Second))) // wait if another instance holds it
 	fmt.Println("done:", err)
 	// Output:
 	// building the report
@@ -84,7 +82,7 @@ func ExampleClient_RunOnce() {
 		ran, err := c.RunOnce(ctx, "cron:cleanup", 10*time.Minute, func(ctx context.Context) error {
 			fmt.Println("instance", instance, "cleans up")
 			return nil
-		}, &lock.RunOnceOptions{MinHold: time.Minute})
+		}, lock.WithMinHold(time.Minute))
 		fmt.Println(instance, "ran:", ran, err)
 	}
 	// Output:
@@ -112,9 +110,9 @@ func ExampleLock_Fence() {
 		return nil
 	}
 
-	old, _ := c.Obtain(ctx, "account:7", time.Second, &lock.ObtainOptions{Fencing: true})
+	old, _ := c.Obtain(ctx, "account:7", time.Second, lock.WithFencing())
 	rdb.Del(ctx, "account:7") // old's lock expires while it is paused
-	next, _ := c.Obtain(ctx, "account:7", time.Second, &lock.ObtainOptions{Fencing: true})
+	next, _ := c.Obtain(ctx, "account:7", time.Second, lock.WithFencing())
 
 	fmt.Println("new holder writes:", write(next.Fence()))
 	fmt.Println("old holder wakes up and writes:", write(old.Fence()))
@@ -136,7 +134,7 @@ func ExampleLock_Replace() {
 	charges := 0
 	pay := func(id string) string {
 		key := "payment:" + id
-		l, err := c.Obtain(ctx, key, 30*time.Second, nil)
+		l, err := c.Obtain(ctx, key, 30*time.Second)
 		if errors.Is(err, lock.ErrNotObtained) {
 			if _, err := c.Inspect(ctx, key); errors.Is(err, lock.ErrForeignValue) {
 				receipt, _ := rdb.Get(ctx, key).Result()
@@ -172,7 +170,7 @@ func ExampleLock_Refresh() {
 	c, _ := lock.New(rdb, nil)
 
 	const ttl = 3 * time.Second
-	l, err := c.Obtain(context.Background(), "import:big-file", ttl, nil)
+	l, err := c.Obtain(context.Background(), "import:big-file", ttl)
 	if err != nil {
 		panic(err)
 	}
@@ -217,10 +215,10 @@ func ExampleClient_Do_notObtained() {
 		err := b.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
 			fmt.Println("b builds the report") // not reached
 			return nil
-		}, nil)
+		})
 		fmt.Println("b:", err, errors.Is(err, lock.ErrNotObtained))
 		return nil
-	}, nil)
+	})
 	fmt.Println("a:", err)
 	// Output:
 	// a builds the report
@@ -242,7 +240,7 @@ func ExampleClient_Do_lost() {
 		<-ctx.Done() // the work, watching ctx
 		fmt.Println("work stopped, lost:", errors.Is(context.Cause(ctx), lock.ErrLost))
 		return ctx.Err()
-	}, nil)
+	})
 	fmt.Println("Do lost:", errors.Is(err, lock.ErrLost))
 	// Output:
 	// work stopped, lost: true
@@ -261,8 +259,8 @@ func ExampleOptions_observer() {
 		fmt.Println(e.Kind, e.Key, e.Err)
 	}})
 
-	l, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, nil)
-	_, _ = c.RunOnce(ctx, "invoice:42", time.Minute, func(ctx context.Context) error { return nil }, nil)
+	l, _ := c.Obtain(ctx, "invoice:42", 10*time.Second)
+	_, _ = c.RunOnce(ctx, "invoice:42", time.Minute, func(ctx context.Context) error { return nil })
 	_ = l.Release(ctx)
 	_ = l.Release(ctx)
 	// Output:
@@ -276,7 +274,7 @@ func ExampleOptions_observer() {
 // A waiter with a Retry is handed the lock by the release and woken by a
 // notification: its back-off can be long, it only bounds how late a lost
 // notification is noticed.
-func ExampleObtainOptions_handoff() {
+func ExampleWithRetry_handoff() {
 	rdb, stop := embedded()
 	defer stop()
 	ctx := context.Background()
@@ -286,7 +284,7 @@ func ExampleObtainOptions_handoff() {
 			woken <- struct{}{}
 		}
 	}})
-	wait := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Minute)}
+	wait := lock.WithRetry(lock.LinearBackoff(time.Minute))
 
 	l, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, wait)
 	got := make(chan *lock.Lock)
@@ -329,7 +327,7 @@ func Example_do() {
 	// cancelled (cause lock.ErrLost) the moment it is lost.
 	err = locks.Do(ctx, "report:daily", 30*time.Second, func(ctx context.Context) error {
 		return buildReport(ctx)
-	}, nil)
+	})
 	if errors.Is(err, lock.ErrNotObtained) {
 		log.Print("another instance is on it")
 	}
@@ -344,11 +342,11 @@ func Example_obtain() {
 	}
 	ctx := context.Background()
 
-	l, err := locks.Obtain(ctx, "order:42", 10*time.Second, &lock.ObtainOptions{
-		Retry:    lock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond),
-		Metadata: "pod-7", // readable by anyone with locks.Inspect
-		Fencing:  true,    // l.Fence() grows with every acquisition of the key
-	})
+	l, err := locks.Obtain(ctx, "order:42", 10*time.Second,
+		lock.WithRetry(lock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond)),
+		lock.WithMetadata("pod-7"), // readable by anyone with locks.Inspect
+		lock.WithFencing(),         // l.Fence() grows with every acquisition of the key
+	)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -357,6 +355,6 @@ func Example_obtain() {
 
 	// A cron on every replica, run by one: the others get ran == false.
 	ran, err := locks.RunOnce(ctx, "cron:cleanup", 10*time.Minute, cleanup,
-		&lock.RunOnceOptions{MinHold: time.Minute})
+		lock.WithMinHold(time.Minute))
 	log.Print(ran, err)
 }

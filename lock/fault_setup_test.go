@@ -78,14 +78,14 @@ func TestClient_setupFaults(t *testing.T) {
 		call func(ctx context.Context, c *lock.Client, l *lock.Lock, key string) error
 	}{
 		{"Obtain", false, func(ctx context.Context, c *lock.Client, _ *lock.Lock, key string) error {
-			_, err := c.Obtain(ctx, key, time.Minute, nil)
+			_, err := c.Obtain(ctx, key, time.Minute)
 			return err
 		}},
 		{"Do", false, func(ctx context.Context, c *lock.Client, _ *lock.Lock, key string) error {
-			return c.Do(ctx, key, time.Minute, func(context.Context) error { return nil }, nil)
+			return c.Do(ctx, key, time.Minute, func(context.Context) error { return nil })
 		}},
 		{"RunOnce", false, func(ctx context.Context, c *lock.Client, _ *lock.Lock, key string) error {
-			_, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil }, nil)
+			_, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil })
 			return err
 		}},
 		{"Inspect", false, func(ctx context.Context, c *lock.Client, _ *lock.Lock, key string) error {
@@ -121,7 +121,7 @@ func TestClient_setupFaults(t *testing.T) {
 						key := redistest.Key(t, "lock")
 						var l *lock.Lock
 						if tc.held {
-							if l, err = c.Obtain(ctx, key, time.Minute, nil); err != nil {
+							if l, err = c.Obtain(ctx, key, time.Minute); err != nil {
 								t.Fatal(err)
 							}
 						}
@@ -158,7 +158,7 @@ func TestClient_capabilitiesAfterWrongPassword(t *testing.T) {
 		if caps, err := c.Capabilities(ctx); err == nil {
 			t.Fatalf("Capabilities with a wrong password: %v, no error", caps)
 		}
-		if _, err := c.Obtain(ctx, redistest.Key(t, "lock"), time.Minute, nil); err == nil {
+		if _, err := c.Obtain(ctx, redistest.Key(t, "lock"), time.Minute); err == nil {
 			t.Fatal("Obtain with a wrong password: no error")
 		}
 		// The operator puts the old password back.

@@ -555,7 +555,7 @@ func TestDo_faults_keepAliveLossBeforeExpiry(t *testing.T) {
 						// and return.
 						p.Resume()
 						return err
-					}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Fencing: true}})
+					}, lock.WithFencing())
 				}()
 				redistest.Recv(t, ctx, working, "the holder to start working")
 				if err := redistest.Recv(t, ctx, done, "Do to return"); !errors.Is(err, lock.ErrLost) {
@@ -632,12 +632,12 @@ func TestDo_faults_lateWrite(t *testing.T) {
 				errA <- lcA.Do(ctx, r.key, r.ttl, func(work context.Context) error {
 					defer close(aWrote)
 					return sectionA(work)
-				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Fencing: true}})
+				}, lock.WithFencing())
 			}()
 			redistest.Recv(t, ctx, aRead, "A to read")
 			go func() {
-				errB <- lcB.Do(ctx, r.key, r.ttl, sectionB, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
-					Fencing: true, Retry: lock.LinearBackoff(10 * time.Millisecond), MaxWait: 10 * time.Second}})
+				errB <- lcB.Do(ctx, r.key, r.ttl, sectionB,
+					lock.WithFencing(), lock.WithRetry(lock.LinearBackoff(10*time.Millisecond)), lock.WithMaxWait(10*time.Second))
 			}()
 			if err := redistest.Recv(t, ctx, errA, "A's Do"); !errors.Is(err, lock.ErrLost) {
 				t.Errorf("A's Do = %v, want ErrLost", err)
@@ -713,8 +713,8 @@ func (h *faultHolder) pause(ctx context.Context, over <-chan struct{}, d time.Du
 func (h *faultHolder) run(ctx context.Context, r *rig, rng *rand.Rand) (outcomes, error) {
 	var o outcomes
 	paused := false // once per holder: each pause stalls everyone for a TTL
-	opts := &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
-		Fencing: true, Retry: lock.ExponentialBackoff(5*time.Millisecond, 40*time.Millisecond), MaxWait: 2 * r.ttl}}
+	opts := []lock.Option{
+		lock.WithFencing(), lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 40*time.Millisecond)), lock.WithMaxWait(2 * r.ttl)}
 	for i := 0; ctx.Err() == nil; i++ {
 		p := plan{work: time.Duration(5+rng.IntN(35)) * time.Millisecond}
 		long := rng.IntN(10) < 2
@@ -735,7 +735,7 @@ func (h *faultHolder) run(ctx context.Context, r *rig, rng *rand.Rand) (outcomes
 			h.long.Store(long)
 			defer h.long.Store(false)
 			return section(work)
-		}, opts)
+		}, opts...)
 		switch {
 		case err == nil:
 			o.ok++

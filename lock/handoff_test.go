@@ -38,10 +38,10 @@ type obtained struct {
 }
 
 // obtainAsync runs Obtain on its own goroutine and reports on the channel.
-func obtainAsync(ctx context.Context, c *lock.Client, key string, ttl time.Duration, opts *lock.ObtainOptions) <-chan obtained {
+func obtainAsync(ctx context.Context, c *lock.Client, key string, ttl time.Duration, opts ...lock.Option) <-chan obtained {
 	ch := make(chan obtained, 1)
 	go func() {
-		l, err := c.Obtain(ctx, key, ttl, opts)
+		l, err := c.Obtain(ctx, key, ttl, opts...)
 		ch <- obtained{l, err}
 	}()
 	return ch
@@ -60,7 +60,7 @@ func waitQueued(tb testing.TB, ctx context.Context, rc redis.UniversalClient, ke
 // never is a back-off no test outlives: a waiter with it is only ever
 // handed the lock by notification (or at its deadline, which fails the
 // test).
-var never = &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour)}
+var never = lock.WithRetry(lock.LinearBackoff(time.Hour))
 
 // TestHandoff_wokenByRelease: a waiter whose poll would come only after
 // the test's deadline gets the lock when it is released, counted by
@@ -129,7 +129,7 @@ func TestHandoff_noOvertaking(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if l, err := newcomer.Obtain(ctx, key, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+		if l, err := newcomer.Obtain(ctx, key, time.Minute); !errors.Is(err, lock.ErrNotObtained) {
 			t.Fatalf("a newcomer overtook the waiters: %v, %v", l, err)
 		}
 		r1 := redistest.Recv(t, ctx, got1, "the first waiter")
@@ -177,16 +177,16 @@ func TestHandoff_fencing(t *testing.T) {
 		key := redistest.Key(t, "k")
 		fenceKey, _ := lock.FenceKey(key)
 		c, rc := newClient(t, s, nil)
-		fenced := &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour), Fencing: true}
+		fenced := []lock.Option{lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithFencing()}
 
-		l, err := c.Obtain(ctx, key, time.Minute, fenced)
+		l, err := c.Obtain(ctx, key, time.Minute, fenced...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		last := l.Fence()
-		for i, opts := range []*lock.ObtainOptions{fenced, never, fenced, fenced} {
+		for i, opts := range [][]lock.Option{fenced, {never}, fenced, fenced} {
 			waiter, _ := newClient(t, s, nil)
-			got := obtainAsync(ctx, waiter, key, time.Minute, opts)
+			got := obtainAsync(ctx, waiter, key, time.Minute, opts...)
 			waitQueued(t, ctx, rc, key, 1)
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -196,7 +196,7 @@ func TestHandoff_fencing(t *testing.T) {
 				t.Fatalf("waiter %d: %v", i, r.err)
 			}
 			l = r.l
-			if !opts.Fencing {
+			if len(opts) == 1 { // never: without fencing
 				if l.Fence() != 0 {
 					t.Errorf("waiter %d without fencing got fence %d", i, l.Fence())
 				}
@@ -318,7 +318,7 @@ func TestHandoff_subscriptionFaults(t *testing.T) {
 					t.Fatal(err)
 				}
 				holder, rc := newClient(t, s, nil)
-				poll := &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)}
+				poll := lock.WithRetry(lock.LinearBackoff(20 * time.Millisecond))
 
 				h, err := holder.Obtain(ctx, key, time.Minute, never)
 				if err != nil {
@@ -418,7 +418,7 @@ func workerHandoff() int {
 						return err
 					}
 					return rc.Set(ctx, counter, v+1, 0).Err()
-				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{Retry: lock.LinearBackoff(time.Hour), MaxWait: time.Minute}})
+				}, lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithMaxWait(time.Minute))
 				if err != nil {
 					errs <- err
 					return
@@ -487,7 +487,7 @@ func workerWaiter() int {
 	c := workerClient()
 	wait, _ := time.ParseDuration(workerEnv("WAIT"))
 	if _, err := c.Obtain(context.Background(), workerEnv("KEY"), time.Minute,
-		&lock.ObtainOptions{Retry: lock.LinearBackoff(wait), MaxWait: time.Minute}); err != nil {
+		lock.WithRetry(lock.LinearBackoff(wait)), lock.WithMaxWait(time.Minute)); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
 	}
@@ -513,7 +513,7 @@ func TestHandoff_deadWaiter(t *testing.T) {
 		waitQueued(t, ctx, rc, key, 1)
 		p.Kill()
 		next, _ := newClient(t, s, nil)
-		got := obtainAsync(ctx, next, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)})
+		got := obtainAsync(ctx, next, key, time.Minute, lock.WithRetry(lock.LinearBackoff(10*time.Millisecond)))
 		waitQueued(t, ctx, rc, key, 2)
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -542,7 +542,7 @@ func TestACL_handoff(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		prefix := aclPrefix(t)
 		admin := s.Client(t)
-		poll := &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)}
+		poll := lock.WithRetry(lock.LinearBackoff(10 * time.Millisecond))
 		noChannel := func(perms []string) (out []string) {
 			for _, p := range perms {
 				if !strings.HasPrefix(p, "&") {
@@ -554,7 +554,7 @@ func TestACL_handoff(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			perms []string
-			opts  *lock.ObtainOptions
+			opts  lock.Option
 			warn  []string // in the waiter's and holder's logs
 		}{
 			{"lock perms", redistest.LockPerms(s.Kind, prefix+"*"), poll, []string{"waiters poll for released locks"}},
@@ -704,7 +704,7 @@ func TestHandoff_expiredLock(t *testing.T) {
 		}
 		got1 := obtainAsync(ctx, first, key, time.Minute, never)
 		waitQueued(t, ctx, rc, key, 1)
-		got2 := obtainAsync(ctx, second, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)})
+		got2 := obtainAsync(ctx, second, key, time.Minute, lock.WithRetry(lock.LinearBackoff(10*time.Millisecond)))
 		waitQueued(t, ctx, rc, key, 2)
 		if err := rc.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
@@ -757,7 +757,8 @@ func TestHandoff_transientReplies(t *testing.T) {
 
 		// BUSY while the holder's Client first looks at the server.
 		stop := redistest.Busy(t, s.Addrs()[0])
-		if _, err := holder.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(time.Millisecond), MaxWait: time.Millisecond}); err == nil {
+		if _, err := holder.Obtain(ctx, key, time.Minute,
+			lock.WithRetry(lock.LinearBackoff(time.Millisecond)), lock.WithMaxWait(time.Millisecond)); err == nil {
 			t.Fatal("obtained a lock from a server answering BUSY")
 		}
 		stop()

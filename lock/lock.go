@@ -65,33 +65,6 @@ func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	return caps, err
 }
 
-// ObtainOptions configure one Obtain. A nil *ObtainOptions means all
-// defaults: one attempt, no metadata, no fencing.
-type ObtainOptions struct {
-	// Retry says how to wait for a held lock. Default: nil, one attempt.
-	//
-	// With a Retry, a waiter queues and is handed the lock by the release
-	// of a lock that was itself obtained with a Retry, woken by a
-	// notification; its polls, paced by Retry, are the safety net (see the
-	// package doc, "Waiting: hand-off and wake-up"). Such a lock's Release
-	// runs a script that checks the queue.
-	Retry RetryStrategy
-
-	// MaxWait bounds the time spent retrying. Default: the context's
-	// deadline, or the lock's TTL when the context has none.
-	MaxWait time.Duration
-
-	// Metadata is stored with the token, e.g. who holds the lock, and can
-	// be read by anyone with Inspect. Default: empty.
-	Metadata string
-
-	// Fencing draws a fencing number with the acquisition; see Lock.Fence.
-	// The counter lives in a companion key in the same cluster slot (see
-	// FenceKey), without expiry. It needs scripting (EVALSHA/EVAL) on the
-	// server. Default: false.
-	Fencing bool
-}
-
 // Lock is one acquisition of a key. Its methods are safe for concurrent
 // use; they act only while the key still holds this acquisition's value.
 type Lock struct {
@@ -118,7 +91,7 @@ func (l *Lock) Token() string { return l.token }
 func (l *Lock) Metadata() string { return l.meta }
 
 // Fence returns the acquisition's fencing number, or 0 without
-// ObtainOptions.Fencing. Numbers for one key grow with every acquisition,
+// WithFencing. Numbers for one key grow with every acquisition,
 // across processes and expiries, so a store that remembers the largest
 // number it has seen can reject writes from a holder that lost the lock
 // while paused.
@@ -138,19 +111,28 @@ func (l *Lock) Fence() int64 { return l.fence }
 
 // Obtain takes the lock on key for ttl, with one SET NX PX round trip (a
 // script when fencing). If the lock is held it returns ErrNotObtained, or
-// with opts.Retry waits and tries again until opts.MaxWait, the context's
+// with WithRetry waits and tries again until WithMaxWait, the context's
 // deadline or, lacking both, ttl has passed. A ctx that has ended, before
 // or during the wait, returns errors.Join(ErrNotObtained, ctx.Err()), and an
-// ended ctx makes no attempt.
-func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts *ObtainOptions) (*Lock, error) {
-	if opts == nil {
-		opts = &ObtainOptions{}
+// ended ctx makes no attempt. Its options are WithRetry, WithMaxWait,
+// WithMetadata and WithFencing; no option means one attempt, no metadata,
+// no fencing.
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	s, err := gather("Obtain", obtainAccepts, opts)
+	if err != nil {
+		return nil, err
 	}
+	return c.obtainWith(ctx, key, ttl, s)
+}
+
+// obtainWith obtains the lock for Obtain, Do and RunOnce once their
+// options are gathered: it checks the arguments, obtains and reports.
+func (c *Client) obtainWith(ctx context.Context, key string, ttl time.Duration, opts *callSettings) (*Lock, error) {
 	if err := c.checkObtain(key, ttl, opts); err != nil {
 		return nil, err
 	}
 	fenceKey := ""
-	if opts.Fencing {
+	if opts.fencing {
 		var ok bool
 		if fenceKey, ok = FenceKey(key); !ok {
 			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
@@ -176,16 +158,16 @@ func ctxEnded(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func (c *Client) checkObtain(key string, ttl time.Duration, opts *ObtainOptions) error {
+func (c *Client) checkObtain(key string, ttl time.Duration, opts *callSettings) error {
 	switch {
 	case key == "":
 		return invalid("empty key")
 	case ttl < time.Millisecond:
 		return invalid("ttl %v for key %q is below 1ms", ttl, key)
-	case len(opts.Metadata) > c.maxMetadata:
-		return invalid("metadata of %d bytes for key %q exceeds MaxMetadata (%d)", len(opts.Metadata), key, c.maxMetadata)
-	case opts.MaxWait < 0:
-		return invalid("negative MaxWait %v", opts.MaxWait)
+	case len(opts.metadata) > c.maxMetadata:
+		return invalid("metadata of %d bytes for key %q exceeds MaxMetadata (%d)", len(opts.metadata), key, c.maxMetadata)
+	case opts.maxWait < 0:
+		return invalid("negative MaxWait %v", opts.maxWait)
 	}
 	return nil
 }
@@ -194,7 +176,7 @@ func (c *Client) checkObtain(key string, ttl time.Duration, opts *ObtainOptions)
 // trip. It returns ErrNotHeld, and leaves the key alone, if the lock
 // expired or is now someone else's. A lock obtained with a Retry is handed
 // instead to the first live waiter queued for it, in the same round trip,
-// and that waiter is notified (see ObtainOptions.Retry).
+// and that waiter is notified (see WithRetry).
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) }
 
 // release is Release; warnNotHeld says whether finding the lock not held
@@ -324,8 +306,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 // failure to log (unlike Release, it logs no warning for it). It reports
 // as a Release does: EventReleased on success, EventReleaseFailed
 // otherwise. Unlike Release, it hands nothing to waiters queued for the
-// lock (ObtainOptions.Retry): they find the key taken by the value and
-// give up at their MaxWait. A ttl below 1ms is an error wrapping
+// lock (WithRetry): they find the key taken by the value and
+// give up at their WithMaxWait. A ttl below 1ms is an error wrapping
 // ErrInvalid.
 func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
@@ -348,7 +330,7 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 }
 
 // FenceKey returns the key holding the fencing counter of the lock on key
-// (see ObtainOptions.Fencing), in the same cluster slot as key; ok is false
+// (see WithFencing), in the same cluster slot as key; ok is false
 // for keys that cannot have one (a '}' but no hash tag). The counter has
 // no TTL. Numbers drawn after it is deleted start from the server's clock
 // (see Lock.Fence), so losing it keeps numbers growing as long as that

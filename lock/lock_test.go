@@ -128,14 +128,14 @@ func testLifecycle(t *testing.T, s *redistest.Server, caps lock.Capabilities, me
 	other, _ := newClient(t, s, nil)
 	key := redistest.Key(t, "lock")
 
-	l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: meta})
+	l, err := c.Obtain(ctx, key, time.Minute, lock.WithMetadata(meta))
 	if err != nil {
 		t.Fatalf("Obtain: %v", err)
 	}
 	if len(l.Token()) != 32 || l.Key() != key || l.Metadata() != meta {
 		t.Fatalf("lock = token %q key %q meta %d bytes", l.Token(), l.Key(), len(l.Metadata()))
 	}
-	if _, err := other.Obtain(ctx, key, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+	if _, err := other.Obtain(ctx, key, time.Minute); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("second Obtain = %v, want ErrNotObtained", err)
 	}
 	if ttl, err := l.TTL(ctx); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
@@ -161,14 +161,14 @@ func testLifecycle(t *testing.T, s *redistest.Server, caps lock.Capabilities, me
 	// The lock expires (simulated by deleting it) and another owner takes
 	// it: the first owner's release, refresh and TTL must fail and leave the
 	// new owner's lock exactly as it was.
-	l, err = c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: meta})
+	l, err = c.Obtain(ctx, key, time.Minute, lock.WithMetadata(meta))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rc.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := other.Obtain(ctx, key, 30*time.Second, &lock.ObtainOptions{Metadata: meta})
+	l2, err := other.Obtain(ctx, key, 30*time.Second, lock.WithMetadata(meta))
 	if err != nil {
 		t.Fatalf("Obtain after expiry: %v", err)
 	}
@@ -215,7 +215,7 @@ func TestLock_runtimeDowngrade(t *testing.T) {
 			forced := lock.Capabilities{Release: lock.ReleaseDelex, Extend: lock.ExtendSetIfEq, Digest: lock.DigestNative, DelIfEq: tt.want.DelIfEq}
 			c, _ := newForced(t, s, forced)
 			key := redistest.Key(t, "lock")
-			l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Metadata: tt.meta})
+			l, err := c.Obtain(ctx, key, time.Minute, lock.WithMetadata(tt.meta))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,28 +255,28 @@ func TestClient_badInput(t *testing.T) {
 		{"nil client", func() error { _, err := lock.New(nil, nil); return err }, "nil Redis client"},
 		{"typed nil client", func() error { var rdb *redis.Client; _, err := lock.New(rdb, nil); return err }, "nil Redis client"},
 		{"negative threshold", func() error { _, err := lock.New(rc, &lock.Options{DigestThreshold: -1}); return err }, "DigestThreshold"},
-		{"empty key", func() error { _, err := c.Obtain(ctx, "", time.Second, nil); return err }, "empty key"},
-		{"zero ttl", func() error { _, err := c.Obtain(ctx, "k", 0, nil); return err }, "below 1ms"},
-		{"sub-ms ttl", func() error { _, err := c.Obtain(ctx, "k", time.Microsecond, nil); return err }, "below 1ms"},
-		{"negative ttl", func() error { _, err := c.Obtain(ctx, "k", -time.Second, nil); return err }, "below 1ms"},
+		{"empty key", func() error { _, err := c.Obtain(ctx, "", time.Second); return err }, "empty key"},
+		{"zero ttl", func() error { _, err := c.Obtain(ctx, "k", 0); return err }, "below 1ms"},
+		{"sub-ms ttl", func() error { _, err := c.Obtain(ctx, "k", time.Microsecond); return err }, "below 1ms"},
+		{"negative ttl", func() error { _, err := c.Obtain(ctx, "k", -time.Second); return err }, "below 1ms"},
 		{"huge metadata", func() error {
-			_, err := c.Obtain(ctx, "k", time.Second, &lock.ObtainOptions{Metadata: strings.Repeat("m", lock.DefaultMaxMetadata+1)})
+			_, err := c.Obtain(ctx, "k", time.Second, lock.WithMetadata(strings.Repeat("m", lock.DefaultMaxMetadata+1)))
 			return err
 		}, "exceeds MaxMetadata"},
-		{"negative MaxWait", func() error { _, err := c.Obtain(ctx, "k", time.Second, &lock.ObtainOptions{MaxWait: -1}); return err }, "MaxWait"},
+		{"negative MaxWait", func() error { _, err := c.Obtain(ctx, "k", time.Second, lock.WithMaxWait(-1)); return err }, "MaxWait"},
 		{"fencing without slot", func() error {
-			_, err := c.Obtain(ctx, "a}b", time.Second, &lock.ObtainOptions{Fencing: true})
+			_, err := c.Obtain(ctx, "a}b", time.Second, lock.WithFencing())
 			return err
 		}, "cluster slot"},
-		{"Do nil fn", func() error { return c.Do(ctx, "k", time.Second, nil, nil) }, "nil fn"},
-		{"Do empty key", func() error { return c.Do(ctx, "", time.Second, nop, nil) }, "empty key"},
-		{"Do refresh >= ttl", func() error { return c.Do(ctx, "k", time.Second, nop, &lock.DoOptions{RefreshEvery: time.Second}) }, "RefreshEvery"},
-		{"RunOnce nil fn", func() error { _, err := c.RunOnce(ctx, "k", time.Second, nil, nil); return err }, "nil fn"},
+		{"Do nil fn", func() error { return c.Do(ctx, "k", time.Second, nil) }, "nil fn"},
+		{"Do empty key", func() error { return c.Do(ctx, "", time.Second, nop) }, "empty key"},
+		{"Do refresh >= ttl", func() error { return c.Do(ctx, "k", time.Second, nop, lock.WithRefreshEvery(time.Second)) }, "RefreshEvery"},
+		{"RunOnce nil fn", func() error { _, err := c.RunOnce(ctx, "k", time.Second, nil); return err }, "nil fn"},
 		{"RunOnce MinHold > maxHold", func() error {
-			_, err := c.RunOnce(ctx, "k", time.Second, nop, &lock.RunOnceOptions{MinHold: time.Minute})
+			_, err := c.RunOnce(ctx, "k", time.Second, nop, lock.WithMinHold(time.Minute))
 			return err
 		}, "MinHold"},
-		{"RunOnce zero maxHold", func() error { _, err := c.RunOnce(ctx, "k", 0, nop, nil); return err }, "below 1ms"},
+		{"RunOnce zero maxHold", func() error { _, err := c.RunOnce(ctx, "k", 0, nop); return err }, "below 1ms"},
 		{"Inspect empty key", func() error { _, err := c.Inspect(ctx, ""); return err }, "empty key"},
 	}
 	for _, tt := range tests {
@@ -292,7 +292,7 @@ func TestClient_badInput(t *testing.T) {
 // obtainFenced obtains key with fencing, releases it and returns its fence.
 func obtainFenced(tb testing.TB, ctx context.Context, c *lock.Client, key string) int64 {
 	tb.Helper()
-	l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+	l, err := c.Obtain(ctx, key, time.Minute, lock.WithFencing())
 	if err != nil {
 		tb.Fatalf("Obtain %q: %v", key, err)
 	}
@@ -430,7 +430,7 @@ func TestLock_Fence_foreignCounter(t *testing.T) {
 			if err := rc.Set(ctx, fenceKey(t, key), v, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			l, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			l, err := c.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err == nil || errors.Is(err, lock.ErrNotObtained) {
 				t.Errorf("counter %q: Obtain = %v, %v; want an error other than ErrNotObtained", v, l, err)
 			}
@@ -480,7 +480,7 @@ func TestClient_Obtain_cancelledWhileWaiting(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t)
 			key := redistest.Key(t, "held")
-			other, err := c.Obtain(ctx, key, time.Minute, nil)
+			other, err := c.Obtain(ctx, key, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -488,16 +488,16 @@ func TestClient_Obtain_cancelledWhileWaiting(t *testing.T) {
 			called := make(chan int, 1)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			opts := lock.ObtainOptions{Retry: blockingRetry{called}, MaxWait: time.Hour}
+			opts := []lock.Option{lock.WithRetry(blockingRetry{called}), lock.WithMaxWait(time.Hour)}
 			errs := make(chan error, 1)
 			go func() {
 				if name == "Obtain" {
-					_, err := c.Obtain(wctx, key, time.Minute, &opts)
+					_, err := c.Obtain(wctx, key, time.Minute, opts...)
 					errs <- err
 					return
 				}
 				errs <- c.Do(wctx, key, time.Minute, func(context.Context) error { return errors.New("ran") },
-					&lock.DoOptions{ObtainOptions: opts})
+					opts...)
 			}()
 			select {
 			case <-called: // the first attempt found the lock held; now it waits
@@ -551,11 +551,11 @@ func TestLock_Fence_failoverToLaggingReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			obtainFenced(t, ctx, cm, key)
-			held, err := cm.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			held, err := cm.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatal(err)
 			}
-			second, err := cr.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			second, err := cr.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatalf("Obtain on the promoted replica: %v", err)
 			}
@@ -574,7 +574,7 @@ func TestLock_Replace(t *testing.T) {
 		var logs syncBuffer
 		c, rc := newClient(t, s, &lock.Options{Observer: rec.observe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		key := redistest.Key(t, "slot")
-		l, err := c.Obtain(ctx, key, time.Minute, nil)
+		l, err := c.Obtain(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,7 +601,7 @@ func TestLock_Replace(t *testing.T) {
 			t.Errorf("events of a Replace not held: %+v, want one release-failed with ErrNotHeld", got)
 		}
 		// Deleted behind the holder's back: Replace must not recreate it.
-		l, err = c.Obtain(ctx, key+":2", time.Minute, nil)
+		l, err = c.Obtain(ctx, key+":2", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

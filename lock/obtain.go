@@ -29,7 +29,7 @@ type obtaining struct {
 	c             *Client
 	key, fenceKey string
 	ttl           time.Duration
-	opts          *ObtainOptions
+	opts          *callSettings
 	start         time.Time
 	deadline      time.Time // of the retries: MaxWait, ctx's deadline or start+ttl
 	token, value  string
@@ -54,17 +54,17 @@ type attempted struct {
 
 // obtain is Obtain after its arguments were checked, without reporting.
 // Its errors match ErrNotObtained unless a server call failed.
-func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) (l *Lock, err error) {
+func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *callSettings, start time.Time) (l *Lock, err error) {
 	o := c.newObtaining(ctx, key, fenceKey, ttl, opts, start)
 	// Take no lock that could not be released: where the server refuses the
 	// scripts that releasing (or fencing) needs here, say so first.
-	if err := c.permitted(ctx, key, o.value, opts.Fencing); err != nil {
+	if err := c.permitted(ctx, key, o.value, opts.fencing); err != nil {
 		if ctx.Err() != nil {
 			return nil, errors.Join(ErrNotObtained, ctx.Err())
 		}
 		return nil, fmt.Errorf("lock: obtain %q: %w", key, err)
 	}
-	if opts.Retry != nil {
+	if opts.retry != nil {
 		o.hk, o.useHK = c.handoffUsable(ctx, key)
 	}
 	defer func() { o.finish(ctx, l != nil) }()
@@ -75,8 +75,8 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 			return nil, notObtained(ctx)
 		}
 		wait := time.Duration(-1)
-		if opts.Retry != nil {
-			wait = opts.Retry.Backoff(attempt)
+		if opts.retry != nil {
+			wait = opts.retry.Backoff(attempt)
 		}
 		a, err := o.attempt(ctx, wait)
 		switch {
@@ -110,17 +110,17 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 
 // newObtaining sets up an Obtain's attempts: their deadline, and the token
 // and value of the acquisition.
-func (c *Client) newObtaining(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *ObtainOptions, start time.Time) *obtaining {
+func (c *Client) newObtaining(ctx context.Context, key, fenceKey string, ttl time.Duration, opts *callSettings, start time.Time) *obtaining {
 	deadline, hasDeadline := ctx.Deadline()
-	if opts.MaxWait > 0 && (!hasDeadline || start.Add(opts.MaxWait).Before(deadline)) {
-		deadline = start.Add(opts.MaxWait)
+	if opts.maxWait > 0 && (!hasDeadline || start.Add(opts.maxWait).Before(deadline)) {
+		deadline = start.Add(opts.maxWait)
 	} else if !hasDeadline {
 		deadline = start.Add(ttl)
 	}
 	token := lockvalue.NewToken()
 	return &obtaining{
 		c: c, key: key, fenceKey: fenceKey, ttl: ttl, opts: opts, start: start, deadline: deadline,
-		token: token, value: lockvalue.Encode(token, start, opts.Metadata),
+		token: token, value: lockvalue.Encode(token, start, opts.metadata),
 	}
 }
 
@@ -139,7 +139,7 @@ func (o *obtaining) attempt(ctx context.Context, wait time.Duration) (a attempte
 		return a, nil
 	}
 	life := entryLife(max(wait, 0))
-	res, fence, err := o.c.waitStep(ctx, o.hk, o.value, o.token, o.ttl, o.opts.Fencing, life)
+	res, fence, err := o.c.waitStep(ctx, o.hk, o.value, o.token, o.ttl, o.opts.fencing, life)
 	if err == nil {
 		o.beat = heartbeat{at: a.sent, life: life}
 		o.c.handoffWorks()
@@ -158,7 +158,7 @@ func (o *obtaining) attempt(ctx context.Context, wait time.Duration) (a attempte
 // lock is the Lock the attempt a got, reporting first how a waiter came
 // by it when a release had handed it over.
 func (o *obtaining) lock(a attempted) *Lock {
-	l := &Lock{c: o.c, key: o.key, value: o.value, token: o.token, meta: o.opts.Metadata, fence: a.fence, sent: a.sent}
+	l := &Lock{c: o.c, key: o.key, value: o.value, token: o.token, meta: o.opts.metadata, fence: a.fence, sent: a.sent}
 	if o.useHK {
 		hk := o.hk
 		l.handoff = &hk

@@ -63,8 +63,7 @@ func workerCounter() int {
 						return err
 					}
 					return rc.Set(ctx, counter, v+1, 0).Err()
-				}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
-					Retry: lock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond), MaxWait: 10 * time.Minute}})
+				}, lock.WithRetry(lock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)), lock.WithMaxWait(10*time.Minute))
 				if err != nil {
 					errs <- err
 					return
@@ -116,7 +115,8 @@ func TestLock_mutualExclusion_processes(t *testing.T) {
 func workerHold() int {
 	c := workerClient()
 	ttl, _ := time.ParseDuration(workerEnv("TTL"))
-	if _, err := c.Obtain(context.Background(), workerEnv("KEY"), ttl, &lock.ObtainOptions{Metadata: "pid " + strconv.Itoa(os.Getpid())}); err != nil {
+	meta := lock.WithMetadata("pid " + strconv.Itoa(os.Getpid()))
+	if _, err := c.Obtain(context.Background(), workerEnv("KEY"), ttl, meta); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
 	}
@@ -143,10 +143,11 @@ func TestLock_killedHolder(t *testing.T) {
 		if err != nil || !strings.HasPrefix(info.Metadata, "pid ") {
 			t.Fatalf("Inspect after kill = %+v, %v; want the dead holder's lock", info, err)
 		}
-		if _, err := c.Obtain(ctx, key, time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
+		if _, err := c.Obtain(ctx, key, time.Second); !errors.Is(err, lock.ErrNotObtained) {
 			t.Fatalf("Obtain right after kill = %v, want ErrNotObtained (TTL not over)", err)
 		}
-		l, err := c.Obtain(ctx, key, time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond), MaxWait: 10 * time.Second})
+		l, err := c.Obtain(ctx, key, time.Second,
+			lock.WithRetry(lock.LinearBackoff(10*time.Millisecond)), lock.WithMaxWait(10*time.Second))
 		if err != nil {
 			t.Fatalf("Obtain after the dead holder's TTL: %v", err)
 		}
@@ -183,8 +184,8 @@ func workerFence() int {
 	key, list := workerEnv("KEY"), workerEnv("LIST")
 	late := 0
 	for i := range workerInt("N") {
-		l, err := c.Obtain(ctx, key, 40*time.Millisecond, &lock.ObtainOptions{
-			Fencing: true, Retry: lock.LinearBackoff(2 * time.Millisecond), MaxWait: 20 * time.Second})
+		l, err := c.Obtain(ctx, key, 40*time.Millisecond,
+			lock.WithFencing(), lock.WithRetry(lock.LinearBackoff(2*time.Millisecond)), lock.WithMaxWait(20*time.Second))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			return 1
@@ -263,14 +264,14 @@ func TestLock_fencing_keys(t *testing.T) {
 		c, rc := newClient(t, s, nil)
 		base := redistest.Key(t, "k")
 		for _, key := range []string{base, "orders:{" + base + "}", "{" + base + "}", base + "{", "a{" + base} {
-			l1, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			l1, err := c.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatalf("%q: %v", key, err)
 			}
 			if err := l1.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			l2, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			l2, err := c.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatal(err)
 			}

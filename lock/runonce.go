@@ -7,22 +7,6 @@ import (
 	"time"
 )
 
-// RunOnceOptions configure RunOnce. A nil *RunOnceOptions means all
-// defaults.
-type RunOnceOptions struct {
-	// MinHold keeps the lock at least this long after it was obtained,
-	// even when the job finishes sooner, so that an instance whose clock
-	// (or scheduler) is a little behind does not run the same tick again
-	// (ShedLock's lockAtLeastFor). It must not exceed maxHold. Default: 0.
-	MinHold time.Duration
-
-	// Metadata is stored with the lock, e.g. the instance's name.
-	Metadata string
-
-	// Fencing draws a fencing number (see ObtainOptions.Fencing).
-	Fencing bool
-}
-
 // RunOnce runs a scheduled job on at most one of the instances that call it
 // for the same key at about the same time: the instance that obtains the
 // lock runs fn and reports ran == true; the others skip it at once and get
@@ -34,21 +18,25 @@ type RunOnceOptions struct {
 // maxHold is the safety net for a holder that crashes: the lock expires
 // then, and fn's context is cancelled then with a cause matching ErrLost,
 // since past it another instance may start the job. It is not refreshed.
-// After fn the lock is kept until MinHold has passed since it was obtained,
-// or released at once if that has already happened. A panic in fn releases
-// (or holds) the lock the same way and goes on.
-func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts *RunOnceOptions) (ran bool, err error) {
-	if opts == nil {
-		opts = &RunOnceOptions{}
+// After fn the lock is kept until WithMinHold has passed since it was
+// obtained, or released at once if that has already happened. A panic in fn
+// releases (or holds) the lock the same way and goes on.
+//
+// Its options are WithMinHold, WithMetadata and WithFencing; RunOnce never
+// waits for a held lock, so WithRetry and WithMaxWait do not apply.
+func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts ...Option) (ran bool, err error) {
+	s, err := gather("RunOnce", runOnceAccepts, opts)
+	if err != nil {
+		return false, err
 	}
 	switch {
 	case fn == nil:
 		return false, invalid("nil fn for key %q", key)
-	case opts.MinHold < 0 || opts.MinHold > maxHold:
-		return false, invalid("MinHold %v must be between 0 and maxHold %v", opts.MinHold, maxHold)
+	case s.minHold < 0 || s.minHold > maxHold:
+		return false, invalid("MinHold %v must be between 0 and maxHold %v", s.minHold, maxHold)
 	}
 	start := time.Now()
-	l, err := c.Obtain(ctx, key, maxHold, &ObtainOptions{Metadata: opts.Metadata, Fencing: opts.Fencing})
+	l, err := c.obtainWith(ctx, key, maxHold, s)
 	if errors.Is(err, ErrNotObtained) && !ctxEnded(err) {
 		c.emit(EventSkipped, key, 0, nil)
 		return false, nil // another instance holds it: it runs or ran the job
@@ -69,7 +57,7 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		var herr error
 		// A lock not held is reported below, as lost.
-		if rest := opts.MinHold - time.Since(start); rest >= time.Millisecond {
+		if rest := s.minHold - time.Since(start); rest >= time.Millisecond {
 			herr = l.refresh(rctx, rest, false)
 		} else {
 			herr = l.release(rctx, false)

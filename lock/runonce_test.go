@@ -18,7 +18,7 @@ func workerCron() int {
 	c := workerClient()
 	ran, err := c.RunOnce(context.Background(), workerEnv("KEY"), time.Minute, func(context.Context) error {
 		return nil // a fast job: only MinHold keeps a late instance out
-	}, &lock.RunOnceOptions{MinHold: 20 * time.Second, Metadata: workerEnv("NAME")})
+	}, lock.WithMinHold(20*time.Second), lock.WithMetadata(workerEnv("NAME")))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 1
@@ -73,7 +73,7 @@ func TestClient_RunOnce_releasesWithoutMinHold(t *testing.T) {
 	key := redistest.Key(t, "cron")
 	calls := 0
 	for range 2 {
-		ran, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { calls++; return nil }, nil)
+		ran, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { calls++; return nil })
 		if err != nil || !ran {
 			t.Fatalf("RunOnce = %t, %v; want it to run", ran, err)
 		}
@@ -92,7 +92,7 @@ func TestClient_RunOnce_maxHoldCancels(t *testing.T) {
 		<-ctx.Done()
 		cause = context.Cause(ctx)
 		return ctx.Err()
-	}, nil)
+	})
 	if !ran || !errors.Is(cause, lock.ErrLost) || !errors.Is(err, lock.ErrLost) {
 		t.Errorf("RunOnce = %t, %v with cause %v; want the job cancelled with ErrLost", ran, err, cause)
 	}
@@ -118,24 +118,24 @@ func TestClient_RunOnce_cancelled(t *testing.T) {
 		call func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error
 	}{
 		{"RunOnce", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
-			ran, err := c.RunOnce(ctx, key, time.Minute, fn, nil)
+			ran, err := c.RunOnce(ctx, key, time.Minute, fn)
 			if ran {
 				return fmt.Errorf("ran = true (err %v)", err)
 			}
 			return err
 		}},
 		{"RunOnce fenced", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
-			ran, err := c.RunOnce(ctx, key, time.Minute, fn, &lock.RunOnceOptions{Fencing: true})
+			ran, err := c.RunOnce(ctx, key, time.Minute, fn, lock.WithFencing())
 			if ran {
 				return fmt.Errorf("ran = true (err %v)", err)
 			}
 			return err
 		}},
 		{"Do", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
-			return c.Do(ctx, key, time.Minute, fn, nil)
+			return c.Do(ctx, key, time.Minute, fn)
 		}},
 		{"Obtain", func(ctx context.Context, c *lock.Client, key string, fn func(context.Context) error) error {
-			l, err := c.Obtain(ctx, key, time.Minute, nil)
+			l, err := c.Obtain(ctx, key, time.Minute)
 			if l != nil {
 				return fmt.Errorf("obtained %v (err %v)", l.Key(), err)
 			}
@@ -173,12 +173,12 @@ func TestClient_RunOnce_heldElsewhere(t *testing.T) {
 	ctx := testCtx(t)
 	c, _ := newClient(t, s, nil)
 	key := redistest.Key(t, "job")
-	other, err := c.Obtain(ctx, key, time.Minute, nil)
+	other, err := c.Obtain(ctx, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Release(ctx)
-	ran, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil }, nil)
+	ran, err := c.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil })
 	if ran || err != nil {
 		t.Errorf("RunOnce = %t, %v; want false, nil while another instance holds the lock", ran, err)
 	}

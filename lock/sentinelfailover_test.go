@@ -70,7 +70,7 @@ func TestLock_Fence_sentinelLaggingReplica(t *testing.T) {
 						c = b
 					}
 					sent := time.Now()
-					l, err := c.Obtain(lctx, looped, time.Second, &lock.ObtainOptions{Fencing: true})
+					l, err := c.Obtain(lctx, looped, time.Second, lock.WithFencing())
 					if err != nil {
 						// The master away, or the key still held by an
 						// acquisition whose release the failover lost.
@@ -100,7 +100,7 @@ func TestLock_Fence_sentinelLaggingReplica(t *testing.T) {
 			}
 			lagged := drawn()
 			store := &fencedStore{}
-			h1, err := a.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+			h1, err := a.Obtain(ctx, key, time.Minute, lock.WithFencing())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestLock_Fence_sentinelLaggingReplica(t *testing.T) {
 			// Another process obtains the key: the lock h1 holds was lost.
 			var h2 *lock.Lock
 			for h2 == nil {
-				if h2, err = b.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true}); err != nil {
+				if h2, err = b.Obtain(ctx, key, time.Minute, lock.WithFencing()); err != nil {
 					if errors.Is(err, lock.ErrNotObtained) || ctx.Err() != nil {
 						t.Fatalf("Obtain on the promoted replica: %v; want the lock (h1's was lost with the old master)", err)
 					}

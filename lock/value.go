@@ -14,7 +14,7 @@ import (
 type Info struct {
 	Token    string        // the holder's token
 	Since    time.Time     // when the holder obtained it, by the holder's clock
-	Metadata string        // what the holder attached (ObtainOptions.Metadata)
+	Metadata string        // what the holder attached (WithMetadata)
 	TTL      time.Duration // time left before it expires; -1 if it never does
 }
 

@@ -62,7 +62,7 @@ func Lock(ctx context.Context, e *Env, r *report.Results) error {
 				var mine merged
 				key := ns + ":" + strconv.Itoa(i)
 				for t0 := time.Now(); t0.Before(end) && ctx.Err() == nil; t0 = time.Now() {
-					l, err := lc.Obtain(ctx, key, 10*time.Second, nil)
+					l, err := lc.Obtain(ctx, key, 10*time.Second)
 					if err == nil {
 						err = l.Release(ctx)
 					}

@@ -7,7 +7,7 @@
 //
 // The instances are separate OS processes (this program started again with
 // CRON_INSTANCE set). Their clocks are skewed on purpose by up to 150 ms;
-// RunOnce's MinHold keeps a late instance from running a tick again after
+// RunOnce's WithMinHold keeps a late instance from running a tick again after
 // the fast job has already finished.
 package main
 
@@ -63,7 +63,7 @@ func instance(in replicas.Instance) error {
 			case <-time.After(20 * time.Millisecond):
 				return nil
 			}
-		}, &lock.RunOnceOptions{MinHold: 500 * time.Millisecond, Metadata: "instance-" + name})
+		}, lock.WithMinHold(500*time.Millisecond), lock.WithMetadata("instance-"+name))
 		switch {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			// Stopped: not "another instance ran it", which is (false, nil).

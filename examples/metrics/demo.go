@@ -58,7 +58,7 @@ func runDemo(ctx context.Context, a *app, base string) error {
 	fmt.Println("5 requests for /price/7")
 
 	// The reindex lock, held here as another instance would hold it.
-	held, err := a.locks.Obtain(ctx, "examples/metrics:reindex", 10*time.Second, nil)
+	held, err := a.locks.Obtain(ctx, "examples/metrics:reindex", 10*time.Second)
 	if err != nil {
 		return err
 	}

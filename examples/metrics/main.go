@@ -171,7 +171,7 @@ func (a *app) routes() http.Handler {
 		fmt.Fprintf(w, "%d\n", p)
 	})
 	r.Post("/reindex", func(w http.ResponseWriter, r *http.Request) {
-		l, err := a.locks.Obtain(r.Context(), "examples/metrics:reindex", 10*time.Second, nil)
+		l, err := a.locks.Obtain(r.Context(), "examples/metrics:reindex", 10*time.Second)
 		switch {
 		case errors.Is(err, lock.ErrNotObtained):
 			http.Error(w, "a reindex is running", http.StatusConflict)

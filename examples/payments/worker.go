@@ -160,13 +160,19 @@ func operate(ctx context.Context, locks *lock.Client, store *Store, name, op str
 			return context.Cause(ctx) // the lock was lost: do not write
 		}
 		return a.record(ctx, store, next)
-	}, &lock.DoOptions{ObtainOptions: lock.ObtainOptions{
-		Fencing:  true,
-		Metadata: "worker " + name,
-		Retry:    lock.LinearBackoff(10 * time.Millisecond),
-		MaxWait:  10 * time.Second,
-	}})
+	}, lockOptions(name)...)
 	return a, err
+}
+
+// lockOptions say how every worker takes the order's lock: with a fencing
+// number, its name as metadata, waiting up to 10s for another holder.
+func lockOptions(name string) []lock.Option {
+	return []lock.Option{
+		lock.WithFencing(),
+		lock.WithMetadata("worker " + name),
+		lock.WithRetry(lock.LinearBackoff(10 * time.Millisecond)),
+		lock.WithMaxWait(10 * time.Second),
+	}
 }
 
 // operateAndFreeze runs a refund that is frozen, as by a long GC pause or a
@@ -178,12 +184,7 @@ func operate(ctx context.Context, locks *lock.Client, store *Store, name, op str
 func operateAndFreeze(ctx context.Context, locks *lock.Client, store *Store, name string, amount int64, in *bufio.Scanner) (Attempt, error) {
 	a := Attempt{Worker: name, Op: "refund", Amount: amount}
 	asked := time.Now()
-	l, err := locks.Obtain(ctx, store.LockKey(order), pausedTTL, &lock.ObtainOptions{
-		Fencing:  true,
-		Metadata: "worker " + name,
-		Retry:    lock.LinearBackoff(10 * time.Millisecond),
-		MaxWait:  10 * time.Second,
-	})
+	l, err := locks.Obtain(ctx, store.LockKey(order), pausedTTL, lockOptions(name)...)
 	if err != nil {
 		return a, err
 	}

@@ -123,12 +123,12 @@ type Capabilities struct {
 	// channel, the default for new users since Redis 7). Waiting
 	// processes then learn of a finished rebuild by polling. Only
 	// cache.(*Cache).Capabilities fills it in; a lock Client logs a refusal
-	// of its hand-off channel instead (see lock.ObtainOptions.Retry).
+	// of its hand-off channel instead (see lock.WithRetry).
 	AnnounceDenied string
 
 	// HandoffDenied is the server's reply when it refused the hand-off
 	// script of a lock Client (an ACL without a command it calls, or a
-	// server without one; see lock.ObtainOptions.Retry): waiters then poll, and
+	// server without one; see lock.WithRetry): waiters then poll, and
 	// the script is tried again a minute later. Only
 	// lock.(*Client).Capabilities fills it in.
 	HandoffDenied string

@@ -116,18 +116,18 @@ func (r signalRetry) Backoff(int) time.Duration {
 // holder released.
 func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key string) (released time.Time) {
 	tb.Helper()
-	l1, err := locks.Obtain(ctx, key, 10*time.Second, nil)
+	l1, err := locks.Obtain(ctx, key, 10*time.Second)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := locks.Obtain(ctx, key, 10*time.Second, nil); !errors.Is(err, lock.ErrNotObtained) {
+	if _, err := locks.Obtain(ctx, key, 10*time.Second); !errors.Is(err, lock.ErrNotObtained) {
 		tb.Fatalf("second Obtain: %v, want ErrNotObtained", err)
 	}
 	tried := make(chan struct{})
 	got := make(chan *lock.Lock, 1)
 	errs := make(chan error, 1)
 	go func() {
-		l, err := locks.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Retry: signalRetry{&sync.Once{}, tried}})
+		l, err := locks.Obtain(ctx, key, 10*time.Second, lock.WithRetry(signalRetry{&sync.Once{}, tried}))
 		if err != nil {
 			errs <- err
 			return

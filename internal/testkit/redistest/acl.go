@@ -140,7 +140,7 @@ func NearPerms() []string {
 	return []string{"+pttl", "+client|id", "+client|tracking", "+subscribe", "&__redis__:invalidate"}
 }
 
-// FencePerms are what ObtainOptions.Fencing adds to LockPerms on every
+// FencePerms are what lock.WithFencing adds to LockPerms on every
 // kind: the fence keys ("{key}:fence" for a key without a hash tag) and
 // the script that draws the number.
 func FencePerms(keyPattern string) []string {
