@@ -67,6 +67,7 @@ type coherence struct {
 	ages      [5]atomic.Int64 // by ageBuckets, then "up to the bound"
 	violation atomic.Int64    // began more than the bound after the supersession
 	failOpen  atomic.Int64    // the same, while failing open and not from the near cache
+	starved   atomic.Int64    // the same, from the near cache, within the overrun a stall of the process allows
 	maxAge    atomic.Int64    // ns, of the reads within the bound
 	errs      atomic.Int64    // checks that could not read the records
 
@@ -198,6 +199,7 @@ type coherenceReport struct {
 	Superseded []int64 `json:"superseded"`    // reads of a superseded version within the bound, by age: <=1ms, <=5ms, <=25ms, <=100ms, <=bound
 	Violations int64   `json:"violations"`    // reads of a version superseded more than the bound before they began
 	FailOpen   int64   `json:"fail_open"`     // the same, not from the near cache and while failing open (excused)
+	Starved    int64   `json:"starved"`       // the same, from the near cache, within the Lease overrun a stall of the process allows (excused)
 	MaxAge     int64   `json:"max_age_ns"`    // the oldest supersession a read within the bound returned
 	Errors     int64   `json:"check_errors"`  // checks that could not read the records
 	Lost       int64   `json:"tracking_lost"` // "tracking connection lost" logged by this worker's caches
@@ -205,7 +207,7 @@ type coherenceReport struct {
 }
 
 func (c *coherence) report() coherenceReport {
-	r := coherenceReport{Checked: c.checked.Load(), Violations: c.violation.Load(), FailOpen: c.failOpen.Load(), MaxAge: c.maxAge.Load(), Errors: c.errs.Load()}
+	r := coherenceReport{Checked: c.checked.Load(), Violations: c.violation.Load(), FailOpen: c.failOpen.Load(), Starved: c.starved.Load(), MaxAge: c.maxAge.Load(), Errors: c.errs.Load()}
 	for i := range c.ages {
 		r.Superseded = append(r.Superseded, c.ages[i].Load())
 	}
@@ -217,6 +219,7 @@ func (r coherenceReport) add(o coherenceReport) coherenceReport {
 	r.Checked += o.Checked
 	r.Violations += o.Violations
 	r.FailOpen += o.FailOpen
+	r.Starved += o.Starved
 	r.MaxAge = max(r.MaxAge, o.MaxAge)
 	r.Errors += o.Errors
 	r.Lost += o.Lost
@@ -277,11 +280,19 @@ func (w *worker) checkRead(ctx context.Context, op string, k int, v string, ver 
 	if age > w.cfg.Bound {
 		near := st.mine.Load() != st.mineAtStart // the near cache answered this read
 		failingOpen := !near && (c.serverErrs.Load() != st.serverErrs || st.lastServerErr >= began.Add(-failOpenCooldown).UnixNano())
+		// The near cache's clock lags while the process is starved: the
+		// Lease may be overrun by the lag beyond half a Lease.
+		stalled := w.stalls.worst(first, ended.UnixNano())
+		starved := near && age <= w.cfg.Bound+max(0, stalled-w.cfg.NearLease/2)
 		what := "older than the bound"
-		if failingOpen {
+		switch {
+		case failingOpen:
 			c.failOpen.Add(1)
 			what = "older than the bound while failing open"
-		} else {
+		case starved:
+			c.starved.Add(1)
+			what = fmt.Sprintf("older than the bound in a process stalled %v", stalled.Round(time.Millisecond))
+		default:
 			c.violation.Add(1)
 		}
 		// Where did it come from? The server's value now, over the

@@ -319,6 +319,7 @@ func writeTable(w io.Writer, s *summary) {
 	check("reads older than the bound "+s.Bound+", near workers", s.CoherenceNear.Violations)
 	check("reads older than the bound "+s.Bound+", other workers", s.CoherenceOther.Violations)
 	row("the same while failing open, not from the near cache (excused)", fmt.Sprintf("%d / %d (near / other workers)", s.CoherenceNear.FailOpen, s.CoherenceOther.FailOpen))
+	row("the same from the near cache, within the Lease overrun a stall of the process allows (excused)", fmt.Sprintf("%d", s.CoherenceNear.Starved))
 	for _, c := range []struct {
 		name string
 		r    coherenceReport

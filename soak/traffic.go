@@ -40,6 +40,7 @@ func (w *worker) traffic(ctx context.Context, phase uint64) {
 		wg.Go(func() { w.web.httpClient(ctx, seed(5, uint64(i))) })
 	}
 	wg.Go(func() { w.faultSchedule(ctx, seed(4, 0)) })
+	wg.Go(func() { w.stalls.run(ctx) })
 	wg.Wait()
 	w.cacheP.Resume()
 	w.lockP.Resume()

@@ -41,6 +41,7 @@ type worker struct {
 	accepted                      []atomic.Int64 // per counter
 	minVer                        []atomic.Int64 // per key: version at this process's latest completed Delete
 	coh                           coherence
+	stalls                        stalls       // how long this process was starved of CPU, when
 	trackingLost, nearOff         atomic.Int64 // counted by logger
 	logger                        *slog.Logger // the caches': counts what the near cache logs (logCounter)
 
