@@ -54,15 +54,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if err != nil {
 		return zero, err
 	}
-	// The near cache answers while tracking is trusted, whether or not
-	// the server is failing open: the tracking connection's own lease
-	// bounds what it serves.
-	if c.near != nil {
-		if v, err, ok := nearHit(ctx, c, key, it, load); ok {
-			return v, err
-		}
-	}
-	k := c.keys(key)
+	var k keys // the key's names, once a read from the server needs them
 
 	// A caller that joins a flight of this process may find that the
 	// flight's result predates what its own read saw (see
@@ -73,32 +65,32 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		if round == 0 {
 			tr = &trail{}
 		}
-		var bad []byte // a stored value this caller could not decode
-		var obs observation
-		// The hit path: one GET (shared with the concurrent callers of
-		// the key, see read), and a fresh or stale entry is decoded and
-		// returned here; everything else goes to the flight (join).
-		if !c.down() {
-			r := c.read(ctx, k)
-			obs = observation{read: true, done: r.done}
-			switch {
-			case r.err == nil:
-				rd := c.decide(r.raw, c.s.now())
-				if v, err, ok := served[V](ctx, c, k, it, load, rd, r.raw, tr); ok {
-					return v, err
-				}
-				bad, obs.claim = unusable(k, rd, r.raw, tr)
-			case redisx.IsNil(r.err):
-			case redisx.CallerDone(ctx):
-				// The caller's own deadline or cancellation, not a server
-				// failure: nobody else must fail open because of it.
-				return zero, callerErr(ctx)
-			default:
-				c.serverError(key, r.err)
-				obs = observation{}
+		l := looked[V]{verdict: EventMiss}
+		// The near cache answers while tracking is trusted, whether or
+		// not the server is failing open: the tracking connection's own
+		// lease bounds what it serves.
+		if round == 0 && c.near != nil {
+			l.v, l.err, l.verdict, l.hit = nearHit(ctx, c, key, it, load)
+			tr.near = l.hit
+		}
+		if !l.hit {
+			if k.value == "" {
+				k = c.keys(key)
+			}
+			if err := l.fromServer(ctx, c, k, it, load, tr); err != nil {
+				return zero, err
 			}
 		}
-		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), bad, obs, round, tr)
+		// The verdict is reported here, once per call; a miss before the
+		// caller joins the flight, so that Stats shows it while it waits.
+		if tr != nil {
+			tr.verdict = l.verdict
+			c.report(key, *tr)
+		}
+		if l.hit {
+			return l.v, l.err
+		}
+		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), l.bad, l.obs, round)
 		if err != nil {
 			return zero, err
 		}
@@ -108,23 +100,59 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		if res.notFound {
 			return zero, loader.ErrNotFound
 		}
-		v, err := decode[V](c, key, res.payload)
-		if err != nil {
-			return zero, err
-		}
-		return v, nil
+		return decode[V](c, key, res.payload)
 	}
+}
+
+// looked is what GetOrLoad's hit path found: an answer (hit: v and err,
+// counted as verdict) or what the flight needs to know (bad, obs).
+type looked[V any] struct {
+	hit     bool
+	v       V
+	err     error
+	verdict EventKind // EventMiss unless hit
+	bad     []byte    // a stored value this caller could not decode
+	obs     observation
+}
+
+// fromServer is the hit path's read from the server: one GET (shared with
+// the concurrent callers of the key, see read), and a fresh or stale entry
+// is decoded into l; everything else is left for the flight. It fails
+// only when the caller's own context ended.
+func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], tr *trail) error {
+	if c.down() {
+		return nil
+	}
+	r := c.read(ctx, k)
+	l.obs = observation{read: true, done: r.done}
+	switch {
+	case r.err == nil:
+		rd := c.decide(r.raw, c.s.now())
+		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r.raw); l.hit {
+			l.verdict = rd.event()
+		} else {
+			l.bad, l.obs.claim = unusable(rd, r.raw, tr)
+		}
+	case redisx.IsNil(r.err):
+	case redisx.CallerDone(ctx):
+		// The caller's own deadline or cancellation, not a server
+		// failure: nobody else must fail open because of it.
+		return callerErr(ctx)
+	default:
+		c.serverError(k.user, r.err)
+		l.obs = observation{}
+	}
+	return nil
 }
 
 // served answers GetOrLoad from the reading rd of what the hit path read
 // (raw), if it can: a value, fresh or stale (starting the refresh it calls
 // for), or a fresh not-found. ok is false when the caller must go on to
-// the flight. The verdict is reported with the trail tr (nil after the
-// first round: only the first round counts in Stats).
-func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte, tr *trail) (v V, err error, ok bool) {
+// the flight. The caller reports the verdict, rd.event().
+func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte) (v V, err error, ok bool) {
 	switch rd.use {
 	case useNotFound:
-		err = loader.ErrNotFound
+		return v, loader.ErrNotFound, true
 	case useValue:
 		if rd.refresh {
 			c.refresh(ctx, k, it, raw, encoded(c, k.user, load))
@@ -132,21 +160,16 @@ func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load 
 		if v, err = decode[V](c, k.user, rd.e.Payload); err != nil {
 			return v, nil, false // e.g. another type under the key: rebuild it
 		}
-	default:
-		return v, nil, false
+		return v, nil, true
 	}
-	if tr != nil {
-		tr.verdict = rd.event()
-		c.report(k.user, *tr)
-	}
-	return v, err, true
+	return v, nil, false
 }
 
 // unusable says what the flight needs to know of a reading the hit path
 // could not serve: the stored bytes to replace (bad), or the claim of the
 // rebuild to wait for. An undecodable entry is recorded in the trail tr
-// (nil after the first round), which join reports with the miss.
-func unusable(k keys, rd reading, raw []byte, tr *trail) (bad []byte, claim string) {
+// (nil after the first round), which GetOrLoad reports with the miss.
+func unusable(rd reading, raw []byte, tr *trail) (bad []byte, claim string) {
 	switch {
 	case rd.use == useWait:
 		return nil, rd.claim

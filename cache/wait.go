@@ -25,14 +25,10 @@ import (
 // and obs are what its own read of the key found, round how many times it
 // came back because a joined flight's result was older than that read.
 // taken reports whether the caller may return res (outcome.accepts);
-// otherwise it reads the key again. The miss is reported with the
-// caller's trail tr before it joins (nil after the first round: only the
-// first round counts in Stats), so that Stats shows it while it waits.
-func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, obs observation, round int, tr *trail) (res outcome, taken bool, err error) {
-	if tr != nil {
-		tr.verdict = EventMiss
-		c.report(k.user, *tr)
-	} else if round > 2 {
+// otherwise it reads the key again. Only the first round (0) counts in
+// Stats.
+func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, obs observation, round int) (res outcome, taken bool, err error) {
+	if round > 2 {
 		// The key keeps changing under the flights this caller joins:
 		// start one of its own (the others' flights go on).
 		c.flights.Forget(k.value)
@@ -40,7 +36,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
 		return c.fill(ctx, k, it, load, bad, obs.claim != "")
 	})
-	if shared && tr != nil {
+	if shared && round == 0 {
 		c.n.coalesced.Add(1)
 	}
 	if err != nil {
