@@ -98,13 +98,13 @@ func TestMiddleware_expiresAndPragma(t *testing.T) {
 		}, middleware.Options{}, 0},
 		{"Expires past with a stale window", func(now time.Time) http.Header {
 			return http.Header{"Expires": {now.Add(-time.Second).Format(http.TimeFormat)}}
-		}, middleware.Options{StaleTTL: time.Hour}, 0},
+		}, middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: time.Hour}}, 0},
 		{"Expires from Date", func(now time.Time) http.Header {
 			return http.Header{"Date": {now.Format(http.TimeFormat)}, "Expires": {now.Add(30 * time.Second).Format(http.TimeFormat)}}
 		}, middleware.Options{}, 30 * time.Second},
 		{"Expires from now", func(now time.Time) http.Header {
 			return http.Header{"Expires": {now.Add(40 * time.Second).Format(http.TimeFormat)}}
-		}, middleware.Options{TTL: time.Hour}, 40 * time.Second},
+		}, middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Hour}}, 40 * time.Second},
 		{"Expires within an old Date's lifetime", func(now time.Time) http.Header {
 			// Rendered an hour ago upstream, with one hour and 20s to live.
 			return http.Header{"Date": {now.Add(-time.Hour).Format(http.TimeFormat)}, "Expires": {now.Add(20 * time.Second).Format(http.TimeFormat)}}
@@ -119,7 +119,7 @@ func TestMiddleware_expiresAndPragma(t *testing.T) {
 		{"Pragma with Cache-Control", func(time.Time) http.Header {
 			return http.Header{"Pragma": {"no-cache"}, "Cache-Control": {"public, max-age=45"}}
 		}, middleware.Options{}, 45 * time.Second},
-		{"Pragma other", func(time.Time) http.Header { return http.Header{"Pragma": {"x-other"}} }, middleware.Options{TTL: 25 * time.Second}, 25 * time.Second},
+		{"Pragma other", func(time.Time) http.Header { return http.Header{"Pragma": {"x-other"}} }, middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 25 * time.Second}}, 25 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

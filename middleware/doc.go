@@ -30,9 +30,9 @@
 // private or no-cache (nor, without Cache-Control, Pragma: no-cache), set
 // no cookie, declare or set no trailer and do not say Vary: *, header
 // names read in any letter case. s-maxage, then max-age, then Expires
-// (less Date), then (with Options.HeuristicFreshness, for a response with
+// (less Date), then (with Options.Freshness.Heuristic, for a response with
 // Last-Modified) a fraction of the time since Last-Modified, then
-// Options.TTL give the freshness lifetime (an Expires that is invalid or
+// Options.Freshness.TTL give the freshness lifetime (an Expires that is invalid or
 // not in the future is not stored), counted from the
 // response's age when received (RFC 9111 4.2.3: its Age field, or the
 // time since its Date if that is more; an Age that is not one
@@ -42,14 +42,14 @@
 // stale-while-revalidate and stale-if-error (RFC 5861) give the stale
 // window (none with must-revalidate or proxy-revalidate; with s-maxage,
 // only the response's own). A response with the handler's ETag or
-// Last-Modified is kept past its stale window for Options.RevalidateTTL and
+// Last-Modified is kept past its stale window for Options.Freshness.Revalidate and
 // then revalidated, never served without it: one render in the cluster
 // gets If-None-Match / If-Modified-Since from the stored response, and a
 // 304 freshens it (its fields replace the stored ones but those describing
 // the body, and the result passes the storage rules again); it is written
 // only if the key still holds the response that was revalidated.
-// Options.RevalidateNoCache stores no-cache responses with a validator to
-// revalidate them on every use. Options.ExplicitFreshness stores only
+// Options.Freshness.RevalidateNoCache stores no-cache responses with a validator to
+// revalidate them on every use. Options.Freshness.Explicit stores only
 // responses that state their freshness, of any final status but 206
 // and 5xx (501 aside), as a shared cache in front of an origin does;
 // Options.SurrogateControl honours Surrogate-Control. SharedOptions sets
@@ -67,9 +67,9 @@
 // default port unless bracketed) + escaped path and query as the client
 // sent them (r.RequestURI, not a path an outer http.StripPrefix
 // shortened), the query sorted by name with each name's values in their
-// order, minus Options.IgnoreQuery (or only Options.KeyQuery); then
+// order, minus Options.Keys.IgnoreQuery (or only Options.Keys.Query); then
 // r.URL's scheme and host if an outer middleware set them, r.URL's path
-// and query if it rewrote them, Options.KeyHeaders, and the request's values of the
+// and query if it rewrote them, Options.Keys.Headers, and the request's values of the
 // headers the response named in Vary. The handler rendering for the cache
 // sees no body (nor Content-Type or Content-Length, nor a parsed form),
 // no query parameter outside the key, no conditional or range header

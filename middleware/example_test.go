@@ -62,7 +62,7 @@ func ExampleMiddleware_Handler() {
 	c, stop := exampleCache()
 	defer stop()
 
-	m, err := middleware.New(c, &middleware.Options{TTL: 5 * time.Minute})
+	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 5 * time.Minute}})
 	if err != nil {
 		panic(err)
 	}
@@ -93,13 +93,13 @@ func ExampleMiddleware_Handler() {
 	// renders: 2
 }
 
-// With KeyQuery only the named query parameters are keyed and passed to the
+// With Keys.Query only the named query parameters are keyed and passed to the
 // handler, so tracking parameters neither make new entries nor reach it.
 func ExampleOptions_keyQuery() {
 	c, stop := exampleCache()
 	defer stop()
 
-	m, err := middleware.New(c, &middleware.Options{KeyQuery: []string{"q"}})
+	m, err := middleware.New(c, &middleware.Options{Keys: middleware.KeyPolicy{Query: []string{"q"}}})
 	if err != nil {
 		panic(err)
 	}
@@ -179,7 +179,7 @@ func Example_chi() {
 	r.With(middleware.Cache(c, time.Minute)).Get("/report", report) // or r.Use(...)
 
 	m, err := middleware.New(c, &middleware.Options{
-		KeyQuery:    []string{"id", "page"}, // only these are keyed and reach the handler
+		Keys:        middleware.KeyPolicy{Query: []string{"id", "page"}}, // only these are keyed and reach the handler
 		StoreLimit:  2 << 20,
 		WaitTimeout: 2 * time.Second, // then render yourself, as nginx's proxy_cache_lock_timeout
 	})

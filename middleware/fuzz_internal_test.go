@@ -80,7 +80,7 @@ func fuzzRequest(target, host string) (*http.Request, bool) {
 // the key of the request it was made from and no parameter outside the
 // key; and a request seen behind a StripPrefix-like rewrite never shares
 // a key with a request sent for the rewritten path. It runs with
-// IgnoreQuery and with a KeyQuery allow-list.
+// IgnoreQuery and with a Keys.Query allow-list.
 func FuzzBaseKey(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"/a/b?x=1&y=2", "example.com", "/a/b?y=2&x=1"},
@@ -119,8 +119,8 @@ func FuzzBaseKey(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
-	ignore := &Middleware{o: Options{IgnoreQuery: []string{"utm_source"}}}
-	allow := &Middleware{o: Options{KeyQuery: []string{"id", "page", ""}}}
+	ignore := &Middleware{o: Options{Keys: KeyPolicy{IgnoreQuery: []string{"utm_source"}}}}
+	allow := &Middleware{o: Options{Keys: KeyPolicy{Query: []string{"id", "page", ""}}}}
 	f.Fuzz(func(t *testing.T, target, host, other string) {
 		for _, m := range []*Middleware{ignore, allow} {
 			checkBaseKey(t, m, target, host, other)
@@ -144,7 +144,7 @@ func checkBaseKey(t *testing.T, m *Middleware, target, host, other string) {
 	}
 	first, rest, _ := strings.Cut(key, "\n")
 	if strings.HasPrefix(first, "vary ") || rest != "" && !strings.HasPrefix(rest, "url ") || strings.Contains(rest, "\n") {
-		// A request (not rewritten, without KeyHeaders) has the first
+		// A request (not rewritten, without Keys.Headers) has the first
 		// line and, in absolute form, one "url" line: nothing else,
 		// and nothing a Vary line could be read from.
 		t.Errorf("key %q of %q, %q has unexpected lines", key, target, host)
@@ -284,7 +284,7 @@ func sameQuery(m *Middleware, a, b string) bool {
 // FuzzHeaderValue: two lists of a field's lines (a "\n" in a and b
 // separates lines) give one keyed value exactly when their lines, trimmed
 // of spaces and tabs, are the same, no lines being one empty line (as
-// Header.Get sees them); and a key with that field (KeyHeaders) has no
+// Header.Get sees them); and a key with that field (Keys.Headers) has no
 // line a Vary line could be read from.
 func FuzzHeaderValue(f *testing.F) {
 	const ua = "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36"
@@ -347,7 +347,7 @@ func FuzzHeuristic(f *testing.F) {
 		f.Add(seed.lm, seed.date, seed.fraction, seed.limit)
 	}
 	f.Fuzz(func(t *testing.T, lm, date string, fraction float64, limit int64) {
-		o := Options{HeuristicFreshness: fraction, HeuristicMaxAge: time.Duration(limit)}
+		o := Options{Freshness: FreshnessPolicy{Heuristic: fraction, HeuristicMaxAge: time.Duration(limit)}}
 		if o.validate() != nil || fraction == 0 {
 			return
 		}
@@ -357,7 +357,7 @@ func FuzzHeuristic(f *testing.F) {
 		}
 		responded := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 		got, ok := o.heuristic(http.StatusOK, false, h, responded)
-		max := o.HeuristicMaxAge
+		max := o.Freshness.HeuristicMaxAge
 		if max == 0 {
 			max = 24 * time.Hour
 		}

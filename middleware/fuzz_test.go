@@ -190,7 +190,7 @@ func FuzzMiddleware(f *testing.F) {
 		}
 		o := &middleware.Options{StoreLimit: 1 << 16}
 		if form&formIgnoreQuery != 0 {
-			o.IgnoreQuery = []string{"utm"}
+			o.Keys.IgnoreQuery = []string{"utm"}
 		}
 		m, err := middleware.New(c, o)
 		if err != nil {

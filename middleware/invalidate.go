@@ -84,7 +84,7 @@ func (iv *invalidator) decide(code int) {
 // 9111 4.4: never another origin's, so that one origin cannot evict
 // another's pages), relative ones resolved against r's target. Keys are
 // those a GET of each URL would have, with r's own header values where
-// the key has any (KeyHeaders); every Vary variant goes too. Failures
+// the key has any (Keys.Headers); every Vary variant goes too. Failures
 // are logged: the entries then expire as they would have.
 func (m *Middleware) invalidate(r *http.Request, h http.Header) {
 	ctx := context.WithoutCancel(r.Context()) // the client going must not leave it half done

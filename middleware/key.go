@@ -23,19 +23,19 @@ import (
 // or another rewrite sees a shorter path, but requests that reached it by
 // different URLs must not share entries. The path is the escaped path as
 // sent; query parameters are sorted by name, the values of a repeated name
-// keep their order, and the parameters IgnoreQuery names (or KeyQuery does
+// keep their order, and the parameters IgnoreQuery names (or Keys.Query does
 // not) are left out. Lines follow for what an outer middleware changed
 // and the handler can see:
 //
 //	"\nurl https://internal.example" r.URL.Scheme, r.URL.Host, if set
 //	"\nrewritten /items?a=1"         r.URL's path and query, if not those received
 //
-// then one line per KeyHeaders name. ok is false for a query that does not
+// then one line per Keys.Headers name. ok is false for a query that does not
 // parse, and for a target in the absolute form without "//" (URL.Opaque)
 // or with user information: such requests bypass the cache.
 func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
-	if m.o.KeyFunc != nil {
-		return m.o.KeyFunc(r)
+	if m.o.Keys.Func != nil {
+		return m.o.Keys.Func(r)
 	}
 	if key, ok := m.quickKey(r); ok {
 		return key, true
@@ -246,10 +246,10 @@ func (m *Middleware) keyQuery(raw string) (string, bool) {
 // keyedParam reports whether the query parameter name is part of the key
 // and passed to the handler rendering for the cache.
 func (m *Middleware) keyedParam(name string) bool {
-	if len(m.o.KeyQuery) > 0 {
-		return slices.Contains(m.o.KeyQuery, name)
+	if len(m.o.Keys.Query) > 0 {
+		return slices.Contains(m.o.Keys.Query, name)
 	}
-	return !slices.Contains(m.o.IgnoreQuery, name)
+	return !slices.Contains(m.o.Keys.IgnoreQuery, name)
 }
 
 // sortedQuery encodes q sorted by name. The values of a name keep their
@@ -303,7 +303,7 @@ func (m *Middleware) filterQuery(raw string) string {
 // decides what the handler sees when it renders for the cache:
 //
 //   - query parameters left out of the key (IgnoreQuery, or not in
-//     KeyQuery) are removed from rr.URL.RawQuery and rr.RequestURI, and
+//     Keys.Query) are removed from rr.URL.RawQuery and rr.RequestURI, and
 //     rr.Form is reset so that it is parsed again without them;
 //   - the body is no part of the key, so the handler gets none: rr.Body
 //     is http.NoBody, rr.ContentLength 0, the headers of bodyHeaders
@@ -314,7 +314,7 @@ func (m *Middleware) filterQuery(raw string) string {
 //     a request served in-process with a Body but no length, or a form
 //     an outer middleware parsed already;
 //   - the URL-rewriting headers of unkeyedHeaders are removed unless
-//     KeyHeaders names them;
+//     Keys.Headers names them;
 //   - conditional and range headers (perClientHeaders) are removed: the
 //     handler's 304 or 412 answers one client's condition and cannot be
 //     stored, so every waiter would render; the middleware answers
@@ -323,7 +323,7 @@ func (m *Middleware) filterQuery(raw string) string {
 // Header names are matched in any letter case, for headers an outer
 // middleware set in the map directly.
 func (m *Middleware) prepareRender(rr *http.Request) {
-	if len(m.o.IgnoreQuery) > 0 || len(m.o.KeyQuery) > 0 {
+	if len(m.o.Keys.IgnoreQuery) > 0 || len(m.o.Keys.Query) > 0 {
 		rr.URL.RawQuery = m.filterQuery(rr.URL.RawQuery)
 		rr.URL.ForceQuery = false
 		if path, q, found := strings.Cut(rr.RequestURI, "?"); found {
@@ -397,7 +397,7 @@ func hasControl(s string) bool {
 // rewrite URLs, hosts, schemes and methods. A response shaped by one of
 // them must not be stored for requests without it, so they are removed
 // from the request the handler sees when rendering for the cache, unless
-// Options.KeyHeaders puts them in the key.
+// Options.Keys.Headers puts them in the key.
 func unkeyedHeaders() []string {
 	return []string{
 		"Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Forwarded-Port",

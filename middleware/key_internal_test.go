@@ -7,10 +7,10 @@ import (
 
 // TestQuickKey_sameAsParsed: the key of a request whose target is in the
 // key's form already, built without parsing (quickKey), is the one
-// parsedKey builds, with KeyHeaders, over TLS and with a default port;
+// parsedKey builds, with Keys.Headers, over TLS and with a default port;
 // quickKey declines the targets it cannot key as they are.
 func TestQuickKey_sameAsParsed(t *testing.T) {
-	m := &Middleware{o: Options{IgnoreQuery: []string{"utm_source"}}, keyHeaders: []string{"X-Forwarded-Proto", "X-Tenant"}}
+	m := &Middleware{o: Options{Keys: KeyPolicy{IgnoreQuery: []string{"utm_source"}}}, keyHeaders: []string{"X-Forwarded-Proto", "X-Tenant"}}
 	tests := []struct {
 		name, target, host string
 		hdr                []string

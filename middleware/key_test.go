@@ -147,7 +147,7 @@ func TestMiddleware_ignoredQueryNotRendered(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	var renders atomic.Int32
 	b := newTestBed(t, s, echoQuery(&renders), &bedOptions{procs: 2,
-		mw: &middleware.Options{IgnoreQuery: []string{"utm_source"}}})
+		mw: &middleware.Options{Keys: middleware.KeyPolicy{IgnoreQuery: []string{"utm_source"}}}})
 	b.get(t, "/landing?utm_source=%3Cscript%3Eevil%3C%2Fscript%3E&id=1").
 		check(t, 200, "MISS", "n=1 raw=id=1 uri=/landing?id=1 utm=")
 	b.get(t, "/landing?id=1", procHeader, "1").check(t, 200, "HIT", "n=1 raw=id=1 uri=/landing?id=1 utm=")
@@ -169,7 +169,7 @@ func TestMiddleware_keyQuery(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	var renders atomic.Int32
 	b := newTestBed(t, s, echoQuery(&renders), &bedOptions{procs: 2,
-		mw: &middleware.Options{KeyQuery: []string{"id", "page"}}})
+		mw: &middleware.Options{Keys: middleware.KeyPolicy{Query: []string{"id", "page"}}}})
 	steps := []struct {
 		path, xcache, body string
 	}{
@@ -349,7 +349,7 @@ func TestMiddleware_ignoredParamInGetBodyNeverStored(t *testing.T) {
 	var renders atomic.Int32
 	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "render %d: campaign %q", renders.Add(1), r.FormValue("utm_source"))
-	}), &bedOptions{mw: &middleware.Options{IgnoreQuery: []string{"utm_source"}}})
+	}), &bedOptions{mw: &middleware.Options{Keys: middleware.KeyPolicy{IgnoreQuery: []string{"utm_source"}}}})
 
 	body, contentType := multipartBody("utm_source", "<img src=x onerror=alert(1)>")
 	req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/landing", body)
@@ -397,7 +397,7 @@ func TestMiddleware_keyNormalisation(t *testing.T) {
 				var renders atomic.Int32
 				b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					fmt.Fprintf(w, "render %d of %s %s", renders.Add(1), r.Host, r.URL.RequestURI())
-				}), &bedOptions{mw: &middleware.Options{IgnoreQuery: []string{"utm_source"}}})
+				}), &bedOptions{mw: &middleware.Options{Keys: middleware.KeyPolicy{IgnoreQuery: []string{"utm_source"}}}})
 				first := b.get(t, tt.first[0], tt.first[1:]...)
 				if first.cache() != "MISS" || !strings.HasPrefix(first.body, "render 1 of ") {
 					t.Fatalf("first: %v, want a MISS by render 1", first)

@@ -58,10 +58,10 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if m.wait == 0 {
 		m.wait = 5 * time.Second
 	}
-	if m.o.TTL == 0 {
-		m.o.TTL = time.Minute
+	if m.o.Freshness.TTL == 0 {
+		m.o.Freshness.TTL = time.Minute
 	}
-	for _, h := range o.KeyHeaders {
+	for _, h := range o.Keys.Headers {
 		m.keyHeaders = append(m.keyHeaders, http.CanonicalHeaderKey(h))
 	}
 	return m, nil
@@ -71,7 +71,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 // response's Cache-Control says otherwise), for r.Use in chi or to wrap
 // any http.Handler. It panics if ttl is invalid.
 func Cache(c *cache.Cache, ttl time.Duration) func(http.Handler) http.Handler {
-	m, err := New(c, &Options{TTL: ttl})
+	m, err := New(c, &Options{Freshness: FreshnessPolicy{TTL: ttl}})
 	if err != nil {
 		panic(err)
 	}

@@ -11,114 +11,14 @@ import (
 // which suit a cache inside an application; SharedOptions returns those
 // of a shared cache in front of an origin.
 type Options struct {
-	// TTL is how long a response is fresh when its Cache-Control has
-	// neither s-maxage nor max-age and it has no Expires (unless
-	// ExplicitFreshness). Default: 1 minute.
-	TTL time.Duration
+	// Freshness decides how long a response is fresh, how long it may be
+	// served stale, and how long it is kept to be revalidated.
+	Freshness FreshnessPolicy
 
-	// ExplicitFreshness stores only responses that say how long they are
-	// fresh (Cache-Control s-maxage or max-age, or Expires), as a shared
-	// cache in front of an origin is usually set up: a response that
-	// does not say is passed through and not stored, and TTL is not
-	// used. Since every stored response then carries its origin's word,
-	// unless Statuses or ShouldCache is set it may have any final status
-	// RFC 9111 allows (302, 307, 400, ... too), but 206, the 5xx other
-	// than 501 (never stored, see Statuses) and 304 and 412. With
-	// HeuristicFreshness, a response whose freshness that heuristic gives
-	// is stored too. Default: false, such responses are fresh for TTL
-	// (the handler is the application's own, whose pages seldom say), with
-	// the Statuses' default list.
-	ExplicitFreshness bool
-
-	// HeuristicFreshness, if above 0, is the fraction of the time since
-	// its Last-Modified that a response is fresh when it does not say how
-	// long it is (no s-maxage, max-age or Expires, nor Surrogate-Control's
-	// max-age with SurrogateControl): RFC 9111 4.2.2's heuristic, which
-	// the published shared caches apply with 0.1 (a page last changed 10
-	// hours ago is fresh for 1 hour). The time since Last-Modified is
-	// counted up to the response's Date (or when it was received, without
-	// a valid Date), and the lifetime is at most HeuristicMaxAge. It
-	// applies only to the statuses RFC 9110 15.1 calls heuristically
-	// cacheable (200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414,
-	// 501) and to responses with Cache-Control public; the rules of a
-	// shared cache (no 5xx but 501, no-store, private, Set-Cookie, ...),
-	// Statuses and ShouldCache still decide what is stored at all. A
-	// Last-Modified that is not one valid HTTP-date (or several that
-	// disagree), or that is later than the Date, gives no heuristic. A
-	// response the heuristic applies to takes its lifetime from it and
-	// not from TTL, and is stored even with ExplicitFreshness; one it
-	// gives no lifetime is fresh for TTL, or with ExplicitFreshness not
-	// stored. It must be between 0 and 1. Default: 0, no heuristic.
-	HeuristicFreshness float64
-
-	// HeuristicMaxAge caps the lifetime HeuristicFreshness gives (Squid
-	// and Traffic Server cap it at a day). Default: 24 hours.
-	HeuristicMaxAge time.Duration
-
-	// StaleTTL is how long after that a response may be served while one
-	// render refreshes it, when its Cache-Control has neither
-	// stale-while-revalidate nor stale-if-error. Default: 0.
-	StaleTTL time.Duration
-
-	// RevalidateTTL is how long a stored response with a validator of the
-	// handler's (an ETag it set, or a Last-Modified) is kept past its
-	// freshness and stale window so that it can be revalidated (RFC 9111
-	// 4.3): the next request for it makes one render in the cluster send
-	// the handler If-None-Match / If-Modified-Since with the stored
-	// validators, and a 304 freshens the stored response without the body
-	// being made again. Meanwhile it is never served without that
-	// revalidation. A handler that ignores the conditions answers 200 as
-	// always. Negative turns this off: a response is dropped when its
-	// stale window ends. Default: as long as the response is fresh, at
-	// least 1 minute and at most 1 hour.
-	RevalidateTTL time.Duration
-
-	// RevalidateNoCache stores responses with Cache-Control no-cache that
-	// have an ETag or Last-Modified, to be revalidated (see RevalidateTTL)
-	// on every use: each request for one makes a conditional render,
-	// shared by the requests that come meanwhile, and a 304 answers them
-	// with the stored body (RFC 9111 5.2.2.4). Off by default: an
-	// application may say no-cache meaning "do not store", and the body
-	// is then given to every requester the handler answers 304, which is
-	// right only where its validators identify the representation for
-	// every one of them. It does nothing with a negative RevalidateTTL.
-	// Default: false, no-cache responses are not stored.
-	RevalidateNoCache bool
-
-	// KeyFunc replaces the default key (method class, scheme, host, path
-	// as received, sorted query); ok false bypasses the cache for the
-	// request. The Vary headers of the response are still added to
-	// whatever it returns, and IgnoreQuery or KeyQuery still decide which
-	// query parameters the handler sees when it renders for the cache.
-	// Set a Middleware with its own KeyFunc on a route to bound the
-	// entries that route can make (e.g. key on the route's pattern and
-	// one parameter). Default: nil.
-	KeyFunc func(r *http.Request) (key string, ok bool)
-
-	// IgnoreQuery names query parameters left out of the key (e.g.
-	// "utm_source"). They are also removed from the request the handler
-	// renders for the cache (from URL.RawQuery and RequestURI), since the
-	// response is stored for requests without them. Requests that bypass
-	// the cache keep them. Names are compared after unescaping, case
-	// sensitively. Default: none.
-	IgnoreQuery []string
-
-	// KeyQuery, if set, is the allow-list of query parameters: only these
-	// are in the key and passed to the handler rendering for the cache;
-	// all others are removed, as IgnoreQuery removes its names. This
-	// bounds how many entries random query strings can make for one path.
-	// It may not be set together with IgnoreQuery. Default: none, every
-	// parameter not in IgnoreQuery is keyed.
-	KeyQuery []string
-
-	// KeyHeaders names request headers added to the key and passed to the
-	// handler (e.g. "X-Forwarded-Proto" behind a TLS proxy). Other
-	// URL-rewriting headers (X-Forwarded-Host, X-Original-URL,
-	// X-HTTP-Method-Override and the like) are removed from the request
-	// the handler renders for the cache, and so are conditional and range
-	// headers (If-None-Match, If-Modified-Since, ...) even if named here:
-	// the middleware answers those itself. Default: none.
-	KeyHeaders []string
+	// Keys decides the key a request is stored under, and which of its
+	// query parameters and headers the handler sees when it renders for
+	// the cache.
+	Keys KeyPolicy
 
 	// StoreLimit is the largest body stored; larger bodies stream through
 	// without being buffered whole and are not stored. A stored response
@@ -144,7 +44,7 @@ type Options struct {
 	// part of a response; a 5xx other than 501 never is, so that a failure
 	// is not served beyond its own request).
 	// Default: 200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501
-	// (with ExplicitFreshness, see there).
+	// (with Freshness.Explicit, see there).
 	Statuses []int
 
 	// ShouldCache, if set, decides instead of Statuses whether a response
@@ -186,7 +86,7 @@ type Options struct {
 	// every Vary variant included, however many clients made (they are
 	// reached through the URL's marker, which names their generation).
 	// The keys are those a GET would have, with the request's own values
-	// of KeyHeaders.
+	// of Keys.Headers.
 	//
 	// WARNING: anybody who can send such a request that the handler
 	// answers with a 2xx or 3xx can evict that URL's page: each eviction
@@ -218,19 +118,135 @@ type Options struct {
 	Now func() time.Time
 }
 
+// FreshnessPolicy is Options.Freshness: how long a response is fresh,
+// stale and kept for revalidation, when its own fields do not say.
+type FreshnessPolicy struct {
+	// TTL is how long a response is fresh when its Cache-Control has
+	// neither s-maxage nor max-age and it has no Expires (unless
+	// Explicit). Default: 1 minute.
+	TTL time.Duration
+
+	// Explicit stores only responses that say how long they are
+	// fresh (Cache-Control s-maxage or max-age, or Expires), as a shared
+	// cache in front of an origin is usually set up: a response that
+	// does not say is passed through and not stored, and TTL is not
+	// used. Since every stored response then carries its origin's word,
+	// unless Options.Statuses or Options.ShouldCache is set it may have any final status
+	// RFC 9111 allows (302, 307, 400, ... too), but 206, the 5xx other
+	// than 501 (never stored, see Options.Statuses) and 304 and 412. With
+	// Heuristic, a response whose freshness that heuristic gives
+	// is stored too. Default: false, such responses are fresh for TTL
+	// (the handler is the application's own, whose pages seldom say), with
+	// the default list of Options.Statuses.
+	Explicit bool
+
+	// Heuristic, if above 0, is the fraction of the time since
+	// its Last-Modified that a response is fresh when it does not say how
+	// long it is (no s-maxage, max-age or Expires, nor Surrogate-Control's
+	// max-age with Options.SurrogateControl): RFC 9111 4.2.2's heuristic, which
+	// the published shared caches apply with 0.1 (a page last changed 10
+	// hours ago is fresh for 1 hour). The time since Last-Modified is
+	// counted up to the response's Date (or when it was received, without
+	// a valid Date), and the lifetime is at most HeuristicMaxAge. It
+	// applies only to the statuses RFC 9110 15.1 calls heuristically
+	// cacheable (200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414,
+	// 501) and to responses with Cache-Control public; the rules of a
+	// shared cache (no 5xx but 501, no-store, private, Set-Cookie, ...),
+	// Options.Statuses and Options.ShouldCache still decide what is stored at all. A
+	// Last-Modified that is not one valid HTTP-date (or several that
+	// disagree), or that is later than the Date, gives no heuristic. A
+	// response the heuristic applies to takes its lifetime from it and
+	// not from TTL, and is stored even with Explicit; one it
+	// gives no lifetime is fresh for TTL, or with Explicit not
+	// stored. It must be between 0 and 1. Default: 0, no heuristic.
+	Heuristic float64
+
+	// HeuristicMaxAge caps the lifetime Heuristic gives (Squid
+	// and Traffic Server cap it at a day). Default: 24 hours.
+	HeuristicMaxAge time.Duration
+
+	// Stale is how long after that a response may be served while one
+	// render refreshes it, when its Cache-Control has neither
+	// stale-while-revalidate nor stale-if-error. Default: 0.
+	Stale time.Duration
+
+	// Revalidate is how long a stored response with a validator of the
+	// handler's (an ETag it set, or a Last-Modified) is kept past its
+	// freshness and stale window so that it can be revalidated (RFC 9111
+	// 4.3): the next request for it makes one render in the cluster send
+	// the handler If-None-Match / If-Modified-Since with the stored
+	// validators, and a 304 freshens the stored response without the body
+	// being made again. Meanwhile it is never served without that
+	// revalidation. A handler that ignores the conditions answers 200 as
+	// always. Negative turns this off: a response is dropped when its
+	// stale window ends. Default: as long as the response is fresh, at
+	// least 1 minute and at most 1 hour.
+	Revalidate time.Duration
+
+	// RevalidateNoCache stores responses with Cache-Control no-cache that
+	// have an ETag or Last-Modified, to be revalidated (see Revalidate)
+	// on every use: each request for one makes a conditional render,
+	// shared by the requests that come meanwhile, and a 304 answers them
+	// with the stored body (RFC 9111 5.2.2.4). Off by default: an
+	// application may say no-cache meaning "do not store", and the body
+	// is then given to every requester the handler answers 304, which is
+	// right only where its validators identify the representation for
+	// every one of them. It does nothing with a negative Revalidate.
+	// Default: false, no-cache responses are not stored.
+	RevalidateNoCache bool
+}
+
+// KeyPolicy is Options.Keys: what a request's key is made of.
+type KeyPolicy struct {
+	// Func replaces the default key (method class, scheme, host, path
+	// as received, sorted query); ok false bypasses the cache for the
+	// request. The Vary headers of the response are still added to
+	// whatever it returns, and IgnoreQuery or Query still decide which
+	// query parameters the handler sees when it renders for the cache.
+	// Set a Middleware with its own Func on a route to bound the
+	// entries that route can make (e.g. key on the route's pattern and
+	// one parameter). Default: nil.
+	Func func(r *http.Request) (key string, ok bool)
+
+	// IgnoreQuery names query parameters left out of the key (e.g.
+	// "utm_source"). They are also removed from the request the handler
+	// renders for the cache (from URL.RawQuery and RequestURI), since the
+	// response is stored for requests without them. Requests that bypass
+	// the cache keep them. Names are compared after unescaping, case
+	// sensitively. Default: none.
+	IgnoreQuery []string
+
+	// Query, if set, is the allow-list of query parameters: only these
+	// are in the key and passed to the handler rendering for the cache;
+	// all others are removed, as IgnoreQuery removes its names. This
+	// bounds how many entries random query strings can make for one path.
+	// It may not be set together with IgnoreQuery. Default: none, every
+	// parameter not in IgnoreQuery is keyed.
+	Query []string
+
+	// Headers names request headers added to the key and passed to the
+	// handler (e.g. "X-Forwarded-Proto" behind a TLS proxy). Other
+	// URL-rewriting headers (X-Forwarded-Host, X-Original-URL,
+	// X-HTTP-Method-Override and the like) are removed from the request
+	// the handler renders for the cache, and so are conditional and range
+	// headers (If-None-Match, If-Modified-Since, ...) even if named here:
+	// the middleware answers those itself. Default: none.
+	Headers []string
+}
+
 // SharedOptions returns new Options for a shared cache in front of an
 // origin, such as a caching reverse proxy (examples/proxy): what the
 // published shared caches are set to, and the configuration the public
 // HTTP cache test suite is scored with (docs/http-cache-tests.md). It
 // sets six fields and leaves every other at its default:
 //
-//   - ExplicitFreshness: only responses that say how long they are fresh
+//   - Freshness.Explicit: only responses that say how long they are fresh
 //     are stored, with any final status RFC 9111 allows;
-//   - HeuristicFreshness 0.1: or whose Last-Modified gives them a tenth
-//     of its age, at most HeuristicMaxAge (default a day);
-//   - SurrogateControl: the origin's Surrogate-Control is honoured;
-//   - RevalidateNoCache: no-cache responses with a validator are stored
+//   - Freshness.Heuristic 0.1: or whose Last-Modified gives them a tenth
+//     of its age, at most Freshness.HeuristicMaxAge (default a day);
+//   - Freshness.RevalidateNoCache: no-cache responses with a validator are stored
 //     and revalidated on every use;
+//   - SurrogateControl: the origin's Surrogate-Control is honoured;
 //   - AllowNoCache: a client's no-cache forces a render;
 //   - CacheRequestsWithCookies: requests with cookies are cached.
 //
@@ -244,10 +260,8 @@ type Options struct {
 // defaults (nil Options) instead.
 func SharedOptions() *Options {
 	return &Options{
-		ExplicitFreshness:        true,
-		HeuristicFreshness:       0.1,
+		Freshness:                FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
 		SurrogateControl:         true,
-		RevalidateNoCache:        true,
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,
 	}
@@ -257,16 +271,16 @@ var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414,
 
 func (o *Options) validate() error {
 	switch {
-	case o.TTL < 0:
-		return invalid("TTL %v is negative", o.TTL)
-	case o.TTL > 0 && o.TTL < time.Millisecond:
-		return invalid("TTL %v is below 1ms", o.TTL)
-	case !(o.HeuristicFreshness >= 0 && o.HeuristicFreshness <= 1):
-		return invalid("HeuristicFreshness %v is not between 0 and 1", o.HeuristicFreshness)
-	case o.HeuristicMaxAge < 0:
-		return invalid("HeuristicMaxAge %v is negative", o.HeuristicMaxAge)
-	case o.StaleTTL < 0:
-		return invalid("StaleTTL %v is negative", o.StaleTTL)
+	case o.Freshness.TTL < 0:
+		return invalid("Freshness.TTL %v is negative", o.Freshness.TTL)
+	case o.Freshness.TTL > 0 && o.Freshness.TTL < time.Millisecond:
+		return invalid("Freshness.TTL %v is below 1ms", o.Freshness.TTL)
+	case !(o.Freshness.Heuristic >= 0 && o.Freshness.Heuristic <= 1):
+		return invalid("Freshness.Heuristic %v is not between 0 and 1", o.Freshness.Heuristic)
+	case o.Freshness.HeuristicMaxAge < 0:
+		return invalid("Freshness.HeuristicMaxAge %v is negative", o.Freshness.HeuristicMaxAge)
+	case o.Freshness.Stale < 0:
+		return invalid("Freshness.Stale %v is negative", o.Freshness.Stale)
 	case o.StoreLimit < 0:
 		return invalid("StoreLimit %d is negative", o.StoreLimit)
 	case o.WaitTimeout < 0:
@@ -282,16 +296,16 @@ func (o *Options) validate() error {
 			return invalid("status %d in Statuses: server errors are never stored", s)
 		}
 	}
-	for _, h := range slices.Concat(o.KeyHeaders, o.IgnoreQuery) {
+	for _, h := range slices.Concat(o.Keys.Headers, o.Keys.IgnoreQuery) {
 		if h == "" {
-			return invalid("empty name in KeyHeaders or IgnoreQuery")
+			return invalid("empty name in Keys.Headers or Keys.IgnoreQuery")
 		}
 	}
-	if slices.Contains(o.KeyQuery, "") {
-		return invalid("empty name in KeyQuery")
+	if slices.Contains(o.Keys.Query, "") {
+		return invalid("empty name in Keys.Query")
 	}
-	if len(o.KeyQuery) > 0 && len(o.IgnoreQuery) > 0 {
-		return invalid("KeyQuery and IgnoreQuery are both set; use one: KeyQuery keys only the parameters it names")
+	if len(o.Keys.Query) > 0 && len(o.Keys.IgnoreQuery) > 0 {
+		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
 	}
 	return nil
 }
@@ -321,7 +335,7 @@ func (o *Options) statusOK(code int) bool {
 	switch {
 	case len(o.Statuses) > 0:
 		return slices.Contains(o.Statuses, code)
-	case o.ExplicitFreshness:
+	case o.Freshness.Explicit:
 		// A response that says how long it is fresh may be stored
 		// whatever its final status (RFC 9111 3), but a partial one
 		// (206: range requests bypass the cache) and a server error.
@@ -340,13 +354,13 @@ func heuristicallyCacheable(code int) bool {
 	return false
 }
 
-// heuristic is the freshness lifetime HeuristicFreshness gives a response
+// heuristic is the freshness lifetime Freshness.Heuristic gives a response
 // with this status, public directive and header (canonical), received at
 // responded; ok is false if the heuristic does not apply to it (off, a
 // status it does not cover, no valid Last-Modified, or one later than
 // the response's Date).
 func (o *Options) heuristic(status int, public bool, h http.Header, responded time.Time) (lifetime time.Duration, ok bool) {
-	if o.HeuristicFreshness <= 0 || !public && !heuristicallyCacheable(status) {
+	if o.Freshness.Heuristic <= 0 || !public && !heuristicallyCacheable(status) {
 		return 0, false
 	}
 	lm, ok := httpDate(h.Values("Last-Modified"))
@@ -361,14 +375,14 @@ func (o *Options) heuristic(status int, public bool, h http.Header, responded ti
 	if since < 0 {
 		return 0, false // modified after it was sent: RFC 9110 8.8.2.1
 	}
-	limit := o.HeuristicMaxAge
+	limit := o.Freshness.HeuristicMaxAge
 	if limit == 0 {
 		limit = 24 * time.Hour
 	}
 	// Compared in float64 before converting: since may be near
 	// math.MaxInt64 (dates centuries apart), which float64 rounds up to
 	// 2^63, past what a Duration holds.
-	if f := float64(since) * o.HeuristicFreshness; f < float64(limit) {
+	if f := float64(since) * o.Freshness.Heuristic; f < float64(limit) {
 		return time.Duration(f), true
 	}
 	return limit, true

@@ -55,9 +55,9 @@ func TestNew_badOptions(t *testing.T) {
 		opts middleware.Options
 		text string
 	}{
-		{"negative TTL", middleware.Options{TTL: -time.Second}, "TTL -1s is negative"},
-		{"TTL below 1ms", middleware.Options{TTL: time.Microsecond}, "TTL 1µs is below 1ms"},
-		{"negative StaleTTL", middleware.Options{StaleTTL: -time.Minute}, "StaleTTL -1m0s is negative"},
+		{"negative TTL", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: -time.Second}}, "Freshness.TTL -1s is negative"},
+		{"TTL below 1ms", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Microsecond}}, "Freshness.TTL 1µs is below 1ms"},
+		{"negative Freshness.Stale", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: -time.Minute}}, "Freshness.Stale -1m0s is negative"},
 		{"negative StoreLimit", middleware.Options{StoreLimit: -1}, "StoreLimit -1 is negative"},
 		{"negative WaitTimeout", middleware.Options{WaitTimeout: -time.Second}, "WaitTimeout -1s is negative"},
 		{"WaitTimeout below 1ms", middleware.Options{WaitTimeout: time.Nanosecond}, "WaitTimeout 1ns is below 1ms"},
@@ -67,8 +67,8 @@ func TestNew_badOptions(t *testing.T) {
 		{"100 in Statuses", middleware.Options{Statuses: []int{200, 100}}, "status 100 in Statuses is not a final status"},
 		{"600 in Statuses", middleware.Options{Statuses: []int{600}}, "status 600 in Statuses is not a final status"},
 		{"negative status", middleware.Options{Statuses: []int{-200}}, "status -200 in Statuses is not a final status"},
-		{"empty KeyHeaders entry", middleware.Options{KeyHeaders: []string{"X-Forwarded-Proto", ""}}, "empty name in KeyHeaders"},
-		{"empty IgnoreQuery entry", middleware.Options{IgnoreQuery: []string{""}}, "empty name in KeyHeaders or IgnoreQuery"},
+		{"empty Keys.Headers entry", middleware.Options{Keys: middleware.KeyPolicy{Headers: []string{"X-Forwarded-Proto", ""}}}, "empty name in Keys.Headers"},
+		{"empty Keys.IgnoreQuery entry", middleware.Options{Keys: middleware.KeyPolicy{IgnoreQuery: []string{""}}}, "empty name in Keys.Headers or Keys.IgnoreQuery"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,15 +89,15 @@ func TestNew_badOptions(t *testing.T) {
 		}
 	})
 	t.Run("the options are not modified", func(t *testing.T) {
-		opts := middleware.Options{KeyHeaders: []string{"x-forwarded-proto"}}
+		opts := middleware.Options{Keys: middleware.KeyPolicy{Headers: []string{"x-forwarded-proto"}}}
 		if _, err := middleware.New(c, &opts); err != nil {
 			t.Fatal(err)
 		}
-		if opts.TTL != 0 || opts.StatusHeader != "" || opts.KeyHeaders[0] != "x-forwarded-proto" {
+		if opts.Freshness.TTL != 0 || opts.StatusHeader != "" || opts.Keys.Headers[0] != "x-forwarded-proto" {
 			t.Errorf("New changed the caller's Options: %+v", opts)
 		}
 	})
-	for _, opts := range []*middleware.Options{nil, {}, {TTL: time.Millisecond, WaitTimeout: time.Millisecond, Statuses: []int{200, 404, 501}}} {
+	for _, opts := range []*middleware.Options{nil, {}, {Freshness: middleware.FreshnessPolicy{TTL: time.Millisecond}, WaitTimeout: time.Millisecond, Statuses: []int{200, 404, 501}}} {
 		if _, err := middleware.New(c, opts); err != nil {
 			t.Errorf("New(%+v) = %v", opts, err)
 		}
@@ -112,8 +112,8 @@ func TestCache_panicsOnBadConfig(t *testing.T) {
 		ttl  time.Duration
 		text string
 	}{
-		{"negative ttl", c, -time.Second, "middleware: invalid argument: TTL -1s is negative"},
-		{"ttl below 1ms", c, 10 * time.Microsecond, "middleware: invalid argument: TTL 10µs is below 1ms"},
+		{"negative ttl", c, -time.Second, "middleware: invalid argument: Freshness.TTL -1s is negative"},
+		{"ttl below 1ms", c, 10 * time.Microsecond, "middleware: invalid argument: Freshness.TTL 10µs is below 1ms"},
 		{"nil cache", nil, time.Minute, "middleware: invalid argument: nil *cache.Cache"},
 	}
 	for _, tt := range tests {
@@ -141,7 +141,7 @@ func TestMiddleware_hugeStaleTTL(t *testing.T) {
 	var renders atomic.Int32
 	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "r%d", renders.Add(1))
-	}), &bedOptions{mw: &middleware.Options{TTL: math.MaxInt64 / 2, StaleTTL: math.MaxInt64}})
+	}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: math.MaxInt64 / 2, Stale: math.MaxInt64}}})
 	b.get(t, "/huge").check(t, 200, "MISS", "r1")
 	b.get(t, "/huge").check(t, 200, "HIT", "r1")
 	b.waitStored(t, "/huge", "r1")
@@ -237,12 +237,12 @@ func TestNew_heuristicFreshness(t *testing.T) {
 		opts middleware.Options
 		ok   bool
 	}{
-		{"0.1", middleware.Options{HeuristicFreshness: 0.1}, true},
-		{"1", middleware.Options{HeuristicFreshness: 1}, true},
-		{"above 1", middleware.Options{HeuristicFreshness: 1.5}, false},
-		{"negative", middleware.Options{HeuristicFreshness: -0.1}, false},
-		{"NaN", middleware.Options{HeuristicFreshness: zero / zero}, false},
-		{"negative cap", middleware.Options{HeuristicFreshness: 0.1, HeuristicMaxAge: -time.Second}, false},
+		{"0.1", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: 0.1}}, true},
+		{"1", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: 1}}, true},
+		{"above 1", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: 1.5}}, false},
+		{"negative", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: -0.1}}, false},
+		{"NaN", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: zero / zero}}, false},
+		{"negative cap", middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: 0.1, HeuristicMaxAge: -time.Second}}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := middleware.New(c, &tt.opts)
@@ -263,10 +263,10 @@ func TestNew_heuristicFreshness(t *testing.T) {
 // Options of its own, and New accepts them.
 func TestSharedOptions(t *testing.T) {
 	byHand := middleware.Options{
-		ExplicitFreshness:        true,
-		HeuristicFreshness:       0.1,
-		SurrogateControl:         true,
-		RevalidateNoCache:        true,
+		Freshness: middleware.FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
+
+		SurrogateControl: true,
+
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,
 	}

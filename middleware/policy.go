@@ -241,7 +241,7 @@ func sharingRefusal(h http.Header) string {
 // freshness is the lifetime of a response with this status,
 // header h, Cache-Control cc and Surrogate-Control sc (parsed only with
 // SurrogateControl), received at responded; heuristic says it came from
-// HeuristicFreshness. reason is set if it may not be stored for want of
+// Freshness.Heuristic. reason is set if it may not be stored for want of
 // one.
 func (m *Middleware) freshness(status int, h http.Header, cc, sc cacheControl, responded time.Time) (lifetime time.Duration, heuristic bool, reason string) {
 	switch {
@@ -263,29 +263,29 @@ func (m *Middleware) freshness(status int, h http.Header, cc, sc cacheControl, r
 		return lifetime, false, ""
 	}
 	// No explicit freshness: RFC 9111 4.2.2's heuristic where it applies,
-	// else TTL (the application's own default), or with ExplicitFreshness
+	// else TTL (the application's own default), or with Freshness.Explicit
 	// nothing.
 	if lifetime, heuristic = m.o.heuristic(status, cc.public, h, responded); heuristic {
 		return lifetime, true, ""
 	}
-	if m.o.ExplicitFreshness {
+	if m.o.Freshness.Explicit {
 		return 0, false, "no explicit freshness (s-maxage, max-age, Expires)"
 	}
-	return m.o.TTL, false, ""
+	return m.o.Freshness.TTL, false, ""
 }
 
 // staleWindow is how long past its freshness a response with
 // Cache-Control cc, fresh for fresh more when received, may be served
 // stale: its own stale-while-revalidate or stale-if-error, else
-// StaleTTL; none with must-revalidate or proxy-revalidate.
+// Freshness.Stale; none with must-revalidate or proxy-revalidate.
 func (m *Middleware) staleWindow(cc cacheControl, fresh time.Duration) time.Duration {
-	stale := m.o.StaleTTL
+	stale := m.o.Freshness.Stale
 	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
 		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
 	}
 	if cc.hasSMaxAge {
 		// RFC 9111 5.2.2.10: s-maxage implies proxy-revalidate, so
-		// StaleTTL (this cache's own leave to serve stale) does not
+		// Freshness.Stale (this cache's own leave to serve stale) does not
 		// apply; the response's own stale-while-revalidate or
 		// stale-if-error still do, as CDNs honour them with s-maxage.
 		stale = max(cc.staleWhileRevalidate, cc.staleIfError)

@@ -16,8 +16,8 @@ func TestStorable_rules(t *testing.T) {
 	responded := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	date := func(d time.Duration) string { return responded.Add(d).Format(http.TimeFormat) }
 	const minute = time.Minute
-	defaults := Options{TTL: minute}
-	explicit := Options{TTL: minute, ExplicitFreshness: true}
+	defaults := Options{Freshness: FreshnessPolicy{TTL: minute}}
+	explicit := Options{Freshness: FreshnessPolicy{TTL: minute, Explicit: true}}
 	for _, tt := range []struct {
 		name   string
 		o      Options
@@ -34,24 +34,24 @@ func TestStorable_rules(t *testing.T) {
 		{name: "501 is stored", o: defaults, status: 501, lifetime: minute},
 		{name: "304", o: defaults, status: 304, reason: "status 304 answers the request's conditions"},
 		{name: "412", o: explicit, status: 412, header: http.Header{"Cache-Control": {"max-age=60"}}, reason: "status 412 answers the request's conditions"},
-		{name: "206", o: Options{TTL: minute, Statuses: []int{206}}, status: 206, reason: "status 206 (a partial response)"},
-		{name: "ShouldCache no", o: Options{TTL: minute, ShouldCache: func(int, http.Header) bool { return false }}, status: 200, reason: "ShouldCache said no"},
-		{name: "ShouldCache yes", o: Options{TTL: minute, ShouldCache: func(int, http.Header) bool { return true }}, status: 201, lifetime: minute},
+		{name: "206", o: Options{Freshness: FreshnessPolicy{TTL: minute}, Statuses: []int{206}}, status: 206, reason: "status 206 (a partial response)"},
+		{name: "ShouldCache no", o: Options{Freshness: FreshnessPolicy{TTL: minute}, ShouldCache: func(int, http.Header) bool { return false }}, status: 200, reason: "ShouldCache said no"},
+		{name: "ShouldCache yes", o: Options{Freshness: FreshnessPolicy{TTL: minute}, ShouldCache: func(int, http.Header) bool { return true }}, status: 201, lifetime: minute},
 		{name: "status not listed", o: defaults, status: 201, reason: "status 201"},
-		{name: "Statuses", o: Options{TTL: minute, Statuses: []int{201}}, status: 201, lifetime: minute},
+		{name: "Statuses", o: Options{Freshness: FreshnessPolicy{TTL: minute}, Statuses: []int{201}}, status: 201, lifetime: minute},
 		{name: "explicit: any final status", o: explicit, status: 302, header: http.Header{"Cache-Control": {"max-age=60"}}, lifetime: minute},
 
 		// Cache-Control directives.
-		{name: "must-understand, unknown status", o: Options{TTL: minute, Statuses: []int{299}}, status: 299, header: http.Header{"Cache-Control": {"must-understand, max-age=60"}}, reason: "must-understand with unknown status 299"},
+		{name: "must-understand, unknown status", o: Options{Freshness: FreshnessPolicy{TTL: minute}, Statuses: []int{299}}, status: 299, header: http.Header{"Cache-Control": {"must-understand, max-age=60"}}, reason: "must-understand with unknown status 299"},
 		{name: "must-understand, known status", o: defaults, status: 200, header: http.Header{"Cache-Control": {"must-understand, max-age=60"}}, lifetime: minute},
 		{name: "must-understand does not lift no-store", o: defaults, status: 200, header: http.Header{"Cache-Control": {"must-understand, no-store, max-age=60"}}, reason: "no-store"},
 		{name: "no-store", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=60, no-store"}}, reason: "no-store"},
 		{name: "no-store, second line", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=60", "NO-STORE"}}, reason: "no-store"},
 		{name: "private", o: defaults, status: 200, header: http.Header{"Cache-Control": {"private"}}, reason: "private"},
 		{name: "no-cache", o: defaults, status: 200, header: http.Header{"Cache-Control": {"no-cache"}, "Etag": {`"a"`}}, reason: "no-cache (would need revalidation)"},
-		{name: "no-cache without a validator", o: Options{TTL: minute, RevalidateNoCache: true}, status: 200, header: http.Header{"Cache-Control": {"no-cache"}}, reason: "no-cache (would need revalidation)"},
-		{name: "no-cache, revalidation off", o: Options{TTL: minute, RevalidateNoCache: true, RevalidateTTL: -1}, status: 200, header: http.Header{"Cache-Control": {"no-cache"}, "Etag": {`"a"`}}, reason: "no-cache (would need revalidation)"},
-		{name: "no-cache revalidated", o: Options{TTL: minute, RevalidateNoCache: true}, status: 200, header: http.Header{"Cache-Control": {"no-cache, max-age=60"}, "Last-Modified": {date(-time.Hour)}, "Age": {"5"}}, age: 5 * time.Second},
+		{name: "no-cache without a validator", o: Options{Freshness: FreshnessPolicy{TTL: minute, RevalidateNoCache: true}}, status: 200, header: http.Header{"Cache-Control": {"no-cache"}}, reason: "no-cache (would need revalidation)"},
+		{name: "no-cache, revalidation off", o: Options{Freshness: FreshnessPolicy{TTL: minute, RevalidateNoCache: true, Revalidate: -1}}, status: 200, header: http.Header{"Cache-Control": {"no-cache"}, "Etag": {`"a"`}}, reason: "no-cache (would need revalidation)"},
+		{name: "no-cache revalidated", o: Options{Freshness: FreshnessPolicy{TTL: minute, RevalidateNoCache: true}}, status: 200, header: http.Header{"Cache-Control": {"no-cache, max-age=60"}, "Last-Modified": {date(-time.Hour)}, "Age": {"5"}}, age: 5 * time.Second},
 
 		// Sharing.
 		{name: "Set-Cookie", o: defaults, status: 200, header: http.Header{"Set-Cookie": {"a=b"}}, reason: "sets a cookie"},
@@ -69,10 +69,10 @@ func TestStorable_rules(t *testing.T) {
 		{name: "larger than MaxValueSize", o: defaults, status: 200, body: 4 << 10, reason: "larger than the cache's MaxValueSize"},
 
 		// Surrogate-Control.
-		{name: "Surrogate-Control no-store", o: Options{TTL: minute, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"no-store"}}, reason: "Surrogate-Control: no-store"},
+		{name: "Surrogate-Control no-store", o: Options{Freshness: FreshnessPolicy{TTL: minute}, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"no-store"}}, reason: "Surrogate-Control: no-store"},
 		{name: "Surrogate-Control ignored", o: defaults, status: 200, header: http.Header{"Surrogate-Control": {"no-store, max-age=5"}}, lifetime: minute},
-		{name: "Surrogate-Control max-age first", o: Options{TTL: minute, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"max-age=5"}, "Cache-Control": {"s-maxage=60, max-age=60"}}, lifetime: 5 * time.Second},
-		{name: "Surrogate-Control for a device", o: Options{TTL: minute, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"no-store;cdn"}}, lifetime: minute},
+		{name: "Surrogate-Control max-age first", o: Options{Freshness: FreshnessPolicy{TTL: minute}, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"max-age=5"}, "Cache-Control": {"s-maxage=60, max-age=60"}}, lifetime: 5 * time.Second},
+		{name: "Surrogate-Control for a device", o: Options{Freshness: FreshnessPolicy{TTL: minute}, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"no-store;cdn"}}, lifetime: minute},
 
 		// Age.
 		{name: "invalid Age", o: defaults, status: 200, header: http.Header{"Age": {"1, 2"}}, reason: "invalid Age (taken as stale)"},
@@ -87,20 +87,20 @@ func TestStorable_rules(t *testing.T) {
 		{name: "Expires invalid", o: defaults, status: 200, header: http.Header{"Expires": {"0"}}, reason: "Expires is not in the future"},
 		{name: "TTL", o: defaults, status: 200, lifetime: minute},
 		{name: "explicit, none said", o: explicit, status: 200, reason: "no explicit freshness (s-maxage, max-age, Expires)"},
-		{name: "heuristic", o: Options{TTL: minute, ExplicitFreshness: true, HeuristicFreshness: 0.1}, status: 200, header: http.Header{"Date": {date(0)}, "Last-Modified": {date(-10 * time.Hour)}}, lifetime: time.Hour},
-		{name: "heuristic not for the status", o: Options{TTL: minute, Statuses: []int{201}, HeuristicFreshness: 0.1}, status: 201, header: http.Header{"Last-Modified": {date(-10 * time.Hour)}}, lifetime: minute},
-		{name: "heuristic passed", o: Options{TTL: minute, HeuristicFreshness: 0.1}, status: 200, header: http.Header{"Age": {"7200"}, "Last-Modified": {date(-10 * time.Hour)}}, reason: "heuristic freshness (from Last-Modified) has passed"},
+		{name: "heuristic", o: Options{Freshness: FreshnessPolicy{TTL: minute, Explicit: true, Heuristic: 0.1}}, status: 200, header: http.Header{"Date": {date(0)}, "Last-Modified": {date(-10 * time.Hour)}}, lifetime: time.Hour},
+		{name: "heuristic not for the status", o: Options{Freshness: FreshnessPolicy{TTL: minute, Heuristic: 0.1}, Statuses: []int{201}}, status: 201, header: http.Header{"Last-Modified": {date(-10 * time.Hour)}}, lifetime: minute},
+		{name: "heuristic passed", o: Options{Freshness: FreshnessPolicy{TTL: minute, Heuristic: 0.1}}, status: 200, header: http.Header{"Age": {"7200"}, "Last-Modified": {date(-10 * time.Hour)}}, reason: "heuristic freshness (from Last-Modified) has passed"},
 		{name: "max-age=0", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=0"}}, reason: "max-age=0"},
 		{name: "stale when received", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=60"}, "Age": {"60"}}, reason: "stale when received (Age or Date)"},
 
 		// The stale window.
-		{name: "StaleTTL", o: Options{TTL: minute, StaleTTL: 30 * time.Second}, status: 200, lifetime: minute, staleness: 30 * time.Second},
-		{name: "stale-while-revalidate and stale-if-error", o: Options{TTL: minute, StaleTTL: time.Hour}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, stale-while-revalidate=10, stale-if-error=20"}}, lifetime: minute, staleness: 20 * time.Second},
-		{name: "s-maxage drops StaleTTL", o: Options{TTL: minute, StaleTTL: time.Hour}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60"}}, lifetime: minute},
-		{name: "s-maxage keeps stale-while-revalidate", o: Options{TTL: minute, StaleTTL: time.Hour}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60, stale-while-revalidate=15"}}, lifetime: minute, staleness: 15 * time.Second},
-		{name: "must-revalidate", o: Options{TTL: minute, StaleTTL: time.Hour}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, must-revalidate, stale-if-error=20"}}, lifetime: minute},
-		{name: "proxy-revalidate", o: Options{TTL: minute, StaleTTL: time.Hour}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, proxy-revalidate"}}, lifetime: minute},
-		{name: "huge options do not overflow", o: Options{TTL: math.MaxInt64 / 2, StaleTTL: math.MaxInt64}, status: 200, header: http.Header{"Age": {"10"}}, age: 10 * time.Second, lifetime: math.MaxInt64 / 2, staleness: math.MaxInt64 - (math.MaxInt64/2 - 10*time.Second)},
+		{name: "StaleTTL", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: 30 * time.Second}}, status: 200, lifetime: minute, staleness: 30 * time.Second},
+		{name: "stale-while-revalidate and stale-if-error", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, stale-while-revalidate=10, stale-if-error=20"}}, lifetime: minute, staleness: 20 * time.Second},
+		{name: "s-maxage drops StaleTTL", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60"}}, lifetime: minute},
+		{name: "s-maxage keeps stale-while-revalidate", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60, stale-while-revalidate=15"}}, lifetime: minute, staleness: 15 * time.Second},
+		{name: "must-revalidate", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, must-revalidate, stale-if-error=20"}}, lifetime: minute},
+		{name: "proxy-revalidate", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, proxy-revalidate"}}, lifetime: minute},
+		{name: "huge options do not overflow", o: Options{Freshness: FreshnessPolicy{TTL: math.MaxInt64 / 2, Stale: math.MaxInt64}}, status: 200, header: http.Header{"Age": {"10"}}, age: 10 * time.Second, lifetime: math.MaxInt64 / 2, staleness: math.MaxInt64 - (math.MaxInt64/2 - 10*time.Second)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := &Middleware{o: tt.o, maxValue: 2 << 10}

@@ -143,19 +143,19 @@ func TestMiddleware_ttl(t *testing.T) {
 		opts         middleware.Options
 		fresh, stale time.Duration // 0, 0: not stored
 	}{
-		{"Options.TTL", "", middleware.Options{TTL: 30 * time.Second}, 30 * time.Second, 0},
+		{"Options.TTL", "", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 30 * time.Second, 0},
 		{"default TTL", "public", middleware.Options{}, time.Minute, 0},
-		{"max-age over TTL", "max-age=50", middleware.Options{TTL: 30 * time.Second}, 50 * time.Second, 0},
-		{"s-maxage over max-age", "max-age=50, s-maxage=70", middleware.Options{TTL: 30 * time.Second}, 70 * time.Second, 0},
+		{"max-age over TTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 50 * time.Second, 0},
+		{"s-maxage over max-age", "max-age=50, s-maxage=70", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 70 * time.Second, 0},
 		{"s-maxage first", "s-maxage=70, max-age=50", middleware.Options{}, 70 * time.Second, 0},
 		{"quoted and upper case", `MAX-AGE="45"`, middleware.Options{}, 45 * time.Second, 0},
-		{"Options.StaleTTL", "max-age=50", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 15 * time.Second},
-		{"stale-while-revalidate over StaleTTL", "max-age=50, stale-while-revalidate=20", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 20 * time.Second},
+		{"Options.StaleTTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 15 * time.Second},
+		{"stale-while-revalidate over StaleTTL", "max-age=50, stale-while-revalidate=20", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 20 * time.Second},
 		{"larger of the stale windows", "max-age=50, stale-while-revalidate=20, stale-if-error=40", middleware.Options{}, 50 * time.Second, 40 * time.Second},
-		{"must-revalidate: no stale", "max-age=50, must-revalidate, stale-while-revalidate=20", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
-		{"proxy-revalidate: no stale", "max-age=50, proxy-revalidate", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
-		{"s-maxage: no StaleTTL", "s-maxage=50", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 0},
-		{"s-maxage with its own stale-while-revalidate", "s-maxage=50, stale-while-revalidate=20", middleware.Options{StaleTTL: 15 * time.Second}, 50 * time.Second, 20 * time.Second},
+		{"must-revalidate: no stale", "max-age=50, must-revalidate, stale-while-revalidate=20", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},
+		{"proxy-revalidate: no stale", "max-age=50, proxy-revalidate", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},
+		{"s-maxage: no StaleTTL", "s-maxage=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},
+		{"s-maxage with its own stale-while-revalidate", "s-maxage=50, stale-while-revalidate=20", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 20 * time.Second},
 		{"max-age=0", "max-age=0", middleware.Options{}, 0, 0},
 		{"s-maxage=0 over max-age", "s-maxage=0, max-age=60", middleware.Options{}, 0, 0},
 	}
@@ -383,7 +383,7 @@ func TestMiddleware_ageAndDate(t *testing.T) {
 	}
 }
 
-// TestMiddleware_explicitFreshness: with ExplicitFreshness only responses
+// TestMiddleware_explicitFreshness: with Freshness.Explicit only responses
 // that say how long they are fresh are stored; without it (the default)
 // the others are fresh for TTL, as before.
 func TestMiddleware_explicitFreshness(t *testing.T) {
@@ -414,7 +414,7 @@ func TestMiddleware_explicitFreshness(t *testing.T) {
 					w.Header().Set(tt.header[i], v)
 				}
 				fmt.Fprintf(w, "r%d", renders.Add(1))
-			}), &bedOptions{mw: &middleware.Options{ExplicitFreshness: tt.explicit, TTL: time.Hour}})
+			}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: tt.explicit, TTL: time.Hour}}})
 			if !tt.stored {
 				b.get(t, "/x").check(t, 200, "BYPASS", "r1")
 				b.get(t, "/x").check(t, 200, "BYPASS", "r2")
@@ -427,7 +427,7 @@ func TestMiddleware_explicitFreshness(t *testing.T) {
 	}
 }
 
-// TestMiddleware_explicitFreshnessStatuses: with ExplicitFreshness a
+// TestMiddleware_explicitFreshnessStatuses: with Freshness.Explicit a
 // response that says how long it is fresh is stored whatever its final
 // status (RFC 9111 3), except 206 and the server errors but 501, and a
 // status net/http does not know is not stored with must-understand; by
@@ -460,7 +460,7 @@ func TestMiddleware_explicitFreshnessStatuses(t *testing.T) {
 				w.Header().Set("Location", "/elsewhere")
 				w.WriteHeader(tt.status)
 				fmt.Fprintf(w, "r%d", renders.Add(1))
-			}), &bedOptions{mw: &middleware.Options{ExplicitFreshness: tt.explicit}})
+			}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: tt.explicit}}})
 			if !tt.stored {
 				b.get(t, "/s").check(t, tt.status, "BYPASS", "r1")
 				b.get(t, "/s").check(t, tt.status, "BYPASS", "r2")
@@ -473,14 +473,14 @@ func TestMiddleware_explicitFreshnessStatuses(t *testing.T) {
 	}
 }
 
-// TestMiddleware_heuristicFreshness: with HeuristicFreshness a response
+// TestMiddleware_heuristicFreshness: with Freshness.Heuristic a response
 // without explicit freshness but with Last-Modified is fresh for that
 // fraction of the time since then (RFC 9111 4.2.2), at most
 // HeuristicMaxAge, if its status is heuristically cacheable or it says
-// public; with ExplicitFreshness it is stored then, without it the
+// public; with Freshness.Explicit it is stored then, without it the
 // heuristic comes before TTL. Explicit freshness always wins, and a
 // Last-Modified later than the Date, or not one valid date, gives no
-// heuristic (TTL, or with ExplicitFreshness not stored).
+// heuristic (TTL, or with Freshness.Explicit not stored).
 func TestMiddleware_heuristicFreshness(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	at := func(d time.Duration) func(time.Time) string {
@@ -496,57 +496,57 @@ func TestMiddleware_heuristicFreshness(t *testing.T) {
 		fresh  time.Duration // 0: not stored
 	}{
 		{"200, a tenth of 10h", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Date": {at(0)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, time.Hour},
 		{"without Date: counted to when received", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, time.Hour},
 		{"a tenth of 10h to Date, an hour old: passed", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-11 * time.Hour)}, "Date": {at(-time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"fraction 0.5", 404, map[string][]func(time.Time) string{"Last-Modified": {at(-time.Hour)}, "Date": {at(0)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: 0.5}, 30 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: 0.5}}, 30 * time.Minute},
 		{"capped at a day", 200, map[string][]func(time.Time) string{"Last-Modified": {fixed("Mon, 02 Jan 2006 15:04:05 GMT")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 24 * time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 24 * time.Hour},
 		{"capped at HeuristicMaxAge", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-100 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction, HeuristicMaxAge: 2 * time.Hour}, 2 * time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction, HeuristicMaxAge: 2 * time.Hour}}, 2 * time.Hour},
 		{"501", 501, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, time.Hour},
 		{"302 is not heuristically cacheable", 302, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"201 is not heuristically cacheable", 201, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"302 with public", 302, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Cache-Control": {fixed("public")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, time.Hour},
 		{"503 with public: never a server error", 503, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Cache-Control": {fixed("public")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"private", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Cache-Control": {fixed("private")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"max-age wins", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Cache-Control": {fixed("max-age=30")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 30 * time.Second},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 30 * time.Second},
 		{"Expires wins", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Expires": {at(40 * time.Second)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 40 * time.Second},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 40 * time.Second},
 		{"an invalid Expires wins too", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}, "Expires": {fixed("0")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"off: not stored", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit}}, 0},
 		{"Last-Modified in the future", 200, map[string][]func(time.Time) string{"Last-Modified": {at(time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"Last-Modified after Date", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-time.Hour)}, "Date": {at(-2 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"Last-Modified not a date", 200, map[string][]func(time.Time) string{"Last-Modified": {fixed("yesterday")}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"two Last-Modified that disagree", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour), at(-20 * time.Hour)}},
-			middleware.Options{ExplicitFreshness: explicit, HeuristicFreshness: fraction}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"Last-Modified is Date: no freshness, not TTL", 200, map[string][]func(time.Time) string{"Last-Modified": {at(0)}, "Date": {at(0)}},
-			middleware.Options{HeuristicFreshness: fraction, TTL: time.Hour}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: time.Hour}}, 0},
 		{"defaults: heuristic before TTL", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{HeuristicFreshness: fraction, TTL: 10 * time.Minute}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, time.Hour},
 		{"defaults: TTL without Last-Modified", 200, nil,
-			middleware.Options{HeuristicFreshness: fraction, TTL: 10 * time.Minute}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, 10 * time.Minute},
 		{"defaults: TTL for Last-Modified in the future", 200, map[string][]func(time.Time) string{"Last-Modified": {at(time.Hour)}},
-			middleware.Options{HeuristicFreshness: fraction, TTL: 10 * time.Minute}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, 10 * time.Minute},
 		{"defaults: TTL for a status Statuses allows but the heuristic does not cover", 302, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{HeuristicFreshness: fraction, TTL: 10 * time.Minute, Statuses: []int{200, 302}}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}, Statuses: []int{200, 302}}, 10 * time.Minute},
 		{"defaults: Statuses still decide", 404, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{HeuristicFreshness: fraction, Statuses: []int{200}}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction}, Statuses: []int{200}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -593,7 +593,7 @@ func TestMiddleware_heuristicFreshnessAge(t *testing.T) {
 		w.Header().Set("Date", now.Add(-time.Hour).UTC().Format(http.TimeFormat))
 		w.Header().Set("Last-Modified", now.Add(-21*time.Hour).UTC().Format(http.TimeFormat))
 		fmt.Fprintf(w, "r%d", renders.Add(1))
-	}), &bedOptions{mw: &middleware.Options{ExplicitFreshness: true, HeuristicFreshness: 0.1}})
+	}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: true, Heuristic: 0.1}}})
 	// 20h between Last-Modified and Date: 2h fresh, 1h of it gone.
 	b.get(t, "/age").check(t, 200, "MISS", "r1")
 	b.waitStored(t, "/age", "r1")
@@ -639,7 +639,7 @@ func TestMiddleware_surrogateControl(t *testing.T) {
 					w.Header().Set(tt.header[i], tt.header[i+1])
 				}
 				fmt.Fprintf(w, "r%d", renders.Add(1))
-			}), &bedOptions{mw: &middleware.Options{SurrogateControl: tt.on, ExplicitFreshness: true}})
+			}), &bedOptions{mw: &middleware.Options{SurrogateControl: tt.on, Freshness: middleware.FreshnessPolicy{Explicit: true}}})
 			if tt.fresh == 0 {
 				b.get(t, "/sc").check(t, 200, "BYPASS", "r1")
 				b.get(t, "/sc").check(t, 200, "BYPASS", "r2")

@@ -60,14 +60,14 @@ type revalidation struct {
 }
 
 // keepFor is how long a response with this freshness lifetime is kept
-// past its stale window to be revalidated (see RevalidateTTL): 0 if it
+// past its stale window to be revalidated (see Freshness.Revalidate): 0 if it
 // has no validator of the handler's or revalidation is off.
 func (m *Middleware) keepFor(resp *response, lifetime time.Duration) time.Duration {
 	switch {
-	case m.o.RevalidateTTL < 0 || !resp.validators():
+	case m.o.Freshness.Revalidate < 0 || !resp.validators():
 		return 0
-	case m.o.RevalidateTTL > 0:
-		return m.o.RevalidateTTL
+	case m.o.Freshness.Revalidate > 0:
+		return m.o.Freshness.Revalidate
 	}
 	return min(max(lifetime, time.Minute), time.Hour)
 }
@@ -77,7 +77,7 @@ func (m *Middleware) keepFor(resp *response, lifetime time.Duration) time.Durati
 // use: with RevalidateNoCache (and revalidation on), when it has an ETag
 // or Last-Modified.
 func (m *Middleware) revalidatesNoCache(h http.Header) bool {
-	return m.o.RevalidateNoCache && m.o.RevalidateTTL >= 0 && (h["Etag"] != nil || h["Last-Modified"] != nil)
+	return m.o.Freshness.RevalidateNoCache && m.o.Freshness.Revalidate >= 0 && (h["Etag"] != nil || h["Last-Modified"] != nil)
 }
 
 // validators reports whether resp has a validator of the handler's to

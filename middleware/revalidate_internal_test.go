@@ -28,7 +28,7 @@ func FuzzFreshened(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1], seed[2], seed[3])
 	}
-	m := &Middleware{o: Options{TTL: time.Minute}, maxValue: 1 << 20}
+	m := &Middleware{o: Options{Freshness: FreshnessPolicy{TTL: time.Minute}}, maxValue: 1 << 20}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, n1, v1, n2, v2 string) {
 		stored := http.Header{

@@ -263,13 +263,13 @@ func TestMiddleware_revalidateMustRevalidate(t *testing.T) {
 	for _, cc := range []string{"max-age=10, must-revalidate", "max-age=10, proxy-revalidate", "s-maxage=10", "max-age=10"} {
 		t.Run(cc, func(t *testing.T) {
 			o := &origin{etag: `"v1"`, cc: cc}
-			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{StaleTTL: time.Minute}, quiet: true})
+			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: time.Minute}}, quiet: true})
 			b.get(t, "/m").check(t, 200, "MISS", "body-1")
 			b.waitStored(t, "/m", "body-1")
 			b.clock.Advance(11 * time.Second)
 			o.set(func(o *origin) { o.fail = http.StatusServiceUnavailable })
 			if cc == "max-age=10" {
-				// StaleTTL applies: served stale while the refresh
+				// Freshness.Stale applies: served stale while the refresh
 				// (conditional, failing) runs in the background.
 				b.get(t, "/m").check(t, 200, "STALE", "body-1")
 				return
@@ -394,10 +394,10 @@ func TestMiddleware_revalidateOnce(t *testing.T) {
 }
 
 // TestMiddleware_revalidateKeep: how long a response is kept past its
-// freshness (and stale window) to be revalidated: RevalidateTTL, by
+// freshness (and stale window) to be revalidated: Freshness.Revalidate, by
 // default its lifetime within [1m, 1h]; not at all without a validator of
 // the handler's (a digest ETag is the middleware's own) or with a
-// negative RevalidateTTL.
+// negative Freshness.Revalidate.
 func TestMiddleware_revalidateKeep(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	for _, tt := range []struct {
@@ -416,7 +416,7 @@ func TestMiddleware_revalidateKeep(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &origin{etag: tt.etag, cc: tt.cc}
-			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{RevalidateTTL: tt.keep}})
+			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Revalidate: tt.keep}}})
 			b.get(t, "/k").check(t, 200, "MISS", "body-1")
 			b.waitStored(t, "/k", "body-1")
 			if got := b.ttl(t, "/k"); got > tt.want || got < tt.want-5*time.Second {
@@ -493,7 +493,7 @@ func TestMiddleware_revalidateNoCache(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &origin{etag: tt.etag, cc: tt.cc}
-			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{RevalidateNoCache: tt.option}})
+			b := newTestBed(t, s, o, &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{RevalidateNoCache: tt.option}}})
 			if !tt.stored {
 				b.get(t, "/nc").check(t, 200, "BYPASS", "body-1")
 				b.waitGone(t, "/nc")

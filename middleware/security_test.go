@@ -473,13 +473,13 @@ func TestSecurity_poisoningOtherCase(t *testing.T) {
 	}
 }
 
-// TestSecurity_keyHeaders: a header named in KeyHeaders reaches the
+// TestSecurity_keyHeaders: a header named in Keys.Headers reaches the
 // handler and is part of the key; the others are still removed.
 func TestSecurity_keyHeaders(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	var renders atomic.Int32
 	b := newTestBed(t, s, echoRewriting(&renders), &bedOptions{procs: 2,
-		mw: &middleware.Options{KeyHeaders: []string{"x-forwarded-proto"}}})
+		mw: &middleware.Options{Keys: middleware.KeyPolicy{Headers: []string{"x-forwarded-proto"}}}})
 	steps := []struct {
 		hdr  []string
 		want string
@@ -513,7 +513,7 @@ func TestSecurity_keyHeaders(t *testing.T) {
 // r.Header.Get sees only A. Keyed as one line, the render for the split
 // field was served to every client sending "A, B" (with Vary: User-Agent,
 // a UA split at its comma poisoned that browser's variant). Keys keep the
-// lines apart, for Vary'd fields and KeyHeaders alike.
+// lines apart, for Vary'd fields and Keys.Headers alike.
 func TestSecurity_fieldLinesInKeys(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	const ua = "Mozilla/5.0 (Linux; Android 14) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36"
@@ -523,7 +523,7 @@ func TestSecurity_fieldLinesInKeys(t *testing.T) {
 		o           *middleware.Options
 	}{
 		{"Vary", "User-Agent", nil},
-		{"KeyHeaders", "X-Tenant", &middleware.Options{KeyHeaders: []string{"x-tenant"}}},
+		{"KeyHeaders", "X-Tenant", &middleware.Options{Keys: middleware.KeyPolicy{Headers: []string{"x-tenant"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

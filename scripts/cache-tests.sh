@@ -12,8 +12,8 @@
 # The shared-cache configuration (-shared: middleware.SharedOptions()) is what
 # a shared cache in front of an origin is usually set to, and what the suite's
 # published caches run with: only responses with explicit freshness are
-# stored (ExplicitFreshness), or with a Last-Modified that gives them a tenth
-# of its age, at most a day, as heuristic freshness (HeuristicFreshness 0.1,
+# stored (Freshness.Explicit), or with a Last-Modified that gives them a tenth
+# of its age, at most a day, as heuristic freshness (Freshness.Heuristic 0.1,
 # RFC 9111 4.2.2), the origin's Surrogate-Control is honoured
 # (SurrogateControl), responses with no-cache and a validator are stored to
 # be revalidated on every use (RevalidateNoCache), a request's no-cache is

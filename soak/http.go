@@ -93,7 +93,7 @@ func (w *worker) openWeb() (*web, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := middleware.New(c, &middleware.Options{TTL: time.Second, WaitTimeout: time.Second})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Second}, WaitTimeout: time.Second})
 	if err != nil {
 		_ = c.Close()
 		return nil, err

@@ -131,7 +131,7 @@ func newApp(rdb *redis.Client) (*app, error) {
 		c.Close()
 		return nil, err
 	}
-	mw, err := middleware.New(c, &middleware.Options{TTL: time.Minute, Observer: m.MiddlewareObserver("pages")})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}, Observer: m.MiddlewareObserver("pages")})
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -88,14 +88,14 @@ func parseFlags(args []string) (config, error) {
 			return err
 		})
 	}
-	field("explicit", "store only responses with explicit freshness (max-age, s-maxage or Expires)", func(o *middleware.Options) *bool { return &o.ExplicitFreshness })
+	field("explicit", "store only responses with explicit freshness (max-age, s-maxage or Expires)", func(o *middleware.Options) *bool { return &o.Freshness.Explicit })
 	fs.Func("heuristic", "fraction of the time since Last-Modified a response without explicit freshness is fresh (preset: 0.1; 0: off)", func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		changes = append(changes, func(o *middleware.Options) { o.HeuristicFreshness = f })
+		changes = append(changes, func(o *middleware.Options) { o.Freshness.Heuristic = f })
 		return err
 	})
 	field("surrogate-control", "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness", func(o *middleware.Options) *bool { return &o.SurrogateControl })
-	field("revalidate-no-cache", "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use", func(o *middleware.Options) *bool { return &o.RevalidateNoCache })
+	field("revalidate-no-cache", "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use", func(o *middleware.Options) *bool { return &o.Freshness.RevalidateNoCache })
 	field("allow-no-cache", "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)", func(o *middleware.Options) *bool { return &o.AllowNoCache })
 	field("cache-cookies", "cache requests that carry a Cookie header (only if the origin never personalises by cookie without Vary)", func(o *middleware.Options) *bool { return &o.CacheRequestsWithCookies })
 	fs.BoolVar(&cfg.debug, "debug", false, "log why requests bypassed the cache and responses were not stored")
@@ -105,7 +105,7 @@ func parseFlags(args []string) (config, error) {
 	if *shared {
 		cfg.opts = *middleware.SharedOptions()
 	}
-	cfg.opts.TTL, cfg.opts.StaleTTL, cfg.opts.HeuristicMaxAge = *ttl, *staleTTL, *heuristicMax
+	cfg.opts.Freshness.TTL, cfg.opts.Freshness.Stale, cfg.opts.Freshness.HeuristicMaxAge = *ttl, *staleTTL, *heuristicMax
 	for _, change := range changes {
 		change(&cfg.opts)
 	}

@@ -52,7 +52,7 @@ func TestProxy(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("explicit=%v,heuristic=%v%s", tt.explicit, tt.heuristic, tt.path), func(t *testing.T) {
 			cfg := config{namespace: redistest.Key(t, "proxy"), opts: middleware.Options{
-				TTL: time.Minute, ExplicitFreshness: tt.explicit, HeuristicFreshness: tt.heuristic, HeuristicMaxAge: 24 * time.Hour,
+				Freshness: middleware.FreshnessPolicy{TTL: time.Minute, Explicit: tt.explicit, Heuristic: tt.heuristic, HeuristicMaxAge: 24 * time.Hour},
 			}}
 			h, closeCache, err := handler(s.Client(t), u, cfg)
 			if err != nil {
@@ -86,7 +86,7 @@ func TestProxy(t *testing.T) {
 // wherever it comes on the command line.
 func TestParseFlags(t *testing.T) {
 	preset := *middleware.SharedOptions()
-	preset.TTL, preset.HeuristicMaxAge = time.Minute, 24*time.Hour
+	preset.Freshness.TTL, preset.Freshness.HeuristicMaxAge = time.Minute, 24*time.Hour
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -97,10 +97,10 @@ func TestParseFlags(t *testing.T) {
 		{"defaults", []string{"-shared=false"}, func(o *middleware.Options) {}},
 		{"preset less one", []string{"-cache-cookies=false", "-stale-ttl", "30s"}, func(o *middleware.Options) {
 			*o = preset
-			o.CacheRequestsWithCookies, o.StaleTTL = false, 30*time.Second
+			o.CacheRequestsWithCookies, o.Freshness.Stale = false, 30*time.Second
 		}},
 		{"defaults plus one, in any order", []string{"-explicit", "-shared=false", "-ttl", "5m"}, func(o *middleware.Options) {
-			o.ExplicitFreshness, o.TTL = true, 5*time.Minute
+			o.Freshness.Explicit, o.Freshness.TTL = true, 5*time.Minute
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,7 +108,7 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := middleware.Options{TTL: time.Minute, HeuristicMaxAge: 24 * time.Hour}
+			want := middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute, HeuristicMaxAge: 24 * time.Hour}}
 			tt.want(&want)
 			if !reflect.DeepEqual(cfg.opts, want) {
 				t.Errorf("parseFlags(%q).opts = %+v, want %+v", tt.args, cfg.opts, want)

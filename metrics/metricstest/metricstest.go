@@ -63,7 +63,7 @@ func NewMiddleware(tb testing.TB, rc cache.RedisClient, obs func(middleware.Even
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	mw, err := middleware.New(c, &middleware.Options{TTL: time.Minute, Observer: obs})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}, Observer: obs})
 	if err != nil {
 		tb.Fatal(err)
 	}
