@@ -42,9 +42,9 @@ func (k EventKind) String() string {
 // without the lock importing one. Its shape is shared by packages cache
 // (cache.Event) and middleware (middleware.Event), so that one metrics
 // adapter fits all three: Kind (whose String is a lower-case label),
-// Duration and Err mean the same in each, Key the same as in cache
-// (middleware.Event has a Route instead, and a Reason, which lock's kinds
-// make unnecessary). For a lock:
+// Duration, Err and Context mean the same in each, Key the same as in
+// cache (middleware.Event has a Route instead, and a Reason, which lock's
+// kinds make unnecessary). For a lock:
 //
 //   - Key is the lock's key.
 //   - Duration is, for EventObtained, EventNotObtained and
