@@ -18,9 +18,10 @@ type RouteKey struct {
 	Route, Reason string
 	Kind          middleware.EventKind
 	// Method is the Event's Method if it is one of the methods of RFC
-	// 9110 (GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE) or
-	// PATCH, otherwise "_OTHER" (OpenTelemetry's name for the others):
-	// the client chooses the method, and a label must not grow with it.
+	// 9110 (GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE), PATCH
+	// or QUERY (the known methods of OpenTelemetry's semantic
+	// conventions), otherwise "_OTHER" (their name for the others): the
+	// client chooses the method, and a label must not grow with it.
 	Method string
 	// Status is the Event's Status if it is a status code (100 to 599),
 	// otherwise 0.
@@ -41,7 +42,7 @@ func routeKey(e middleware.Event) RouteKey {
 func knownMethod(method string) string {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
-		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch:
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch, "QUERY":
 		return method
 	}
 	return "_OTHER"
