@@ -20,6 +20,7 @@ import (
 	"github.com/hotkv/stampede/stampedeotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -98,6 +99,25 @@ func (b *bed) point(tb testing.TB, name string, kvs ...attribute.KeyValue) (v, s
 		}
 	}
 	return -1, 0
+}
+
+// metric returns the metric name as collected now, with its scope; it
+// fails tb if there is none.
+func (b *bed) metric(tb testing.TB, name string) (metricdata.Metrics, instrumentation.Scope) {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := b.reader.Collect(context.Background(), &rm); err != nil {
+		tb.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m, sm.Scope
+			}
+		}
+	}
+	tb.Fatalf("no metric %s", name)
+	return metricdata.Metrics{}, instrumentation.Scope{}
 }
 
 // want fails tb unless the metric's value (see point) is v.
@@ -277,6 +297,12 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	}
 	b.want(t, 1, "stampede.cache.near.entries", near)
 	b.want(t, float64(st.NearInvalidations), "stampede.cache.near.invalidations", near)
+	// A count of items that goes up and down: an up-down counter, whose
+	// sums across caches mean something (a gauge's do not).
+	m, _ := b.metric(t, "stampede.cache.near.entries")
+	if sum, ok := m.Data.(metricdata.Sum[int64]); !ok || sum.IsMonotonic || m.Unit != "{entry}" {
+		t.Errorf("near.entries is %T (monotonic %v) in %q; want an up-down counter (a non-monotonic sum) in {entry}", m.Data, ok && sum.IsMonotonic, m.Unit)
+	}
 }
 
 // A caller of one Cache waits for the load of another and is woken with
