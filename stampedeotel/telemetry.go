@@ -17,9 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// scope is the instrumentation scope of the meter and tracer.
-const scope = "github.com/hotkv/stampede/stampedeotel"
-
 // Options configures New. A nil *Options means all defaults.
 type Options struct {
 	// MeterProvider makes the instruments. Default: otel.GetMeterProvider(),
@@ -118,15 +115,19 @@ type Telemetry struct {
 }
 
 // New returns Telemetry recording with Options.MeterProvider and
-// Options.TracerProvider. It fails if Options are invalid or the meter
+// Options.TracerProvider. Its meter and tracer are named for this module's
+// path, with its version (as the binary's build information records it;
+// "devel" when it records none) and the schema of the semantic
+// conventions followed. It fails if Options are invalid or the meter
 // refuses an instrument.
 func New(opts *Options) (*Telemetry, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	meter := opts.meterProvider().Meter(scope)
+	version := scopeVersion()
+	meter := opts.meterProvider().Meter(scope, metric.WithInstrumentationVersion(version), metric.WithSchemaURL(schemaURL))
 	t := &Telemetry{
-		tracer:    opts.tracerProvider().Tracer(scope),
+		tracer:    opts.tracerProvider().Tracer(scope, trace.WithInstrumentationVersion(version), trace.WithSchemaURL(schemaURL)),
 		spanKeys:  opts != nil && opts.SpanKeys,
 		maxRoutes: opts.maxRoutes(),
 		caches:    map[string]*cache.Cache{},

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
@@ -118,6 +119,15 @@ func (b *bed) metric(tb testing.TB, name string) (metricdata.Metrics, instrument
 	}
 	tb.Fatalf("no metric %s", name)
 	return metricdata.Metrics{}, instrumentation.Scope{}
+}
+
+// only returns the one span of spans, failing tb if there is not one.
+func only(tb testing.TB, what string, spans []sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	tb.Helper()
+	if len(spans) != 1 {
+		tb.Fatalf("%d %s spans, want 1", len(spans), what)
+	}
+	return spans[0]
 }
 
 // want fails tb unless the metric's value (see point) is v.
@@ -302,6 +312,20 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	m, _ := b.metric(t, "stampede.cache.near.entries")
 	if sum, ok := m.Data.(metricdata.Sum[int64]); !ok || sum.IsMonotonic || m.Unit != "{entry}" {
 		t.Errorf("near.entries is %T (monotonic %v) in %q; want an up-down counter (a non-monotonic sum) in {entry}", m.Data, ok && sum.IsMonotonic, m.Unit)
+	}
+}
+
+// The meter's and the tracer's scope carry this module's name, a version
+// and the schema URL of the semantic conventions followed.
+func TestNew_scope(t *testing.T) {
+	b := newBed(t, nil)
+	b.tel.LockObserver("l")(lock.Event{Kind: lock.EventObtained, Context: context.Background()})
+	_, ms := b.metric(t, "stampede.lock.obtain.duration")
+	ts := only(t, "obtain", b.ended("stampede.lock.obtain")).InstrumentationScope()
+	for _, sc := range []instrumentation.Scope{ms, ts} {
+		if sc.Name != "github.com/hotkv/stampede/stampedeotel" || sc.Version == "" || sc.SchemaURL != semconv.SchemaURL {
+			t.Errorf("scope %+v; want this module's, with a version and the schema %s", sc, semconv.SchemaURL)
+		}
 	}
 }
 
