@@ -27,13 +27,14 @@
 // stampede.lock.obtain for every Obtain, and
 // stampede.middleware.render for every request the middleware rendered
 // for the cache (MISS) and every render it finished in the background.
-// Failures set the span's status to Error.
+// Each is a child of the span in the Event's Context, the context of the
+// call it belongs to: the caller's of GetOrLoad (a load keeps the values
+// of the first caller's context, a background refresh those of the call
+// that found the value stale, a wait those of the waiting call), Obtain's
+// ctx, the request's. Failures set the span's status to Error.
 //
-// NOTE: an Event carries no context, so these spans have no parent: each
-// is the root of a trace of its own, linked to the request that caused it
-// only by time and attributes. For a load span inside the caller's trace,
-// wrap the loader with Traced: the loader runs on a context that keeps the
-// values (and so the span) of the first caller's context.
+// A loader wrapped with Traced has a span of its own, named as you like,
+// in the same place.
 //
 // # Attributes
 //

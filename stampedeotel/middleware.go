@@ -1,8 +1,6 @@
 package stampedeotel
 
 import (
-	"context"
-
 	"github.com/hotkv/stampede/metrics"
 	"github.com/hotkv/stampede/middleware"
 	"go.opentelemetry.io/otel/attribute"
@@ -15,7 +13,8 @@ import (
 // http.route, kind and reason (stampede.reason, absent when empty), and
 // its Duration in stampede.middleware.duration by route and kind; a
 // request that rendered for the cache (miss) and a render finished in the
-// background also get a span, stampede.middleware.render.
+// background also get a span, stampede.middleware.render, a child of the
+// span in the Event's Context (the request's).
 //
 // The route is Event.Route: the route's pattern (chi's, or a ServeMux
 // pattern) or "unknown", never a path. Only the first
@@ -36,11 +35,11 @@ func (t *Telemetry) MiddlewareObserver(name string) func(middleware.Event) {
 	})
 	return func(e middleware.Event) {
 		s := routes.Series(e)
-		ctx := context.Background()
+		ctx := eventContext(e.Context)
 		t.httpEvents.Add(ctx, 1, s.add...)
 		t.httpDuration.Record(ctx, e.Duration.Seconds(), s.record...)
 		if e.Kind == middleware.EventMiss || e.Kind == middleware.EventBackground {
-			t.span(spanRender, e.Duration, e.Err, s.attrs...)
+			t.span(ctx, spanRender, e.Duration, e.Err, s.attrs...)
 		}
 	}
 }

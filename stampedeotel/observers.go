@@ -45,6 +45,15 @@ func results(name attribute.KeyValue, rs ...string) []byResult {
 	return out
 }
 
+// eventContext returns an Event's Context, or context.Background() for an
+// Event made without one.
+func eventContext(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
 // spanAttrs returns the attributes of a span about key.
 func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute.KeyValue {
 	if !t.spanKeys {
@@ -59,7 +68,8 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // tier: near or server), the loader's run time in
 // stampede.cache.load.duration and the wait for another process's load in
 // stampede.cache.wait.duration, each with a span (stampede.cache.load,
-// stampede.cache.wait).
+// stampede.cache.wait), a child of the span in the Event's Context: the
+// caller's.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -74,19 +84,20 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	waits := results(cacheName, metrics.WaitResults()...)
 	return func(e cache.Event) {
 		events.Count(e.Kind, e.Near)
-		ctx := context.Background()
 		switch e.Kind {
 		case cache.EventLoad:
+			ctx := eventContext(e.Context)
 			r, err := metrics.LoadResult(e.Err), e.Err
 			if r == 1 {
 				err = nil // not found: an answer, not a failure
 			}
 			t.cacheLoads.Record(ctx, e.Duration.Seconds(), loads[r].record...)
-			t.span(spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
+			t.span(ctx, spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
 		case cache.EventWait:
+			ctx := eventContext(e.Context)
 			r := metrics.WaitResult(e.Err)
 			t.cacheWaits.Record(ctx, e.Duration.Seconds(), waits[r].record...)
-			t.span(spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
+			t.span(ctx, spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
 		}
 	}
 }
@@ -95,9 +106,10 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 // the lock Client's Events with the attribute stampede.lock=name: every
 // Event in stampede.lock.events by its kind, the time each Obtain took
 // (retries and waiting included) in stampede.lock.obtain.duration by
-// result, with a span (stampede.lock.obtain; a lock not obtained is not an
-// error there, a failed server call is), and how long each released lock
-// was held in stampede.lock.held.duration.
+// result, with a span (stampede.lock.obtain, a child of the span of
+// Obtain's ctx; a lock not obtained is not an error there, a failed server
+// call is), and how long each released lock was held in
+// stampede.lock.held.duration.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -111,7 +123,7 @@ func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 	held := recording(lockName)
 	return func(e lock.Event) {
 		events.Count(e.Kind, false)
-		ctx := context.Background()
+		ctx := eventContext(e.Context)
 		r, err := -1, error(nil)
 		switch e.Kind {
 		case lock.EventObtained:
@@ -125,7 +137,7 @@ func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 		}
 		if r >= 0 {
 			t.lockObtain.Record(ctx, e.Duration.Seconds(), obtain[r].record...)
-			t.span(spanObtain, e.Duration, err, t.spanAttrs(obtain[r].attrs, e.Key)...)
+			t.span(ctx, spanObtain, e.Duration, err, t.spanAttrs(obtain[r].attrs, e.Key)...)
 		}
 	}
 }

@@ -173,11 +173,15 @@ func New(opts *Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// span records a span named name that ended now after running for d,
-// failed with err if err is not nil.
-func (t *Telemetry) span(name string, d time.Duration, err error, attrs ...attribute.KeyValue) {
+// span records a span named name, a child of the span in ctx (an
+// Event.Context; nil stands for none), that ended now after running for
+// d, failed with err if err is not nil.
+func (t *Telemetry) span(ctx context.Context, name string, d time.Duration, err error, attrs ...attribute.KeyValue) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	end := time.Now()
-	_, s := t.tracer.Start(context.Background(), name, trace.WithTimestamp(end.Add(-d)),
+	_, s := t.tracer.Start(ctx, name, trace.WithTimestamp(end.Add(-d)),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	if err != nil {
 		s.RecordError(err)

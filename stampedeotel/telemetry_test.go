@@ -26,6 +26,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
@@ -119,6 +120,17 @@ func (b *bed) metric(tb testing.TB, name string) (metricdata.Metrics, instrument
 	}
 	tb.Fatalf("no metric %s", name)
 	return metricdata.Metrics{}, instrumentation.Scope{}
+}
+
+// childOf fails tb unless s, the span of what, is a child of parent: in
+// its trace, with parent's span as its parent.
+func childOf(tb testing.TB, what string, s sdktrace.ReadOnlySpan, parent trace.Span) {
+	tb.Helper()
+	p := parent.SpanContext()
+	if s.SpanContext().TraceID() != p.TraceID() || s.Parent().SpanID() != p.SpanID() {
+		tb.Errorf("%s span %q: trace %v, parent %v; want a child of %v in trace %v",
+			what, s.Name(), s.SpanContext().TraceID(), s.Parent().SpanID(), p.SpanID(), p.TraceID())
+	}
 }
 
 // only returns the one span of spans, failing tb if there is not one.
