@@ -39,7 +39,7 @@ func (t *Telemetry) MiddlewareObserver(name string) func(middleware.Event) {
 		t.httpEvents.Add(ctx, 1, s.add...)
 		t.httpDuration.Record(ctx, e.Duration.Seconds(), s.record...)
 		if e.Kind == middleware.EventMiss || e.Kind == middleware.EventBackground {
-			t.span(ctx, spanRender, e.Duration, e.Err, s.attrs...)
+			t.span(ctx, spanRender, e.Duration, e.Err != nil, e.Err, s.attrs...)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/metrics/metricstest"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // twoCaches returns two Caches of one namespace on clients of their own,
@@ -55,6 +57,14 @@ func holdLoad(tb testing.TB, ctx context.Context, c *cache.Cache, key, v string)
 	tb.Cleanup(release)
 	redistest.Recv(tb, ctx, started, "the load to start")
 	return release, errs
+}
+
+// deadClient returns a client of an address where nothing listens.
+func deadClient(tb testing.TB) redis.UniversalClient {
+	tb.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	tb.Cleanup(func() { _ = rc.Close() })
+	return rc
 }
 
 // The spans of a load, a wait and an Obtain are children of the span of
@@ -104,4 +114,45 @@ func TestObservers_spanParents(t *testing.T) {
 	}
 	lspan.End()
 	childOf(t, "obtain", only(t, "obtain", b.ended("stampede.lock.obtain")), lspan)
+}
+
+// A failure's span and the data point of its duration carry error.type:
+// a wait that timed out ("timeout"), an Obtain whose server call failed
+// (the error's type). (A failed load: TestCacheObserver; a panic:
+// TestTraced_CacheObserver.)
+func TestObservers_errorType(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := metricstest.Context(t)
+	b := newBed(t, nil)
+	a, w := twoCaches(t, s, b)
+
+	release, done := holdLoad(t, ctx, a, "k", "v")
+	_, err := cache.GetOrLoad(ctx, w, "k", metricstest.LoadString("b's"), cache.WithWaitTimeout(50*time.Millisecond))
+	if !errors.Is(err, cache.ErrWaitTimeout) {
+		t.Fatalf("GetOrLoad = %v, want ErrWaitTimeout", err)
+	}
+	release()
+	if err := redistest.Recv(t, ctx, done, "a's GetOrLoad"); err != nil {
+		t.Fatal(err)
+	}
+	const waits = "stampede.cache.wait.duration"
+	b.want(t, 1, waits, cacheAttr("b"), result("timeout"), errType("timeout"))
+	b.want(t, -1, waits, cacheAttr("b"), result("timeout"))
+	if s := only(t, "wait", b.ended("stampede.cache.wait")); attr(s, "error.type") != "timeout" || s.Status().Code != codes.Error {
+		t.Errorf("wait span error.type %q, status %v; want timeout, Error", attr(s, "error.type"), s.Status())
+	}
+
+	locks, err := lock.New(deadClient(t), &lock.Options{Observer: b.tel.LockObserver("jobs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Obtain(ctx, "job", time.Minute); err == nil || errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("Obtain on a dead server = %v, want its error", err)
+	}
+	const obtain = "stampede.lock.obtain.duration"
+	b.want(t, 1, obtain, lockAttr("jobs"), result("obtain-failed"), errType("*net.OpError"))
+	b.want(t, -1, obtain, lockAttr("jobs"), result("obtain-failed"))
+	if s := only(t, "obtain", b.ended("stampede.lock.obtain")); attr(s, "error.type") != "*net.OpError" || s.Status().Code != codes.Error {
+		t.Errorf("obtain span error.type %q, status %v; want *net.OpError, Error", attr(s, "error.type"), s.Status())
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -78,7 +79,8 @@ func (o *Options) maxRoutes() int {
 	return o.MaxRoutes
 }
 
-// Attribute keys.
+// Attribute keys: this package's, and the semantic conventions' (see
+// schemaURL).
 const (
 	keyCache      = attribute.Key("stampede.cache")
 	keyLock       = attribute.Key("stampede.lock")
@@ -88,7 +90,9 @@ const (
 	keyResult     = attribute.Key("stampede.result")
 	keyReason     = attribute.Key("stampede.reason")
 	keyKey        = attribute.Key("stampede.key")
-	keyRoute      = attribute.Key("http.route")
+
+	keyErrorType = semconv.ErrorTypeKey
+	keyRoute     = semconv.HTTPRouteKey
 )
 
 // Telemetry records the metrics and spans of the caches, locks and
@@ -98,6 +102,7 @@ type Telemetry struct {
 	tracer    trace.Tracer
 	spanKeys  bool
 	maxRoutes int
+	errTypes  errorTypes // the error.type names given
 
 	cacheEvents  metric.Int64ObservableCounter // reported from cacheTables
 	cacheLoads   metric.Float64Histogram
@@ -151,13 +156,14 @@ func New(opts *Options) (*Telemetry, error) {
 	}
 	t.cacheEvents = observable("stampede.cache.events",
 		"Events of a cache.Cache by kind, the EventKind's String (hit, stale, miss, load, wait, fail-open, ...); stampede.tier is near or server for hits and stale hits.")
-	t.cacheLoads = histogram("stampede.cache.load.duration", "How long the loader ran, by result (ok, not-found, error).")
+	t.cacheLoads = histogram("stampede.cache.load.duration",
+		"How long the loader ran, by result (ok, not-found, error); a failure also by error.type.")
 	t.cacheWaits = histogram("stampede.cache.wait.duration",
-		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error).")
+		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error); a failure also by error.type.")
 	t.lockEvents = observable("stampede.lock.events",
 		"Events of a lock.Client by kind, the EventKind's String (obtained, not-obtained, released, lost, woken, ...).")
 	t.lockObtain = histogram("stampede.lock.obtain.duration",
-		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed).")
+		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed); a failure also by error.type.")
 	t.lockHeld = histogram("stampede.lock.held.duration", "How long a lock was held until Release.")
 	t.httpEvents = counter("stampede.middleware.events",
 		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route and reason.")
@@ -175,17 +181,20 @@ func New(opts *Options) (*Telemetry, error) {
 
 // span records a span named name, a child of the span in ctx (an
 // Event.Context; nil stands for none), that ended now after running for
-// d, failed with err if err is not nil.
-func (t *Telemetry) span(ctx context.Context, name string, d time.Duration, err error, attrs ...attribute.KeyValue) {
+// d. failed marks it an error, described by err if err is not nil.
+func (t *Telemetry) span(ctx context.Context, name string, d time.Duration, failed bool, err error, attrs ...attribute.KeyValue) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	end := time.Now()
 	_, s := t.tracer.Start(ctx, name, trace.WithTimestamp(end.Add(-d)),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	if err != nil {
+	switch {
+	case failed && err != nil:
 		s.RecordError(err)
 		s.SetStatus(codes.Error, err.Error())
+	case failed:
+		s.SetStatus(codes.Error, "")
 	}
 	s.End(trace.WithTimestamp(end))
 }

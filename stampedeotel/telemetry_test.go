@@ -202,6 +202,7 @@ var (
 	result    = attribute.Key("stampede.result").String
 	reason    = attribute.Key("stampede.reason").String
 	route     = attribute.Key("http.route").String
+	errType   = attribute.Key("error.type").String
 )
 
 // A miss and its load, a hit, a not-found, a failed load, an entry that
@@ -245,7 +246,8 @@ func TestCacheObserver(t *testing.T) {
 		t.Fatalf("failed load: %v", err)
 	}
 	b.want(t, 1, loads, users, result("not-found"))
-	b.want(t, 1, loads, users, result("error"))
+	b.want(t, 1, loads, users, result("error"), errType("*errors.errorString")) // errors.New's type
+	b.want(t, -1, loads, users, result("error"))
 
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -280,10 +282,13 @@ func TestCacheObserver(t *testing.T) {
 		t.Fatalf("load spans by result: ok %d, not-found %d, error %d (status %v); want 3, 1, 1 (Error)",
 			len(withResult(spans, "ok")), len(withResult(spans, "not-found")), len(failed), failed[0].Status())
 	}
-	if nf := withResult(spans, "not-found")[0]; nf.Status().Code != codes.Unset {
-		t.Errorf("not-found load span status %v, want unset", nf.Status())
+	if et := attr(failed[0], "error.type"); et != "*errors.errorString" {
+		t.Errorf("failed load span error.type %q, want *errors.errorString", et)
 	}
-	_, sum := b.point(t, loads, users, result("error"))
+	if nf := withResult(spans, "not-found")[0]; nf.Status().Code != codes.Unset || attr(nf, "error.type") != "" {
+		t.Errorf("not-found load span status %v, error.type %q; want unset, none", nf.Status(), attr(nf, "error.type"))
+	}
+	_, sum := b.point(t, loads, users, result("error"), errType("*errors.errorString"))
 	if d := failed[0].EndTime().Sub(failed[0].StartTime()); math.Abs(d.Seconds()-sum) > 1e-6 {
 		t.Errorf("failed load span lasted %v, the histogram got %v s", d, sum)
 	}
