@@ -91,8 +91,11 @@ const (
 	keyReason     = attribute.Key("stampede.reason")
 	keyKey        = attribute.Key("stampede.key")
 
-	keyErrorType = semconv.ErrorTypeKey
-	keyRoute     = semconv.HTTPRouteKey
+	keyErrorType      = semconv.ErrorTypeKey
+	keyRoute          = semconv.HTTPRouteKey
+	keyMethod         = semconv.HTTPRequestMethodKey
+	keyMethodOriginal = semconv.HTTPRequestMethodOriginalKey
+	keyStatus         = semconv.HTTPResponseStatusCodeKey
 )
 
 // Telemetry records the metrics and spans of the caches, locks and
@@ -166,9 +169,9 @@ func New(opts *Options) (*Telemetry, error) {
 		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed); a failure also by error.type.")
 	t.lockHeld = histogram("stampede.lock.held.duration", "How long a lock was held until Release.")
 	t.httpEvents = counter("stampede.middleware.events",
-		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route and reason.")
+		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route, method, status code and reason.")
 	t.httpDuration = histogram("stampede.middleware.duration",
-		"How long the middleware took to answer a request, render or wait included; for background, how long the render took.")
+		"How long the middleware took to answer a request, render or wait included; for background, how long the render took; by route, method, status code and kind, a failure also by error.type.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("stampedeotel: %w", err)
 	}

@@ -122,6 +122,27 @@ func (b *bed) metric(tb testing.TB, name string) (metricdata.Metrics, instrument
 	return metricdata.Metrics{}, instrumentation.Scope{}
 }
 
+// pointSets returns the attribute sets of the data points of the
+// histogram or int64 sum name.
+func (b *bed) pointSets(tb testing.TB, name string) []attribute.Set {
+	tb.Helper()
+	m, _ := b.metric(tb, name)
+	var sets []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	default:
+		tb.Fatalf("%s: unexpected data %T", name, m.Data)
+	}
+	return sets
+}
+
 // childOf fails tb unless s, the span of what, is a child of parent: in
 // its trace, with parent's span as its parent.
 func childOf(tb testing.TB, what string, s sdktrace.ReadOnlySpan, parent trace.Span) {
@@ -202,6 +223,8 @@ var (
 	result    = attribute.Key("stampede.result").String
 	reason    = attribute.Key("stampede.reason").String
 	route     = attribute.Key("http.route").String
+	method    = attribute.Key("http.request.method").String
+	status    = attribute.Key("http.response.status_code").Int
 	errType   = attribute.Key("error.type").String
 )
 
@@ -439,12 +462,12 @@ func TestMiddlewareObserver(t *testing.T) {
 		}
 	}
 	const events = "stampede.middleware.events"
-	pages, users := mwAttr("pages"), route("/users/{id}")
-	b.waitFor(t, 1, events, pages, users, event("bypass"), reason("authorization"))
-	b.waitFor(t, 1, events, pages, users, event("miss"))
-	b.waitFor(t, 1, events, pages, users, event("hit"))
-	b.waitFor(t, 1, events, pages, route("other"), event("miss"))
-	b.want(t, 1, "stampede.middleware.duration", pages, users, event("hit"))
+	pages, users, get, ok := mwAttr("pages"), route("/users/{id}"), method("GET"), status(200)
+	b.waitFor(t, 1, events, pages, users, get, ok, event("bypass"), reason("authorization"))
+	b.waitFor(t, 1, events, pages, users, get, ok, event("miss"))
+	b.waitFor(t, 1, events, pages, users, get, ok, event("hit"))
+	b.waitFor(t, 1, events, pages, route("other"), get, ok, event("miss"))
+	b.want(t, 1, "stampede.middleware.duration", pages, users, get, ok, event("hit"))
 	spans := b.ended("stampede.middleware.render")
 	if len(spans) != 2 || attr(spans[0], "http.route") != "/users/{id}" || attr(spans[1], "http.route") != "other" {
 		t.Fatalf("render spans %v, want one for /users/{id} and one for other", spans)
