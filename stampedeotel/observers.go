@@ -77,7 +77,8 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // stampede.cache.load.duration and the wait for another process's load in
 // stampede.cache.wait.duration, each by result (and error.type for a
 // failure) and with a span (stampede.cache.load, stampede.cache.wait), a
-// child of the span in the Event's Context: the caller's.
+// child of the span in the Event's Context: the caller's. A load whose
+// loader Traced wrapped has Traced's span only.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -101,7 +102,9 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 				r = t.failure(r, e.Err)
 			}
 			t.cacheLoads.Record(ctx, e.Duration.Seconds(), r.record...)
-			t.span(ctx, spanLoad, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
+			if !t.tracedTake(e.Context) {
+				t.span(ctx, spanLoad, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
+			}
 		case cache.EventWait:
 			ctx := eventContext(e.Context)
 			r, failed := &waits[metrics.WaitResult(e.Err)], e.Err != nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -106,6 +107,11 @@ type Telemetry struct {
 	spanKeys  bool
 	maxRoutes int
 	errTypes  errorTypes // the error.type names given
+	// traced holds the loader contexts of the loads whose span Traced
+	// made, until the CacheObserver that reports the load (and makes no
+	// span of its own) takes them: context.Context → *tracedLoad.
+	traced  sync.Map
+	tracedN atomic.Int64 // notes in traced, give or take one being added or taken
 
 	cacheEvents  metric.Int64ObservableCounter // reported from cacheTables
 	cacheLoads   metric.Float64Histogram

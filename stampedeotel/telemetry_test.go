@@ -474,50 +474,6 @@ func TestMiddlewareObserver(t *testing.T) {
 	}
 }
 
-// Traced puts the load's span under the caller's span, and a background
-// refresh's under the span of the call that found the value stale; a
-// not-found is an answer, not an error.
-func TestTraced(t *testing.T) {
-	s := redistest.Shared(t, redistest.Redis8)
-	b := newBed(t, nil)
-	clk := &metricstest.Clock{}
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, parent := b.tp.Tracer("test").Start(metricstest.Context(t), "request")
-	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", metricstest.LoadString("v"))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
-		return "", loader.ErrNotFound
-	})); !errors.Is(err, loader.ErrNotFound) {
-		t.Fatal(err)
-	}
-	parent.End()
-	for _, name := range []string{"load k", "load gone"} {
-		spans := b.ended(name)
-		if len(spans) != 1 {
-			t.Fatalf("%d spans %q, want 1", len(spans), name)
-		}
-		if spans[0].Parent().SpanID() != parent.SpanContext().SpanID() || spans[0].Status().Code != codes.Unset {
-			t.Errorf("%s: parent %v status %v; want the request's span, unset", name, spans[0].Parent().SpanID(), spans[0].Status())
-		}
-	}
-
-	clk.Advance(2 * time.Minute)
-	ctx, second := b.tp.Tracer("test").Start(metricstest.Context(t), "second request")
-	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", metricstest.LoadString("v2"))); v != "v" || err != nil {
-		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
-	}
-	second.End()
-	redistest.WaitFor(t, metricstest.Context(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
-	if p := b.ended("refresh k")[0].Parent().SpanID(); p != second.SpanContext().SpanID() {
-		t.Errorf("refresh span's parent %v, want the stale call's span %v", p, second.SpanContext().SpanID())
-	}
-}
-
 // Every kind a package defines is recorded under its String, also kinds
 // this module was not written for.
 func TestObservers_everyKind(t *testing.T) {
