@@ -199,7 +199,7 @@ func (c *Cache) down() bool { return c.downUntil.Load() > c.s.now().UnixNano() }
 // Every cause is said once per cool-down (see warnOnce), with no Logger
 // configured too: running without the cache must never be silent.
 func (c *Cache) serverError(key string, err error) {
-	c.emit(EventServerError, key, 0, err)
+	c.emit(context.Background(), EventServerError, key, 0, err) // a fact about the server: no call's context
 	notRESP := redisx.IsNotRESP(err)
 	if redisx.IsTransport(err) || notRESP {
 		// On a Cluster the dead node may be a master whose replica takes
@@ -376,9 +376,9 @@ func (c *Cache) get(ctx context.Context, key string, dst engine.Dst, peek bool) 
 	case g.kind == 0:
 		return engine.Found{}, g.err // the call failed
 	case peek:
-		return engine.NewFound(g.raw, c.counter(g.kind, key, g.near)), g.err
+		return engine.NewFound(g.raw, c.counter(ctx, g.kind, key, g.near)), g.err
 	}
-	c.report(key, trail{verdict: g.kind, near: g.near})
+	c.report(ctx, key, trail{verdict: g.kind, near: g.near})
 	return engine.Found{}, g.err
 }
 
@@ -532,7 +532,7 @@ func decodeInto(c *Cache, key string, payload []byte, dst engine.Dst) error {
 // decodeFailed counts err, the failed decoding of key's value, and
 // returns it.
 func (c *Cache) decodeFailed(key string, err error) error {
-	c.emit(EventDecodeFailure, key, 0, err)
+	c.emit(context.Background(), EventDecodeFailure, key, 0, err)
 	return err
 }
 

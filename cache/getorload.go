@@ -85,7 +85,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		// caller joins the flight, so that Stats shows it while it waits.
 		if tr != nil {
 			tr.verdict = l.verdict
-			c.report(key, *tr)
+			c.report(ctx, key, *tr)
 		}
 		if l.hit {
 			return l.v, l.err

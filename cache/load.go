@@ -137,7 +137,7 @@ func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *
 	start := time.Now()
 	c.n.loads.Add(1)
 	payload, err := flight.Call(ctx, load, panicError)
-	c.emit(EventLoad, k.user, time.Since(start), err)
+	c.emit(ctx, EventLoad, k.user, time.Since(start), err) // ctx: the loader's own, as Event.Context says
 	switch {
 	case errors.Is(err, loader.ErrNotFound):
 		return outcome{notFound: true}, nil
@@ -158,7 +158,7 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 		if lead {
 			// Counted when the loader runs: a call that joins another
 			// run is not a load (Stats.FailOpenLoads, EventFailOpen).
-			c.emit(EventFailOpen, k.user, 0, nil)
+			c.emit(ctx, EventFailOpen, k.user, 0, nil)
 			return c.runAs(ctx, k, load, r)
 		}
 		select {
@@ -233,7 +233,7 @@ func (c *Cache) noteWrite(k keys, wrote bool, err error) {
 	case err != nil:
 		c.serverError(k.user, err)
 	case !wrote:
-		c.emit(EventWriteSkipped, k.user, 0, nil)
+		c.emit(context.Background(), EventWriteSkipped, k.user, 0, nil)
 	}
 }
 

@@ -245,7 +245,7 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			rest = append(rest, key) // an expired not-found: load again
 			continue
 		}
-		c.report(key, trail{verdict: rd.event(), near: true})
+		c.report(ctx, key, trail{verdict: rd.event(), near: true})
 	}
 	return rest
 }
@@ -274,7 +274,7 @@ type todo struct {
 // hit; otherwise it returns what the key's flight needs (ok). w was
 // registered for k before the read: it is kept for a claim the flight
 // waits for, or one a batch may find taken, and unregistered otherwise.
-func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t todo, ok bool) {
+func (m *many[V]) fromRead(ctx context.Context, k keys, r manyRead, w *waiter, sent time.Time) (t todo, ok bool) {
 	c := m.c
 	t = todo{k: k, obs: observation{read: true, done: r.done}, sent: sent, found: r.found}
 	if !r.found {
@@ -287,7 +287,7 @@ func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t tod
 		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w
 		return t, true
 	case rd.corrupt():
-		c.emit(EventDecodeFailure, k.user, 0, rd.err)
+		c.emit(ctx, EventDecodeFailure, k.user, 0, rd.err)
 		t.bad = r.raw
 	case rd.use == useValue:
 		v, err := decode[V](c, k.user, rd.e.Payload)
@@ -301,7 +301,7 @@ func (m *many[V]) fromRead(k keys, r manyRead, w *waiter, sent time.Time) (t tod
 	if t.bad != nil || rd.use == useReplace {
 		return t, true // an expired not-found, or bytes nobody here can use: replace
 	}
-	c.report(k.user, trail{verdict: rd.event()})
+	c.report(ctx, k.user, trail{verdict: rd.event()})
 	return t, false
 }
 
@@ -362,7 +362,7 @@ func (m *many[V]) read(ctx context.Context, ks []keys) (todos []todo, down bool,
 		return todos, down, nil
 	}
 	for i, r := range rs {
-		if t, ok := m.fromRead(ks[i], r, ws[i], sent); ok {
+		if t, ok := m.fromRead(ctx, ks[i], r, ws[i], sent); ok {
 			todos = append(todos, t)
 		}
 	}
@@ -378,7 +378,7 @@ func (m *many[V]) begin(ctx context.Context, todos []todo, down bool) []pendingK
 	b := newBatch(c, m.it, encodedMany(c, m.load), down)
 	pending := make([]pendingKey, 0, len(todos))
 	for _, t := range todos {
-		c.emit(EventMiss, t.k.user, 0, nil)
+		c.emit(ctx, EventMiss, t.k.user, 0, nil)
 		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), m.flight(t, b))
 		if shared {
 			c.n.coalesced.Add(1)
@@ -473,7 +473,7 @@ func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load lo
 	if err != nil {
 		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 	}
-	if h := c.heard(k, n, waitFor(claim, sent), waitStart); h.next == answered {
+	if h := c.heard(ctx, k, n, waitFor(claim, sent), waitStart); h.next == answered {
 		return h.res, h.err
 	}
 	return c.fillFrom(ctx, k, it, load, nil, true, waitStart)

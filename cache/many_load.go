@@ -226,7 +226,7 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 		users = append(users, cl.k.user)
 	}
 	for _, k := range alone {
-		c.emit(EventFailOpen, k.user, 0, nil)
+		c.emit(ctx, EventFailOpen, k.user, 0, nil)
 		users = append(users, k.user)
 	}
 	stop := c.keepClaims(ctx, won)
@@ -304,7 +304,7 @@ func (b *batch) loadAlone(ctx context.Context, ks []keys) {
 	c := b.c
 	users := make([]string, len(ks))
 	for i, k := range ks {
-		c.emit(EventFailOpen, k.user, 0, nil)
+		c.emit(ctx, EventFailOpen, k.user, 0, nil)
 		users[i] = k.user
 	}
 	got, _, _, lerr := c.runMany(ctx, b.it, users, b.load)
@@ -345,7 +345,7 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 		return load(ctx, users)
 	}, panicError)
 	took := time.Since(start)
-	c.emit(EventLoad, users[0], took, err)
+	c.emit(ctx, EventLoad, users[0], took, err) // ctx: the loader's own, as Event.Context says
 	if exp.set {
 		it.ttl, it.stale = exp.fresh, exp.stale
 	}
@@ -576,7 +576,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	locks := make([]heldClaim, len(held))
 	for i, t := range held {
 		users[i], locks[i] = t.cl.k.user, t.cl
-		c.emit(EventRefresh, t.cl.k.user, 0, nil)
+		c.emit(ctx, EventRefresh, t.cl.k.user, 0, nil)
 	}
 	stop := c.keepClaims(ctx, locks)
 	got, it, took, lerr := c.runMany(ctx, it, users, load)

@@ -94,7 +94,7 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 		c.release(ctx, k, l)
 		return
 	}
-	c.emit(EventRefresh, k.user, 0, nil)
+	c.emit(ctx, EventRefresh, k.user, 0, nil)
 	ld := c.loadHoldingAs(ctx, k, it, load, l, r)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()

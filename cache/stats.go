@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -124,17 +125,34 @@ func (k EventKind) String() string {
 }
 
 // Event is what Options.Observer receives: enough to feed a metrics system
-// without the cache importing one.
+// or a tracer without the cache importing one.
 type Event struct {
 	Kind     EventKind
 	Key      string // the caller's key
 	Duration time.Duration
 	Err      error
 	Near     bool // a hit or stale hit answered from the near cache (Options.Near)
+	// Context is the context of the call the event belongs to, never nil:
+	// for a hit, stale hit or miss the caller's; for EventLoad the very
+	// context the loader was called with (it keeps the values of the
+	// first caller's context, see GetOrLoad), and for EventFailOpen and
+	// EventWait the context of the flight that loaded or waited (the
+	// same values); for a background refresh (its EventRefresh and
+	// EventLoad) the refresh's, which keeps the values of the call that
+	// found the value stale. Events that no call's context reaches
+	// (EventServerError, EventWriteSkipped, a decode failure met while
+	// decoding a loaded value) carry context.Background().
+	//
+	// It is for reading values, such as the trace a span is a child of,
+	// not for cancellation: it may be done by the time the Observer runs.
+	//
+	// NOTE: the Observer must not keep it once it returns.
+	Context context.Context
 }
 
-func (c *Cache) emit(kind EventKind, key string, d time.Duration, err error) {
-	c.record(Event{Kind: kind, Key: key, Duration: d, Err: err})
+// emit records an event of the call whose context is ctx.
+func (c *Cache) emit(ctx context.Context, kind EventKind, key string, d time.Duration, err error) {
+	c.record(Event{Kind: kind, Key: key, Duration: d, Err: err, Context: ctx})
 }
 
 // record counts e in Stats and hands it to the Observer: the one place
@@ -184,6 +202,9 @@ func (c *Cache) record(e Event) {
 // tell hands e to the Observer, counting nothing.
 func (c *Cache) tell(e Event) {
 	if c.s.observer != nil {
+		if e.Context == nil {
+			e.Context = context.Background() // never nil, as Event.Context says
+		}
 		c.s.observer(e)
 	}
 }
@@ -200,19 +221,19 @@ type trail struct {
 	decodeErr error     // a stored entry the hit path could not decode
 }
 
-// report counts the trail t of a call for key: a decode failure its read
-// met, then its verdict.
-func (c *Cache) report(key string, t trail) {
+// report counts the trail t of a call for key, whose context is ctx: a
+// decode failure its read met, then its verdict.
+func (c *Cache) report(ctx context.Context, key string, t trail) {
 	if t.decodeErr != nil {
-		c.record(Event{Kind: EventDecodeFailure, Key: key, Err: t.decodeErr})
+		c.record(Event{Kind: EventDecodeFailure, Key: key, Err: t.decodeErr, Context: ctx})
 	}
 	if t.verdict != 0 {
-		c.record(Event{Kind: t.verdict, Key: key, Near: t.near})
+		c.record(Event{Kind: t.verdict, Key: key, Near: t.near, Context: ctx})
 	}
 }
 
 // counter returns a func that reports the verdict kind for key, for a
-// look of package middleware's to count later (see Engine).
-func (c *Cache) counter(kind EventKind, key string, near bool) func() {
-	return func() { c.report(key, trail{verdict: kind, near: near}) }
+// look of package middleware's (on ctx) to count later (see Engine).
+func (c *Cache) counter(ctx context.Context, kind EventKind, key string, near bool) func() {
+	return func() { c.report(ctx, key, trail{verdict: kind, near: near}) }
 }

@@ -82,7 +82,7 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 		// stored) and load, as if it had not waited. It arrives here
 		// when the subscription's confirmation ended the wait first.
 		if n, ok := w.pending(); ok && waited.claim != "" {
-			if h := c.heard(k, n, waited, waitStart); h.next == answered {
+			if h := c.heard(ctx, k, n, waited, waitStart); h.next == answered {
 				return h.res, h.err
 			}
 		}
@@ -97,7 +97,7 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 				// The wait ended by reading the key (a value too large to
 				// come with the announcement, a lost announcement, a poll)
 				// or by taking over a dead claim: it is a wait all the same.
-				c.emit(EventWait, k.user, time.Since(waitStart), v.err)
+				c.emit(ctx, EventWait, k.user, time.Since(waitStart), v.err)
 			}
 			return v.res, v.err
 		case readAgain:
@@ -115,7 +115,7 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 		if err != nil {
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
-		if h := c.heard(k, n, v, waitStart); h.next == answered {
+		if h := c.heard(ctx, k, n, v, waitStart); h.next == answered {
 			return h.res, h.err
 		}
 		waited = v
@@ -134,7 +134,7 @@ func (c *Cache) claimFree(ctx context.Context, k keys, it itemSettings, load loa
 	if waited.claim != "" {
 		c.ann.settle(ctx, w, c.s.poll)
 		if n, ok := w.pending(); ok {
-			if h := c.heard(k, n, waited, waitStart); h.next == answered {
+			if h := c.heard(ctx, k, n, waited, waitStart); h.next == answered {
 				return h
 			}
 		}
@@ -183,7 +183,7 @@ func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, s
 // outcome, matched by its claim's token. The verdict is then the outcome
 // (a value, a not-found, or the rebuild's error), or else to read the key
 // again.
-func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict {
+func (c *Cache) heard(ctx context.Context, k keys, n notice, v verdict, waitStart time.Time) verdict {
 	if v.claim == "" || n.token != v.claim {
 		// A poll, a Set, or news of a rebuild this caller did not see
 		// claim the key (it may predate a Delete): read the key again.
@@ -197,11 +197,11 @@ func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict 
 		// The rebuild's own write, whatever its freshness now (a waiter
 		// takes what it waited for); not a claim, nor bytes it cannot read.
 		if rd := c.decide([]byte(n.text), c.s.now()); rd.use != useWait && !rd.corrupt() {
-			c.emit(EventWait, k.user, time.Since(waitStart), nil)
+			c.emit(ctx, EventWait, k.user, time.Since(waitStart), nil)
 			return answer(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: v.claim, seen: v.seen}, nil)
 		}
 	case noticeNotFound:
-		c.emit(EventWait, k.user, time.Since(waitStart), nil)
+		c.emit(ctx, EventWait, k.user, time.Since(waitStart), nil)
 		return answer(outcome{notFound: true, claim: v.claim, seen: v.seen}, nil)
 	case noticeError:
 		err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
@@ -210,7 +210,7 @@ func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict 
 			// this caller's be; tell it so.
 			err = remotePermission{err}
 		}
-		c.emit(EventWait, k.user, time.Since(waitStart), err)
+		c.emit(ctx, EventWait, k.user, time.Since(waitStart), err)
 		return answer(outcome{}, err)
 	}
 	return verdict{next: readAgain}
@@ -222,7 +222,7 @@ func (c *Cache) heard(k keys, n notice, v verdict, waitStart time.Time) verdict 
 // with ErrWaitTimeout. Its own load rests on that claim, for the callers of
 // this process that join its flight (outcome.accepts).
 func (c *Cache) waitTimedOut(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], claim string, waitStart time.Time) (outcome, error) {
-	c.emit(EventWait, k.user, time.Since(waitStart), ErrWaitTimeout) // counted in WaitTimeouts
+	c.emit(ctx, EventWait, k.user, time.Since(waitStart), ErrWaitTimeout) // counted in WaitTimeouts
 	if c.s.loadOnWaitTimeout {
 		started := time.Now()
 		res, err := c.run(ctx, k, load)

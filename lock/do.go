@@ -78,7 +78,7 @@ func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time
 		var expired error
 		if !lost && errors.Is(rerr, ErrNotHeld) {
 			expired = fmt.Errorf("%w: %q expired before release", ErrLost, l.key)
-			l.lost(expired, false)
+			l.lost(ctx, expired, false)
 		}
 		if r := recover(); r != nil {
 			panic(r)
@@ -167,7 +167,7 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 		if refreshErr != nil {
 			l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), refreshErr)
 		}
-		l.lost(cause, true)
+		l.lost(context.Background(), cause, true)
 	}
 	for {
 		select {

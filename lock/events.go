@@ -42,9 +42,9 @@ func (k EventKind) String() string {
 // without the lock importing one. Its shape is shared by packages cache
 // (cache.Event) and middleware (middleware.Event), so that one metrics
 // adapter fits all three: Kind (whose String is a lower-case label),
-// Duration and Err mean the same in each, Key the same as in cache
-// (middleware.Event has a Route instead, and a Reason, which lock's kinds
-// make unnecessary). For a lock:
+// Duration, Err and Context mean the same in each, Key the same as in
+// cache (middleware.Event has a Route instead, and a Reason, which lock's
+// kinds make unnecessary). For a lock:
 //
 //   - Key is the lock's key.
 //   - Duration is, for EventObtained, EventNotObtained and
@@ -55,6 +55,14 @@ func (k EventKind) String() string {
 //     EventSkipped, and otherwise says why: ErrNotObtained (joined with the
 //     context's error when ctx ended), ErrNotHeld, ErrLost, or the server's
 //     error (matching ErrPermission when its ACL refused a command).
+//   - Context is the context of the call the event belongs to, never nil:
+//     Obtain's ctx for the events of an Obtain (of Do's and RunOnce's
+//     too), Release's and Refresh's for theirs, and for EventSkipped
+//     RunOnce's; the events of a keep-alive (Do's, KeepAlive's), which
+//     runs on a goroutine of this package, carry context.Background().
+//     It is for reading values, such as the trace a span is a child of,
+//     not for cancellation: it may be done by the time the Observer
+//     runs. The Observer must not keep it once it returns.
 //
 // Obtain, Release and Refresh each report one event per call, except that
 // an Obtain that was handed the lock while it waited reports EventWoken or
@@ -69,13 +77,15 @@ type Event struct {
 	Key      string // the lock's key
 	Duration time.Duration
 	Err      error
+	Context  context.Context // of the call the event belongs to (see above); never nil
 }
 
-// emit reports an event to the Observer, on the caller's goroutine; a panic
-// in the Observer reaches the caller, as in package cache.
-func (c *Client) emit(kind EventKind, key string, d time.Duration, err error) {
+// emit reports an event of the call whose context is ctx to the
+// Observer, on the caller's goroutine; a panic in the Observer reaches
+// the caller, as in package cache.
+func (c *Client) emit(ctx context.Context, kind EventKind, key string, d time.Duration, err error) {
 	if c.observer != nil {
-		c.observer(Event{Kind: kind, Key: key, Duration: d, Err: err})
+		c.observer(Event{Kind: kind, Key: key, Duration: d, Err: err, Context: ctx})
 	}
 }
 
@@ -91,7 +101,7 @@ func (c *Client) emitOwned(kind EventKind, key string, d time.Duration, err erro
 			c.log(slog.LevelError, "Observer panicked", "key", key, "event", kind.String(), "panic", fmt.Sprint(r))
 		}
 	}()
-	c.emit(kind, key, d, err)
+	c.emit(context.Background(), kind, key, d, err) // no caller's context reaches the keep-alive
 }
 
 func (c *Client) log(level slog.Level, msg string, args ...any) {
@@ -113,14 +123,14 @@ func (c *Client) serverError(ctx context.Context, op, key string, err error) {
 }
 
 // lost reports the loss of l, described by err (matching ErrLost): an
-// EventLost and a warning. from says whether the caller's goroutine is
-// one this package owns.
-func (l *Lock) lost(err error, owned bool) {
+// EventLost and a warning. owned says whether the caller's goroutine is
+// one this package owns; ctx is the caller's otherwise.
+func (l *Lock) lost(ctx context.Context, err error, owned bool) {
 	d := time.Since(l.sent)
 	l.c.log(slog.LevelWarn, "lock lost while its work ran", "key", l.key, "held", d, "err", err)
 	if owned {
 		l.c.emitOwned(EventLost, l.key, d, err)
 	} else {
-		l.c.emit(EventLost, l.key, d, err)
+		l.c.emit(ctx, EventLost, l.key, d, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -216,6 +217,74 @@ func TestClient_Observer_sequence(t *testing.T) {
 		t.Fatalf("RunOnce = %t, %v; want true, ErrLost", ran, err)
 	}
 	step("RunOnce lost", key, lock.EventObtained, lock.EventReleaseFailed, lock.EventLost)
+}
+
+// callerKey marks a caller's context, for finding its values in
+// Event.Context.
+type callerKey struct{}
+
+// Each event carries the context of the call it belongs to: an Obtain's
+// (of Do's and RunOnce's too), a Release's, a Refresh's; the keep-alive's
+// own events, which no caller's context reaches, a context all the same.
+func TestClient_Observer_context(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var rec recorder
+	c, _ := newClient(t, s, &lock.Options{Observer: rec.observe})
+	key := redistest.Key(t, "lock")
+	const ttl = 2 * time.Second
+	tests := []struct {
+		name string
+		run  func(ctx context.Context) error
+		want []lock.EventKind // carrying ctx's value, in order
+	}{
+		{"Obtain, Refresh, Release", func(ctx context.Context) error {
+			l, err := c.Obtain(ctx, key, ttl)
+			if err != nil {
+				return err
+			}
+			if err := l.Refresh(ctx, ttl); err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, []lock.EventKind{lock.EventObtained, lock.EventRefreshed, lock.EventReleased}},
+		{"held", func(ctx context.Context) error {
+			l, err := c.Obtain(context.Background(), key, ttl)
+			if err != nil {
+				return err
+			}
+			defer l.Release(context.Background())
+			if _, err := c.Obtain(ctx, key, ttl); !errors.Is(err, lock.ErrNotObtained) {
+				return fmt.Errorf("Obtain of a held lock = %v, want ErrNotObtained", err)
+			}
+			if ran, err := c.RunOnce(ctx, key, ttl, func(context.Context) error { return nil }); ran || err != nil {
+				return fmt.Errorf("RunOnce of a held lock = %v, %v; want not run", ran, err)
+			}
+			return nil
+		}, []lock.EventKind{lock.EventNotObtained, lock.EventNotObtained, lock.EventSkipped}},
+		{"Do", func(ctx context.Context) error {
+			return c.Do(ctx, key, ttl, func(context.Context) error { return nil })
+		}, []lock.EventKind{lock.EventObtained, lock.EventReleased}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.WithValue(testCtx(t), callerKey{}, tt.name)
+			if err := tt.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var got []lock.EventKind
+			for _, e := range rec.take() {
+				switch {
+				case e.Context == nil:
+					t.Errorf("%v event without a Context", e.Kind)
+				case e.Context.Value(callerKey{}) == tt.name:
+					got = append(got, e.Kind)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("events with the caller's context %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestClient_Logger_lostLock(t *testing.T) {

@@ -143,12 +143,12 @@ func (c *Client) obtainWith(ctx context.Context, key string, ttl time.Duration, 
 	d := time.Since(start)
 	switch {
 	case err == nil:
-		c.emit(EventObtained, key, d, nil)
+		c.emit(ctx, EventObtained, key, d, nil)
 	case errors.Is(err, ErrNotObtained):
-		c.emit(EventNotObtained, key, d, err)
+		c.emit(ctx, EventNotObtained, key, d, err)
 	default:
 		c.serverError(ctx, "obtain", key, err)
-		c.emit(EventObtainFailed, key, d, err)
+		c.emit(ctx, EventObtainFailed, key, d, err)
 	}
 	return l, err
 }
@@ -195,16 +195,16 @@ func (l *Lock) release(ctx context.Context, warnNotHeld bool) error {
 	case err != nil:
 		err = fmt.Errorf("lock: release %q: %w", l.key, err)
 		l.c.serverError(ctx, "release", l.key, err)
-		l.c.emit(EventReleaseFailed, l.key, d, err)
+		l.c.emit(ctx, EventReleaseFailed, l.key, d, err)
 		return err
 	case !ok:
 		if warnNotHeld {
 			l.c.log(slog.LevelWarn, "lock expired or was taken before release", "key", l.key, "held", d)
 		}
-		l.c.emit(EventReleaseFailed, l.key, d, ErrNotHeld)
+		l.c.emit(ctx, EventReleaseFailed, l.key, d, ErrNotHeld)
 		return ErrNotHeld
 	}
-	l.c.emit(EventReleased, l.key, d, nil)
+	l.c.emit(ctx, EventReleased, l.key, d, nil)
 	return nil
 }
 
@@ -225,15 +225,15 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration, warnNotHeld bool)
 	d := time.Since(l.sent)
 	switch {
 	case err == nil:
-		l.c.emit(EventRefreshed, l.key, d, nil)
+		l.c.emit(ctx, EventRefreshed, l.key, d, nil)
 	case errors.Is(err, ErrNotHeld):
 		if warnNotHeld {
 			l.c.log(slog.LevelWarn, "refresh failed: the lock expired or was taken", "key", l.key, "held", d)
 		}
-		l.c.emit(EventRefreshFailed, l.key, d, err)
+		l.c.emit(ctx, EventRefreshFailed, l.key, d, err)
 	default:
 		l.c.serverError(ctx, "refresh", l.key, err)
-		l.c.emit(EventRefreshFailed, l.key, d, err)
+		l.c.emit(ctx, EventRefreshFailed, l.key, d, err)
 	}
 	return err
 }
@@ -319,13 +319,13 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 	case err != nil:
 		err = fmt.Errorf("lock: replace %q: %w", l.key, err)
 		l.c.serverError(ctx, "replace", l.key, err)
-		l.c.emit(EventReleaseFailed, l.key, d, err)
+		l.c.emit(ctx, EventReleaseFailed, l.key, d, err)
 		return err
 	case !ok:
-		l.c.emit(EventReleaseFailed, l.key, d, ErrNotHeld)
+		l.c.emit(ctx, EventReleaseFailed, l.key, d, ErrNotHeld)
 		return ErrNotHeld
 	}
-	l.c.emit(EventReleased, l.key, d, nil)
+	l.c.emit(ctx, EventReleased, l.key, d, nil)
 	return nil
 }
 

@@ -88,7 +88,7 @@ func (c *Client) obtain(ctx context.Context, key, fenceKey string, ttl time.Dura
 		case err != nil:
 			return nil, fmt.Errorf("lock: obtain %q: %w", key, redisx.Denied("obtain", err, ""))
 		case a.ok:
-			return o.lock(a), nil
+			return o.lock(ctx, a), nil
 		}
 		o.woken = false
 		if wait < 0 { // also without a Retry
@@ -155,9 +155,9 @@ func (o *obtaining) attempt(ctx context.Context, wait time.Duration) (a attempte
 	return a, err
 }
 
-// lock is the Lock the attempt a got, reporting first how a waiter came
-// by it when a release had handed it over.
-func (o *obtaining) lock(a attempted) *Lock {
+// lock is the Lock the attempt a of the Obtain on ctx got, reporting
+// first how a waiter came by it when a release had handed it over.
+func (o *obtaining) lock(ctx context.Context, a attempted) *Lock {
 	l := &Lock{c: o.c, key: o.key, value: o.value, token: o.token, meta: o.opts.metadata, fence: a.fence, sent: a.sent}
 	if o.useHK {
 		hk := o.hk
@@ -168,7 +168,7 @@ func (o *obtaining) lock(a attempted) *Lock {
 		if o.woken {
 			kind = EventWoken
 		}
-		o.c.emit(kind, o.key, time.Since(o.start), nil)
+		o.c.emit(ctx, kind, o.key, time.Since(o.start), nil)
 	}
 	return l
 }

@@ -38,7 +38,7 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 	start := time.Now()
 	l, err := c.obtainWith(ctx, key, maxHold, s)
 	if errors.Is(err, ErrNotObtained) && !ctxEnded(err) {
-		c.emit(EventSkipped, key, 0, nil)
+		c.emit(ctx, EventSkipped, key, 0, nil)
 		return false, nil // another instance holds it: it runs or ran the job
 	}
 	if err != nil {
@@ -72,7 +72,7 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 			}
 		}
 		if lost != nil {
-			l.lost(lost, false)
+			l.lost(ctx, lost, false)
 		}
 		if r := recover(); r != nil {
 			panic(r)

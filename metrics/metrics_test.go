@@ -49,6 +49,41 @@ func TestRoutes_Series_overflow(t *testing.T) {
 	}
 }
 
+// Methods and status codes are bounded too: every method the client may
+// make up shares the series of "_OTHER", a status outside 100-599 that of
+// 0; known ones have their own.
+func TestRoutes_Series_methodAndStatus(t *testing.T) {
+	made := 0
+	r := NewRoutes(10, func(k RouteKey) *RouteKey {
+		made++
+		return &k
+	})
+	tests := []struct {
+		name, method string
+		status       int
+		wantMethod   string
+		wantStatus   int
+	}{
+		{"known", "GET", 200, "GET", 200},
+		{"patch", "PATCH", 204, "PATCH", 204},
+		{"made up", "FOO", 200, "_OTHER", 200},
+		{"made up too", "get", 200, "_OTHER", 200},
+		{"no status", "GET", 0, "GET", 0},
+		{"not a status", "GET", 1000, "GET", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := r.Series(middleware.Event{Kind: middleware.EventHit, Route: "/a", Method: tt.method, Status: tt.status})
+			if k.Method != tt.wantMethod || k.Status != tt.wantStatus {
+				t.Errorf("Series(%q, %d) = %q, %d; want %q, %d", tt.method, tt.status, k.Method, k.Status, tt.wantMethod, tt.wantStatus)
+			}
+		})
+	}
+	if made != 4 { // GET 200, PATCH 204, _OTHER 200, GET 0
+		t.Errorf("%d series made, want 4", made)
+	}
+}
+
 // Every kind is reported (zeros included), tiered kinds once per tier,
 // and kinds without a name under kind 0 once counted.
 func TestEvents_Each(t *testing.T) {

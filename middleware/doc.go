@@ -117,7 +117,9 @@
 // Options.Observer receives an Event for every request answered (hit,
 // stale, miss, bypass with its reason, canceled) and every render finished
 // in the background, labelled with the chi route pattern where there is
-// one; Options.Logger gets the reasons at debug level. The cache's Stats
+// one, with the request's method, the status it was answered with and its
+// context (for a span's parent); Options.Logger gets the reasons at debug
+// level. The cache's Stats
 // count the same requests: HITs and STALEs as hits and stale hits, the
 // rest that reached the cache as misses. The shape is the one of package
 // cache (and lock): see Event.

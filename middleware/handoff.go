@@ -113,8 +113,8 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 		res := m.render(nil, r.Clone(ctx), x.next, prior)
 		if m.observing() {
 			o := rendered(res)
-			o.kind = EventBackground
-			m.observe(x.route, time.Since(start), o)
+			o.kind, o.status = EventBackground, res.status
+			m.observe(ctx, r.Method, x.route, time.Since(start), o)
 		}
 		return m.toStore(ctx, r, base, vary, rv, res)
 	}

@@ -90,8 +90,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		start := time.Now()
 		route := m.route(r) // before next runs: chi fills its pattern in as it routes
-		o := m.answer(w, r, next, route)
-		m.observe(route, time.Since(start), o)
+		sw := &statusWriter{ResponseWriter: w}
+		o := m.answer(sw, r, next, route)
+		o.status = sw.sent(o.kind)
+		m.observe(r.Context(), r.Method, route, time.Since(start), o)
 	})
 }
 
@@ -289,6 +291,7 @@ type result struct {
 	fresh     time.Duration // how long the response stays fresh, from when it was rendered
 	stale     time.Duration // the stale window the response asked for
 	notStored bool          // rendered for the cache, which did not write it (renderFor)
+	status    int           // the render's status (the response's, or what the handler sent when it is not stored); 0 for a lookup's result
 }
 
 // peeked is what a look under a key found (see find).

@@ -1,9 +1,12 @@
 package middleware
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -43,9 +46,10 @@ func (k EventKind) String() string {
 // program counts, called synchronously and outside any lock, and an Event
 // with Kind (an EventKind whose String is a lower-case label), the name it
 // is about (Key in cache and lock, Route here: a route is what metrics can
-// label by, a cache key is not), Duration, Reason and Err; a field a
+// label by, a cache key is not), Duration, Reason, Err and Context (the
+// context of the call, for reading values such as the trace); a field a
 // package has nothing for is left out (cache.Event and lock.Event have no
-// Reason: their kinds say it).
+// Reason: their kinds say it; only this Event has Method and Status).
 // cache.Stats counts the requests the middleware answers from the cache
 // (HIT, STALE) as hits and stale hits, and those it renders or waits for
 // as misses. The middleware recovers a panicking Observer, since its
@@ -74,6 +78,28 @@ type Event struct {
 	Reason string
 	// Err is the error behind the event, if any (see the kinds).
 	Err error
+	// Method is the request's method as the client sent it (for
+	// EventBackground, the method of the request whose render it is).
+	// It is the client's to choose, so it has no bound: a metrics label
+	// maps the methods it does not know to one value (package metrics'
+	// Routes does).
+	Method string
+	// Status is the status code of the response the client was sent: a
+	// stored response's (304 for a conditional request it matches), the
+	// render's, or the handler's when it bypassed the cache (200 when the
+	// handler wrote nothing, as net/http then sends); for
+	// EventBackground, the render's. It is 0 when no response was sent:
+	// the client went away first (EventCanceled), or the handler hijacked
+	// the connection.
+	Status int
+	// Context is the request's context, never nil; for EventBackground,
+	// the context the render ran on (it keeps the values of the request
+	// that caused the render). It is for reading values, such as the
+	// trace a span is a child of, not for cancellation: it may be done by
+	// the time the Observer runs.
+	//
+	// NOTE: the Observer must not keep it once it returns.
+	Context context.Context
 }
 
 // outcome is how a request was answered, for its Event.
@@ -81,6 +107,7 @@ type outcome struct {
 	kind   EventKind
 	reason string
 	err    error
+	status int // Event.Status
 }
 
 // observing reports whether anybody takes Events or logs.
@@ -145,8 +172,9 @@ func unshared(err error) outcome {
 	return outcome{kind: EventBypass, reason: "the shared render failed", err: err}
 }
 
-// observe logs o and hands it to the Observer as an Event.
-func (m *Middleware) observe(route string, d time.Duration, o outcome) {
+// observe logs o, the outcome of a request with method on route, and
+// hands it to the Observer as an Event with the request's context ctx.
+func (m *Middleware) observe(ctx context.Context, method, route string, d time.Duration, o outcome) {
 	if l := m.o.Logger; l != nil {
 		switch {
 		case o.kind == EventBypass, o.kind == EventBackground && o.reason != "":
@@ -164,5 +192,72 @@ func (m *Middleware) observe(route string, d time.Duration, o outcome) {
 			m.o.Logger.Error("middleware: Observer panicked", "panic", fmt.Sprint(v), "kind", o.kind.String(), "route", route)
 		}
 	}()
-	obs(Event{Kind: o.kind, Route: route, Duration: d, Reason: o.reason, Err: o.err})
+	obs(Event{Kind: o.kind, Route: route, Duration: d, Reason: o.reason, Err: o.err, Method: method, Status: o.status, Context: ctx})
+}
+
+// statusWriter notes the status of the response that goes out through
+// it, for Event.Status; it changes nothing of what is written.
+type statusWriter struct {
+	http.ResponseWriter
+	status   int  // the final status written, as net/http counts it; 0 until then
+	hijacked bool // no HTTP response goes out
+}
+
+func (sw *statusWriter) WriteHeader(code int) {
+	// 1xx are interim (net/http sends them and waits for the final one),
+	// except 101 Switching Protocols.
+	if sw.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		sw.status = code
+	}
+	sw.ResponseWriter.WriteHeader(code)
+}
+
+func (sw *statusWriter) Write(p []byte) (int, error) {
+	sw.wrote()
+	return sw.ResponseWriter.Write(p)
+}
+
+// ReadFrom keeps the ResponseWriter's own, for io.Copy (net/http's sends
+// a file with sendfile).
+func (sw *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	sw.wrote()
+	if rf, ok := sw.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{sw.ResponseWriter}, src)
+}
+
+// Flush sends the header (200 if none was written) and flushes.
+func (sw *statusWriter) Flush() {
+	sw.wrote()
+	_ = http.NewResponseController(sw.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler: what it writes there is no
+// response the middleware can tell the status of.
+func (sw *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	sw.hijacked = true
+	return http.NewResponseController(sw.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
+// wrote notes that the body or a flush starts the response: with 200
+// unless WriteHeader said otherwise, as net/http does.
+func (sw *statusWriter) wrote() {
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+}
+
+// sent returns Event.Status for the request answered through sw as kind.
+func (sw *statusWriter) sent(kind EventKind) int {
+	switch {
+	case sw.hijacked, sw.status == 0 && kind == EventCanceled:
+		return 0
+	case sw.status == 0:
+		return http.StatusOK // the handler wrote nothing: net/http sends 200
+	}
+	return sw.status
 }

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -44,24 +45,32 @@ func TestMiddleware_Observer_events(t *testing.T) {
 		xcache             string
 		kind               middleware.EventKind
 		reason             string
+		status             int
 	}{
-		{"miss", "GET", "/a", nil, "MISS", middleware.EventMiss, ""},
-		{"hit", "GET", "/a", nil, "HIT", middleware.EventHit, ""},
-		{"method", "POST", "/a", nil, "BYPASS", middleware.EventBypass, "method"},
-		{"authorization", "GET", "/a", []string{"Authorization", "Bearer x"}, "BYPASS", middleware.EventBypass, "authorization"},
-		{"cookie set", "GET", "/cookie", nil, "BYPASS", middleware.EventBypass, "sets a cookie"},
-		{"server error", "GET", "/err", nil, "BYPASS", middleware.EventBypass, "server error"},
+		{"miss", "GET", "/a", nil, "MISS", middleware.EventMiss, "", 200},
+		{"hit", "GET", "/a", nil, "HIT", middleware.EventHit, "", 200},
+		{"conditional hit", "GET", "/a", []string{"If-None-Match", "*"}, "HIT", middleware.EventHit, "", 304},
+		{"method", "POST", "/a", nil, "BYPASS", middleware.EventBypass, "method", 200},
+		{"authorization", "GET", "/a", []string{"Authorization", "Bearer x"}, "BYPASS", middleware.EventBypass, "authorization", 200},
+		{"cookie set", "GET", "/cookie", nil, "BYPASS", middleware.EventBypass, "sets a cookie", 200},
+		{"server error", "GET", "/err", nil, "BYPASS", middleware.EventBypass, "server error", 500},
+		{"unknown method", "FOO", "/b", nil, "BYPASS", middleware.EventBypass, "method", 200},
 	}
 	for _, st := range steps {
 		r := b.do(t, st.method, st.path, st.hdr...)
-		if r.cache() != st.xcache {
-			t.Errorf("%s: X-Cache %q, want %q", st.name, r.cache(), st.xcache)
+		if r.cache() != st.xcache || r.status != st.status {
+			t.Errorf("%s: status %d, X-Cache %q; want %d, %q", st.name, r.status, r.cache(), st.status, st.xcache)
 		}
 		// The event comes after the response: wait for it.
 		e := redistest.Recv(t, ctx, events, st.name+" event")
 		// No router names the route: never the path.
 		if e.Kind != st.kind || e.Route != "unknown" || e.Reason != st.reason || e.Err != nil || e.Duration <= 0 {
 			t.Errorf("%s: event %+v (%s); want %s for route unknown with reason %q", st.name, e, e.Kind, st.kind, st.reason)
+		}
+		// The method as sent, the status as answered, the request's
+		// own context (the server's value is in it).
+		if e.Method != st.method || e.Status != st.status || e.Context == nil || e.Context.Value(http.ServerContextKey) == nil {
+			t.Errorf("%s: event method %q, status %d, context %v; want %q, %d, the request's", st.name, e.Method, e.Status, e.Context, st.method, st.status)
 		}
 		if st.name == "miss" {
 			b.waitStored(t, "/a", "/a") // the client is answered before the store
@@ -72,11 +81,68 @@ func TestMiddleware_Observer_events(t *testing.T) {
 		t.Errorf("extra event %+v", e)
 	default:
 	}
-	// One HIT; the MISS and the two renders that were not stored went
-	// through GetOrLoad, a miss each; the first look with Get counted
-	// only for the HIT.
-	if st := b.stats(); st.Hits != 1 || st.StaleHits != 0 || st.Misses != 3 {
-		t.Errorf("stats %+v; want 1 hit and 3 misses", st)
+	// Two HITs (one answered 304); the MISS and the two renders that were
+	// not stored went through GetOrLoad, a miss each; the first look with
+	// Get counted only for the HITs.
+	if st := b.stats(); st.Hits != 2 || st.StaleHits != 0 || st.Misses != 3 {
+		t.Errorf("stats %+v; want 2 hits and 3 misses", st)
+	}
+}
+
+// Event.Status is the status the client was sent, however the handler
+// sent it: after a 1xx, by flushing, by copying (io.ReaderFrom), by
+// writing nothing; 0 for a hijacked connection.
+func TestMiddleware_Observer_status(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 20*time.Second)
+	events := make(chan middleware.Event, 16)
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hints":
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusNotFound)
+		case "/flush":
+			fmt.Fprint(w, "x")
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				panic(err)
+			}
+		case "/copy":
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.Copy(w, strings.NewReader("copied"))
+		case "/hijack":
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusTeapot)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprint(rw, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nh")
+			_ = rw.Flush()
+		}
+		// /nothing writes nothing: net/http sends 200
+	}), &bedOptions{mw: &middleware.Options{Observer: func(e middleware.Event) { events <- e }}})
+	tests := []struct {
+		name, method, path string
+		status             int // the client's and the Event's
+		body               string
+		eventStatus        int
+	}{
+		{"1xx then 404", "GET", "/hints", 404, "", 404},
+		{"flushed", "GET", "/flush", 200, "x", 200},
+		{"copied", "POST", "/copy", 201, "copied", 201},
+		{"nothing written", "POST", "/nothing", 200, "", 200},
+		{"hijacked", "POST", "/hijack", 200, "h", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := b.do(t, tt.method, tt.path)
+			if r.status != tt.status || r.body != tt.body {
+				t.Errorf("response %d %q, want %d %q", r.status, r.body, tt.status, tt.body)
+			}
+			if e := redistest.Recv(t, ctx, events, "the event"); e.Status != tt.eventStatus {
+				t.Errorf("%s event with status %d, want %d", e.Kind, e.Status, tt.eventStatus)
+			}
+		})
 	}
 }
 
@@ -229,8 +295,8 @@ func TestMiddleware_Observer_staleRefresh(t *testing.T) {
 		got[e.Kind] = e
 	}
 	for _, kind := range []middleware.EventKind{middleware.EventStale, middleware.EventBackground} {
-		if e, ok := got[kind]; !ok || e.Route != "unknown" || e.Reason != "" || e.Err != nil {
-			t.Errorf("%s event %+v (present %v); want one for route unknown, stored", kind, e, ok)
+		if e, ok := got[kind]; !ok || e.Route != "unknown" || e.Reason != "" || e.Err != nil || e.Method != "GET" || e.Status != http.StatusOK || e.Context == nil {
+			t.Errorf("%s event %+v (present %v); want one for route unknown, stored, of a GET answered 200, with a context", kind, e, ok)
 		}
 	}
 	if st := b.stats(); st.Hits != 0 || st.StaleHits != 1 || st.Misses != 1 || st.Refreshes != 1 {

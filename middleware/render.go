@@ -49,11 +49,13 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if reason != "" {
 		rec.pass(reason)                                      // out to the client, if there is one, and not stored
 		if !headRoute && endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
-			return result{err: errEndsStored{errNotStored{reason}}}
+			return result{err: errEndsStored{errNotStored{reason}}, status: rec.status}
 		}
-		return result{err: errNotStored{reason}}
+		return result{err: errNotStored{reason}, status: rec.status}
 	}
-	return m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
+	res := m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
+	res.status = rec.status
+	return res
 }
 
 // runSelecting runs r once (see run), revalidating prior if set; when

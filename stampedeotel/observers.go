@@ -30,19 +30,36 @@ func recording(kvs ...attribute.KeyValue) []metric.RecordOption {
 }
 
 // byResult is what an Observer records for one result of a timed event:
-// the histogram's options and the span's attributes.
+// the histogram's options and the span's attributes; a failure's, by
+// error.type, come from failed.
 type byResult struct {
 	record []metric.RecordOption
 	attrs  []attribute.KeyValue
+	failed *failures // the same with error.type; nil for those of a failure
 }
 
 func results(name attribute.KeyValue, rs ...string) []byResult {
 	out := make([]byResult, len(rs))
 	for i, r := range rs {
 		kvs := []attribute.KeyValue{name, keyResult.String(r)}
-		out[i] = byResult{record: recording(kvs...), attrs: kvs}
+		out[i] = byResult{record: recording(kvs...), attrs: kvs, failed: newFailures(kvs)}
 	}
 	return out
+}
+
+// failure returns what the failure err of result r records: r's
+// attributes with err's error.type.
+func (t *Telemetry) failure(r *byResult, err error) *byResult {
+	return r.failed.with(t.errTypes.of(err))
+}
+
+// eventContext returns an Event's Context, or context.Background() for an
+// Event made without one.
+func eventContext(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }
 
 // spanAttrs returns the attributes of a span about key.
@@ -58,8 +75,10 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // in stampede.cache.events by its kind (and, for hits and stale hits, its
 // tier: near or server), the loader's run time in
 // stampede.cache.load.duration and the wait for another process's load in
-// stampede.cache.wait.duration, each with a span (stampede.cache.load,
-// stampede.cache.wait).
+// stampede.cache.wait.duration, each by result (and error.type for a
+// failure) and with a span (stampede.cache.load, stampede.cache.wait), a
+// child of the span in the Event's Context: the caller's. A load whose
+// loader Traced wrapped has Traced's span only.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -74,19 +93,26 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	waits := results(cacheName, metrics.WaitResults()...)
 	return func(e cache.Event) {
 		events.Count(e.Kind, e.Near)
-		ctx := context.Background()
 		switch e.Kind {
 		case cache.EventLoad:
-			r, err := metrics.LoadResult(e.Err), e.Err
-			if r == 1 {
-				err = nil // not found: an answer, not a failure
+			ctx := eventContext(e.Context)
+			i := metrics.LoadResult(e.Err)
+			r, failed := &loads[i], i == 2 // not found (1) is an answer, not a failure
+			if failed {
+				r = t.failure(r, e.Err)
 			}
-			t.cacheLoads.Record(ctx, e.Duration.Seconds(), loads[r].record...)
-			t.span(spanLoad, e.Duration, err, t.spanAttrs(loads[r].attrs, e.Key)...)
+			t.cacheLoads.Record(ctx, e.Duration.Seconds(), r.record...)
+			if !t.tracedTake(e.Context) {
+				t.span(ctx, spanLoad, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
+			}
 		case cache.EventWait:
-			r := metrics.WaitResult(e.Err)
-			t.cacheWaits.Record(ctx, e.Duration.Seconds(), waits[r].record...)
-			t.span(spanWait, e.Duration, e.Err, t.spanAttrs(waits[r].attrs, e.Key)...)
+			ctx := eventContext(e.Context)
+			r, failed := &waits[metrics.WaitResult(e.Err)], e.Err != nil
+			if failed {
+				r = t.failure(r, e.Err)
+			}
+			t.cacheWaits.Record(ctx, e.Duration.Seconds(), r.record...)
+			t.span(ctx, spanWait, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
 		}
 	}
 }
@@ -95,9 +121,10 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 // the lock Client's Events with the attribute stampede.lock=name: every
 // Event in stampede.lock.events by its kind, the time each Obtain took
 // (retries and waiting included) in stampede.lock.obtain.duration by
-// result, with a span (stampede.lock.obtain; a lock not obtained is not an
-// error there, a failed server call is), and how long each released lock
-// was held in stampede.lock.held.duration.
+// result (and error.type for a failure), with a span
+// (stampede.lock.obtain, a child of the span of Obtain's ctx; a lock not
+// obtained is not an error there, a failed server call is), and how long
+// each released lock was held in stampede.lock.held.duration.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -111,21 +138,25 @@ func (t *Telemetry) LockObserver(name string) func(lock.Event) {
 	held := recording(lockName)
 	return func(e lock.Event) {
 		events.Count(e.Kind, false)
-		ctx := context.Background()
-		r, err := -1, error(nil)
+		i := -1
 		switch e.Kind {
 		case lock.EventObtained:
-			r = 0
+			i = 0
 		case lock.EventNotObtained:
-			r = 1
+			i = 1
 		case lock.EventObtainFailed:
-			r, err = 2, e.Err
+			i = 2
 		case lock.EventReleased:
-			t.lockHeld.Record(ctx, e.Duration.Seconds(), held...)
+			t.lockHeld.Record(eventContext(e.Context), e.Duration.Seconds(), held...)
 		}
-		if r >= 0 {
-			t.lockObtain.Record(ctx, e.Duration.Seconds(), obtain[r].record...)
-			t.span(spanObtain, e.Duration, err, t.spanAttrs(obtain[r].attrs, e.Key)...)
+		if i >= 0 {
+			ctx := eventContext(e.Context)
+			r, failed := &obtain[i], i == 2
+			if failed {
+				r = t.failure(r, e.Err)
+			}
+			t.lockObtain.Record(ctx, e.Duration.Seconds(), r.record...)
+			t.span(ctx, spanObtain, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
 		}
 	}
 }

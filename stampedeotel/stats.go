@@ -16,7 +16,8 @@ import (
 // stampede.cache.lock_contention,
 // stampede.cache.announce_denied, stampede.cache.near.invalidations,
 // stampede.cache.near.flushes (observable counters) and
-// stampede.cache.near.entries (an observable gauge). (Hits, misses,
+// stampede.cache.near.entries (an observable up-down counter, unit
+// {entry}: a count of items, which goes down as well as up). (Hits, misses,
 // loads, fail-open loads, decode failures, refreshes, skipped writes and
 // server errors come from CacheObserver's events.)
 //
@@ -49,7 +50,10 @@ func (t *Telemetry) newStats(meter metric.Meter) error {
 		var err error
 		name, desc := "stampede.cache."+f.Name, metric.WithDescription(f.Help)
 		if f.Gauge {
-			insts[i], err = meter.Int64ObservableGauge(name, metric.WithUnit("{entry}"), desc)
+			// A count of items that goes up and down: an UpDownCounter, as
+			// the semantic conventions advise (a sum of several caches'
+			// is meaningful; a gauge's is not).
+			insts[i], err = meter.Int64ObservableUpDownCounter(name, metric.WithUnit("{entry}"), desc)
 		} else {
 			insts[i], err = meter.Int64ObservableCounter(name, metric.WithUnit("{event}"), desc)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -14,11 +15,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// scope is the instrumentation scope of the meter and tracer.
-const scope = "github.com/hotkv/stampede/stampedeotel"
 
 // Options configures New. A nil *Options means all defaults.
 type Options struct {
@@ -81,7 +80,8 @@ func (o *Options) maxRoutes() int {
 	return o.MaxRoutes
 }
 
-// Attribute keys.
+// Attribute keys: this package's, and the semantic conventions' (see
+// schemaURL).
 const (
 	keyCache      = attribute.Key("stampede.cache")
 	keyLock       = attribute.Key("stampede.lock")
@@ -91,7 +91,12 @@ const (
 	keyResult     = attribute.Key("stampede.result")
 	keyReason     = attribute.Key("stampede.reason")
 	keyKey        = attribute.Key("stampede.key")
-	keyRoute      = attribute.Key("http.route")
+
+	keyErrorType      = semconv.ErrorTypeKey
+	keyRoute          = semconv.HTTPRouteKey
+	keyMethod         = semconv.HTTPRequestMethodKey
+	keyMethodOriginal = semconv.HTTPRequestMethodOriginalKey
+	keyStatus         = semconv.HTTPResponseStatusCodeKey
 )
 
 // Telemetry records the metrics and spans of the caches, locks and
@@ -101,6 +106,12 @@ type Telemetry struct {
 	tracer    trace.Tracer
 	spanKeys  bool
 	maxRoutes int
+	errTypes  errorTypes // the error.type names given
+	// traced holds the loader contexts of the loads whose span Traced
+	// made, until the CacheObserver that reports the load (and makes no
+	// span of its own) takes them: context.Context → *tracedLoad.
+	traced  sync.Map
+	tracedN atomic.Int64 // notes in traced, give or take one being added or taken
 
 	cacheEvents  metric.Int64ObservableCounter // reported from cacheTables
 	cacheLoads   metric.Float64Histogram
@@ -118,15 +129,19 @@ type Telemetry struct {
 }
 
 // New returns Telemetry recording with Options.MeterProvider and
-// Options.TracerProvider. It fails if Options are invalid or the meter
+// Options.TracerProvider. Its meter and tracer are named for this module's
+// path, with its version (as the binary's build information records it;
+// "devel" when it records none) and the schema of the semantic
+// conventions followed. It fails if Options are invalid or the meter
 // refuses an instrument.
 func New(opts *Options) (*Telemetry, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	meter := opts.meterProvider().Meter(scope)
+	version := scopeVersion()
+	meter := opts.meterProvider().Meter(scope, metric.WithInstrumentationVersion(version), metric.WithSchemaURL(schemaURL))
 	t := &Telemetry{
-		tracer:    opts.tracerProvider().Tracer(scope),
+		tracer:    opts.tracerProvider().Tracer(scope, trace.WithInstrumentationVersion(version), trace.WithSchemaURL(schemaURL)),
 		spanKeys:  opts != nil && opts.SpanKeys,
 		maxRoutes: opts.maxRoutes(),
 		caches:    map[string]*cache.Cache{},
@@ -150,18 +165,19 @@ func New(opts *Options) (*Telemetry, error) {
 	}
 	t.cacheEvents = observable("stampede.cache.events",
 		"Events of a cache.Cache by kind, the EventKind's String (hit, stale, miss, load, wait, fail-open, ...); stampede.tier is near or server for hits and stale hits.")
-	t.cacheLoads = histogram("stampede.cache.load.duration", "How long the loader ran, by result (ok, not-found, error).")
+	t.cacheLoads = histogram("stampede.cache.load.duration",
+		"How long the loader ran, by result (ok, not-found, error); a failure also by error.type.")
 	t.cacheWaits = histogram("stampede.cache.wait.duration",
-		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error).")
+		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error); a failure also by error.type.")
 	t.lockEvents = observable("stampede.lock.events",
 		"Events of a lock.Client by kind, the EventKind's String (obtained, not-obtained, released, lost, woken, ...).")
 	t.lockObtain = histogram("stampede.lock.obtain.duration",
-		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed).")
+		"How long Obtain took, retries and waiting included, by result (obtained, not-obtained, obtain-failed); a failure also by error.type.")
 	t.lockHeld = histogram("stampede.lock.held.duration", "How long a lock was held until Release.")
 	t.httpEvents = counter("stampede.middleware.events",
-		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route and reason.")
+		"Requests the middleware answered by kind (hit, stale, miss, bypass, canceled) and renders it finished in the background (background), by route, method, status code and reason.")
 	t.httpDuration = histogram("stampede.middleware.duration",
-		"How long the middleware took to answer a request, render or wait included; for background, how long the render took.")
+		"How long the middleware took to answer a request, render or wait included; for background, how long the render took; by route, method, status code and kind, a failure also by error.type.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("stampedeotel: %w", err)
 	}
@@ -172,15 +188,22 @@ func New(opts *Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// span records a span named name that ended now after running for d,
-// failed with err if err is not nil.
-func (t *Telemetry) span(name string, d time.Duration, err error, attrs ...attribute.KeyValue) {
+// span records a span named name, a child of the span in ctx (an
+// Event.Context; nil stands for none), that ended now after running for
+// d. failed marks it an error, described by err if err is not nil.
+func (t *Telemetry) span(ctx context.Context, name string, d time.Duration, failed bool, err error, attrs ...attribute.KeyValue) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	end := time.Now()
-	_, s := t.tracer.Start(context.Background(), name, trace.WithTimestamp(end.Add(-d)),
+	_, s := t.tracer.Start(ctx, name, trace.WithTimestamp(end.Add(-d)),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	if err != nil {
+	switch {
+	case failed && err != nil:
 		s.RecordError(err)
 		s.SetStatus(codes.Error, err.Error())
+	case failed:
+		s.SetStatus(codes.Error, "")
 	}
 	s.End(trace.WithTimestamp(end))
 }

@@ -20,10 +20,13 @@ import (
 	"github.com/hotkv/stampede/stampedeotel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m, nil) }
@@ -100,6 +103,66 @@ func (b *bed) point(tb testing.TB, name string, kvs ...attribute.KeyValue) (v, s
 	return -1, 0
 }
 
+// metric returns the metric name as collected now, with its scope; it
+// fails tb if there is none.
+func (b *bed) metric(tb testing.TB, name string) (metricdata.Metrics, instrumentation.Scope) {
+	tb.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := b.reader.Collect(context.Background(), &rm); err != nil {
+		tb.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m, sm.Scope
+			}
+		}
+	}
+	tb.Fatalf("no metric %s", name)
+	return metricdata.Metrics{}, instrumentation.Scope{}
+}
+
+// pointSets returns the attribute sets of the data points of the
+// histogram or int64 sum name.
+func (b *bed) pointSets(tb testing.TB, name string) []attribute.Set {
+	tb.Helper()
+	m, _ := b.metric(tb, name)
+	var sets []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	default:
+		tb.Fatalf("%s: unexpected data %T", name, m.Data)
+	}
+	return sets
+}
+
+// childOf fails tb unless s, the span of what, is a child of parent: in
+// its trace, with parent's span as its parent.
+func childOf(tb testing.TB, what string, s sdktrace.ReadOnlySpan, parent trace.Span) {
+	tb.Helper()
+	p := parent.SpanContext()
+	if s.SpanContext().TraceID() != p.TraceID() || s.Parent().SpanID() != p.SpanID() {
+		tb.Errorf("%s span %q: trace %v, parent %v; want a child of %v in trace %v",
+			what, s.Name(), s.SpanContext().TraceID(), s.Parent().SpanID(), p.SpanID(), p.TraceID())
+	}
+}
+
+// only returns the one span of spans, failing tb if there is not one.
+func only(tb testing.TB, what string, spans []sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	tb.Helper()
+	if len(spans) != 1 {
+		tb.Fatalf("%d %s spans, want 1", len(spans), what)
+	}
+	return spans[0]
+}
+
 // want fails tb unless the metric's value (see point) is v.
 func (b *bed) want(tb testing.TB, v float64, name string, kvs ...attribute.KeyValue) {
 	tb.Helper()
@@ -160,6 +223,9 @@ var (
 	result    = attribute.Key("stampede.result").String
 	reason    = attribute.Key("stampede.reason").String
 	route     = attribute.Key("http.route").String
+	method    = attribute.Key("http.request.method").String
+	status    = attribute.Key("http.response.status_code").Int
+	errType   = attribute.Key("error.type").String
 )
 
 // A miss and its load, a hit, a not-found, a failed load, an entry that
@@ -203,7 +269,8 @@ func TestCacheObserver(t *testing.T) {
 		t.Fatalf("failed load: %v", err)
 	}
 	b.want(t, 1, loads, users, result("not-found"))
-	b.want(t, 1, loads, users, result("error"))
+	b.want(t, 1, loads, users, result("error"), errType("*errors.errorString")) // errors.New's type
+	b.want(t, -1, loads, users, result("error"))
 
 	if err := rdb.Set(ctx, ns+":{d}", "not an entry", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -238,10 +305,13 @@ func TestCacheObserver(t *testing.T) {
 		t.Fatalf("load spans by result: ok %d, not-found %d, error %d (status %v); want 3, 1, 1 (Error)",
 			len(withResult(spans, "ok")), len(withResult(spans, "not-found")), len(failed), failed[0].Status())
 	}
-	if nf := withResult(spans, "not-found")[0]; nf.Status().Code != codes.Unset {
-		t.Errorf("not-found load span status %v, want unset", nf.Status())
+	if et := attr(failed[0], "error.type"); et != "*errors.errorString" {
+		t.Errorf("failed load span error.type %q, want *errors.errorString", et)
 	}
-	_, sum := b.point(t, loads, users, result("error"))
+	if nf := withResult(spans, "not-found")[0]; nf.Status().Code != codes.Unset || attr(nf, "error.type") != "" {
+		t.Errorf("not-found load span status %v, error.type %q; want unset, none", nf.Status(), attr(nf, "error.type"))
+	}
+	_, sum := b.point(t, loads, users, result("error"), errType("*errors.errorString"))
 	if d := failed[0].EndTime().Sub(failed[0].StartTime()); math.Abs(d.Seconds()-sum) > 1e-6 {
 		t.Errorf("failed load span lasted %v, the histogram got %v s", d, sum)
 	}
@@ -277,6 +347,26 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	}
 	b.want(t, 1, "stampede.cache.near.entries", near)
 	b.want(t, float64(st.NearInvalidations), "stampede.cache.near.invalidations", near)
+	// A count of items that goes up and down: an up-down counter, whose
+	// sums across caches mean something (a gauge's do not).
+	m, _ := b.metric(t, "stampede.cache.near.entries")
+	if sum, ok := m.Data.(metricdata.Sum[int64]); !ok || sum.IsMonotonic || m.Unit != "{entry}" {
+		t.Errorf("near.entries is %T (monotonic %v) in %q; want an up-down counter (a non-monotonic sum) in {entry}", m.Data, ok && sum.IsMonotonic, m.Unit)
+	}
+}
+
+// The meter's and the tracer's scope carry this module's name, a version
+// and the schema URL of the semantic conventions followed.
+func TestNew_scope(t *testing.T) {
+	b := newBed(t, nil)
+	b.tel.LockObserver("l")(lock.Event{Kind: lock.EventObtained, Context: context.Background()})
+	_, ms := b.metric(t, "stampede.lock.obtain.duration")
+	ts := only(t, "obtain", b.ended("stampede.lock.obtain")).InstrumentationScope()
+	for _, sc := range []instrumentation.Scope{ms, ts} {
+		if sc.Name != "github.com/hotkv/stampede/stampedeotel" || sc.Version == "" || sc.SchemaURL != semconv.SchemaURL {
+			t.Errorf("scope %+v; want this module's, with a version and the schema %s", sc, semconv.SchemaURL)
+		}
+	}
 }
 
 // A caller of one Cache waits for the load of another and is woken with
@@ -372,59 +462,15 @@ func TestMiddlewareObserver(t *testing.T) {
 		}
 	}
 	const events = "stampede.middleware.events"
-	pages, users := mwAttr("pages"), route("/users/{id}")
-	b.waitFor(t, 1, events, pages, users, event("bypass"), reason("authorization"))
-	b.waitFor(t, 1, events, pages, users, event("miss"))
-	b.waitFor(t, 1, events, pages, users, event("hit"))
-	b.waitFor(t, 1, events, pages, route("other"), event("miss"))
-	b.want(t, 1, "stampede.middleware.duration", pages, users, event("hit"))
+	pages, users, get, ok := mwAttr("pages"), route("/users/{id}"), method("GET"), status(200)
+	b.waitFor(t, 1, events, pages, users, get, ok, event("bypass"), reason("authorization"))
+	b.waitFor(t, 1, events, pages, users, get, ok, event("miss"))
+	b.waitFor(t, 1, events, pages, users, get, ok, event("hit"))
+	b.waitFor(t, 1, events, pages, route("other"), get, ok, event("miss"))
+	b.want(t, 1, "stampede.middleware.duration", pages, users, get, ok, event("hit"))
 	spans := b.ended("stampede.middleware.render")
 	if len(spans) != 2 || attr(spans[0], "http.route") != "/users/{id}" || attr(spans[1], "http.route") != "other" {
 		t.Fatalf("render spans %v, want one for /users/{id} and one for other", spans)
-	}
-}
-
-// Traced puts the load's span under the caller's span, and a background
-// refresh's under the span of the call that found the value stale; a
-// not-found is an answer, not an error.
-func TestTraced(t *testing.T) {
-	s := redistest.Shared(t, redistest.Redis8)
-	b := newBed(t, nil)
-	clk := &metricstest.Clock{}
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, parent := b.tp.Tracer("test").Start(metricstest.Context(t), "request")
-	if _, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "load k", metricstest.LoadString("v"))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cache.GetOrLoad(ctx, c, "gone", stampedeotel.Traced(b.tel, "load gone", func(context.Context) (string, error) {
-		return "", loader.ErrNotFound
-	})); !errors.Is(err, loader.ErrNotFound) {
-		t.Fatal(err)
-	}
-	parent.End()
-	for _, name := range []string{"load k", "load gone"} {
-		spans := b.ended(name)
-		if len(spans) != 1 {
-			t.Fatalf("%d spans %q, want 1", len(spans), name)
-		}
-		if spans[0].Parent().SpanID() != parent.SpanContext().SpanID() || spans[0].Status().Code != codes.Unset {
-			t.Errorf("%s: parent %v status %v; want the request's span, unset", name, spans[0].Parent().SpanID(), spans[0].Status())
-		}
-	}
-
-	clk.Advance(2 * time.Minute)
-	ctx, second := b.tp.Tracer("test").Start(metricstest.Context(t), "second request")
-	if v, err := cache.GetOrLoad(ctx, c, "k", stampedeotel.Traced(b.tel, "refresh k", metricstest.LoadString("v2"))); v != "v" || err != nil {
-		t.Fatalf("stale GetOrLoad = %q, %v; want the old value", v, err)
-	}
-	second.End()
-	redistest.WaitFor(t, metricstest.Context(t), "the refresh's span", func() bool { return len(b.ended("refresh k")) == 1 })
-	if p := b.ended("refresh k")[0].Parent().SpanID(); p != second.SpanContext().SpanID() {
-		t.Errorf("refresh span's parent %v, want the stale call's span %v", p, second.SpanContext().SpanID())
 	}
 }
 

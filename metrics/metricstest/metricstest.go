@@ -74,16 +74,22 @@ func NewMiddleware(tb testing.TB, rc cache.RedisClient, obs func(middleware.Even
 // and mo, on the goroutine that did the work, from many goroutines at
 // once.
 func BenchObserver(b *testing.B, co func(cache.Event), lo func(lock.Event), mo func(middleware.Event)) {
+	ctx := context.Background() // Event.Context: the call's, never nil
 	benches := []struct {
 		name string
 		fn   func()
 	}{
-		{"cache-hit", func() { co(cache.Event{Kind: cache.EventHit, Key: "user:42"}) }},
-		{"cache-near-hit", func() { co(cache.Event{Kind: cache.EventHit, Key: "user:42", Near: true}) }},
-		{"cache-load", func() { co(cache.Event{Kind: cache.EventLoad, Key: "user:42", Duration: 3 * time.Millisecond}) }},
-		{"lock-obtained", func() { lo(lock.Event{Kind: lock.EventObtained, Key: "job", Duration: time.Millisecond}) }},
+		{"cache-hit", func() { co(cache.Event{Kind: cache.EventHit, Key: "user:42", Context: ctx}) }},
+		{"cache-near-hit", func() { co(cache.Event{Kind: cache.EventHit, Key: "user:42", Near: true, Context: ctx}) }},
+		{"cache-load", func() {
+			co(cache.Event{Kind: cache.EventLoad, Key: "user:42", Duration: 3 * time.Millisecond, Context: ctx})
+		}},
+		{"lock-obtained", func() {
+			lo(lock.Event{Kind: lock.EventObtained, Key: "job", Duration: time.Millisecond, Context: ctx})
+		}},
 		{"middleware-hit", func() {
-			mo(middleware.Event{Kind: middleware.EventHit, Route: "/users/{id}", Duration: 200 * time.Microsecond})
+			mo(middleware.Event{Kind: middleware.EventHit, Route: "/users/{id}", Duration: 200 * time.Microsecond,
+				Method: http.MethodGet, Status: http.StatusOK, Context: ctx})
 		}},
 	}
 	for _, bb := range benches {
