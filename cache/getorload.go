@@ -70,7 +70,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		// not the server is failing open: the tracking connection's own
 		// lease bounds what it serves.
 		if round == 0 && c.near != nil {
-			l.v, l.err, l.verdict, l.hit = nearHit(ctx, c, key, it, load)
+			l.v, l.verdict, l.err, l.hit = nearHit(ctx, c, key, it, load)
 			tr.near = l.hit
 		}
 		if !l.hit {

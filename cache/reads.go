@@ -243,11 +243,11 @@ func nearInto(c *Cache, key string, ne *nearEntry, dst engine.Dst) error {
 // stale value (starting the refresh a stale one needs, as a read from the
 // server would) or a fresh not-found, and the verdict GetOrLoad reports.
 // ok is false when the server must be asked.
-func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, load loader.Func[V]) (v V, err error, verdict EventKind, ok bool) {
+func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, load loader.Func[V]) (v V, verdict EventKind, err error, ok bool) {
 	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
-		return v, nil, 0, false
+		return v, 0, nil, false
 	}
 	rd := c.decideEntry(ne.e, c.clock(now))
 	switch rd.use {
@@ -255,15 +255,15 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 		err = loader.ErrNotFound
 	case useValue:
 		if v, err = nearValue[V](c, key, ne); err != nil {
-			return v, nil, 0, false // the server path replaces what this caller cannot decode
+			return v, 0, nil, false // the server path replaces what this caller cannot decode
 		}
 		if rd.refresh {
 			c.refresh(ctx, c.keys(key), it, ne.raw, encoded(c, key, load))
 		}
 	default:
-		return v, nil, 0, false // an expired not-found: load again
+		return v, 0, nil, false // an expired not-found: load again
 	}
-	return v, err, rd.event(), true
+	return v, rd.event(), err, true
 }
 
 // nearDrop drops k's near-cache entry after this process wrote or deleted
