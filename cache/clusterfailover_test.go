@@ -217,8 +217,9 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 
 	// The writer is another process. Each write goes to the key's master
 	// as the writer's own cluster client names it, through a client of
-	// that node with a pool of one, so that WAIT follows the write on its
-	// connection: a write counts once the replica has it, or once it is on
+	// that node with a pool of one, pipelines included (Set's, which
+	// go-redis would send on a pool of their own), so that WAIT follows
+	// the write on its connection: a write counts once the replica has it, or once it is on
 	// the final master, so that a write the failover loses is not counted.
 	wrc := cluster()
 	type nodeWriter struct {
@@ -227,7 +228,7 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 	}
 	writers := make(map[string]nodeWriter)
 	for _, a := range []string{from, to} {
-		nrc := redis.NewClient(&redis.Options{Addr: a, PoolSize: 1})
+		nrc := redis.NewClient(&redis.Options{Addr: a, PoolSize: 1, PipelinePoolSize: -1})
 		t.Cleanup(func() { _ = nrc.Close() })
 		writers[a] = nodeWriter{nrc, newCacheOn(t, nrc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute}})}
 	}

@@ -214,9 +214,12 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	redistest.WaitFor(t, ctx, "near cache active", c.NearActive)
 	// The writer is another process, asking the same Sentinel. A write
 	// counts once the replica has it (WAIT, on the same connection: a
-	// pool of one), so that a write the failover loses is not counted.
+	// pool of one, which Set's pipeline uses too; go-redis gives
+	// pipelines a pool of their own otherwise, and a WAIT on a connection
+	// that wrote nothing counts every replica at once), so that a write
+	// the failover loses is not counted.
 	wo := s.Options()
-	wo.PoolSize = 1
+	wo.PoolSize, wo.PipelinePoolSize = 1, -1
 	wrc := redis.NewFailoverClient(wo)
 	t.Cleanup(func() { _ = wrc.Close() })
 	w := newCacheOn(t, wrc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
