@@ -159,6 +159,7 @@ func TestCluster_killedMasterSlotMap(t *testing.T) {
 // expiring key loaded 3 times a TTL), so a sick Cluster, not the near
 // cache; its figures are in the README.
 func TestNear_clusterFailover(t *testing.T) {
+	redistest.Long(t)
 	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey} {
 		for _, mode := range []string{"graceful", "takeover", "stopped-then-killed"} {
 			t.Run(string(kind)+"/"+mode, func(t *testing.T) {

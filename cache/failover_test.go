@@ -193,6 +193,7 @@ func (r *failoverRun) loadsPerExpiry(ttl time.Duration, from, to time.Time) (dur
 // tracks the new master. The key that expires is loaded once per expiry
 // throughout.
 func TestNear_sentinelFailover(t *testing.T) {
+	redistest.Long(t)
 	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey} {
 		for _, mode := range []string{"graceful", "paused-then-killed", "lagging-replica/graceful", "lagging-replica/paused-then-killed"} {
 			t.Run(string(kind)+"/"+mode, func(t *testing.T) {

@@ -81,6 +81,7 @@ func workerCounter() int {
 }
 
 func TestLock_mutualExclusion_processes(t *testing.T) {
+	redistest.Long(t)
 	const procs, goroutines, n = 4, 8, 25
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		rc := s.Client(t)
@@ -211,6 +212,7 @@ func workerFence() int {
 }
 
 func TestLock_fencing_processes(t *testing.T) {
+	redistest.Long(t)
 	const procs, n = 3, 15
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		rc := s.Client(t)

@@ -35,6 +35,7 @@ type fenceDraw struct {
 // the one before returned, so each must draw a larger number, and the
 // store, written by each holder, must refuse none of them.
 func TestLock_Fence_sentinelLaggingReplica(t *testing.T) {
+	redistest.Long(t)
 	for _, kind := range []redistest.Kind{redistest.Redis8, redistest.Valkey} {
 		t.Run(string(kind), func(t *testing.T) {
 			s := redistest.StartSentinel(t, kind)

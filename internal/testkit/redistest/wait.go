@@ -36,3 +36,13 @@ func WaitFor(tb testing.TB, ctx context.Context, what string, cond func() bool) 
 		}
 	}
 }
+
+// Long skips tb under go test -short: a scenario that takes many seconds
+// (a failover matrix, a fleet of processes). The README's test command
+// runs it; CI's second pass on the other Go release runs with -short.
+func Long(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("a long scenario; skipped with -short")
+	}
+}
