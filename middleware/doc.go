@@ -35,8 +35,10 @@
 // Options.Freshness.TTL give the freshness lifetime (an Expires that is invalid or
 // not in the future is not stored), counted from the
 // response's age when received (RFC 9111 4.2.3: its Age field, or the
-// time since its Date if that is more; an Age that is not one
-// non-negative integer means stale): a response older than its lifetime
+// time since its Date if that is more; of Age the first member of the
+// first line counts, and one that is not a non-negative integer is
+// ignored, RFC 9111 5.1; dates are read in the three forms of RFC 9110
+// 5.6.7 exactly): a response older than its lifetime
 // is not stored, and every answer's Age counts its age. The response's
 // Date is kept (one is added if it has none);
 // stale-while-revalidate and stale-if-error (RFC 5861) give the stale

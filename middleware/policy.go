@@ -107,7 +107,7 @@ func (e errNotStored) Error() string { return "middleware: response not stored: 
 // than the canonical one (w.Header()["set-cookie"]) into rec's canonical
 // names, so that these rules and the header drops of storedHeader see
 // them. The rules run in a fixed order, family by family (refusal, then
-// Surrogate-Control, Age, the lifetime and the stale window), and the
+// Surrogate-Control, the lifetime and the stale window), and the
 // first that refuses gives the reason.
 func (m *Middleware) storable(r *http.Request, rec *recorder, requested, responded time.Time) (reason string, age, lifetime, stale time.Duration) {
 	canonicalHeader(rec.header)
@@ -122,13 +122,7 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 			return "Surrogate-Control: no-store", 0, 0, 0
 		}
 	}
-	age, ok := initialAge(h, requested, responded)
-	if !ok {
-		// RFC 9111 5.1 would ignore an invalid Age; a response that
-		// came through a cache which wrote one cannot say how old it is,
-		// so it is taken as stale, as the published caches do.
-		return "invalid Age (taken as stale)", 0, 0, 0
-	}
+	age = initialAge(h, requested, responded)
 	if cc.noCache {
 		// RevalidateNoCache: stored to be revalidated on every use, so
 		// never fresh and without a stale window (see revalidate.go).
@@ -301,32 +295,39 @@ func (m *Middleware) staleWindow(cc cacheControl, fresh time.Duration) time.Dura
 // initialAge is the age of a response when it was received
 // (responded), for a request made at requested: RFC 9111 4.2.3's
 // corrected_initial_age, the larger of its apparent age (responded less
-// its Date, if it has a valid one) and its Age field plus the response
-// delay. ok is false if it has an Age field that is not one
-// non-negative integer (a list, several fields, a sign, a fraction, a
-// parameter): see parseAge.
-func initialAge(h http.Header, requested, responded time.Time) (age time.Duration, ok bool) {
-	var received time.Duration
-	if vs := h["Age"]; vs != nil {
-		if received, ok = parseAge(vs); !ok {
-			return 0, false
-		}
-	}
-	age = received + max(0, responded.Sub(requested))
+// its Date, if it has a valid one) and its Age field (see parseAge) plus
+// the response delay.
+func initialAge(h http.Header, requested, responded time.Time) time.Duration {
+	received, _ := parseAge(h["Age"])
+	age := received + max(0, responded.Sub(requested))
 	if date, ok := httpDate(h.Values("Date")); ok {
 		age = max(age, responded.Sub(date))
 	}
-	return max(age, 0), true
+	return max(age, 0)
 }
 
-// parseAge parses the values of an Age field: exactly one value of
-// digits only (RFC 9111 5.1: delta-seconds), capped at 2^31 seconds as
-// RFC 9111 1.2.2 says.
-func parseAge(values []string) (time.Duration, bool) {
-	if len(values) != 1 {
+// parseAge parses the field lines of an Age field as RFC 9111 5.1 says:
+// the first member of the first line counts (a list, or several lines,
+// come from a sender that appended rather than replaced), it must be
+// delta-seconds (digits only, capped at 2^31 seconds as RFC 9111 1.2.2
+// says), and an invalid one is ignored (ok false, age 0): a sign, a
+// fraction, a word. Parameters after the digits ("7200;x=y", which
+// delta-seconds does not allow) are dropped and the digits kept: the
+// older reading is the safer one. An ignored Age leaves the response its
+// apparent age, from Date, which a cache on the way keeps as the origin
+// sent it (see initialAge).
+func parseAge(lines []string) (age time.Duration, ok bool) {
+	if len(lines) == 0 {
 		return 0, false
 	}
-	v := strings.Trim(values[0], " \t")
+	v := lines[0]
+	if i := strings.IndexByte(v, ','); i >= 0 {
+		v = v[:i]
+	}
+	v = strings.Trim(v, " \t")
+	if i := strings.IndexByte(v, ';'); i > 0 {
+		v = strings.TrimRight(v[:i], " \t")
+	}
 	if v == "" {
 		return 0, false
 	}

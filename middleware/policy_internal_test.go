@@ -75,7 +75,19 @@ func TestStorable_rules(t *testing.T) {
 		{name: "Surrogate-Control for a device", o: Options{Freshness: FreshnessPolicy{TTL: minute}, SurrogateControl: true}, status: 200, header: http.Header{"Surrogate-Control": {"no-store;cdn"}}, lifetime: minute},
 
 		// Age.
-		{name: "invalid Age", o: defaults, status: 200, header: http.Header{"Age": {"1, 2"}}, reason: "invalid Age (taken as stale)"},
+		// RFC 9111 5.1: the first member of the first line; an invalid
+		// one is ignored; parameters are dropped.
+		{name: "Age list: the first member", o: defaults, status: 200, header: http.Header{"Age": {"1, 2"}}, age: time.Second, lifetime: minute},
+		{name: "Age list: an old first member", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"7200, 0"}}, reason: "stale when received (Age or Date)"},
+		{name: "Age lines: the first", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"7200", "0"}}, reason: "stale when received (Age or Date)"},
+		{name: "Age lines: the first, young", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"0", "7200"}}, lifetime: time.Hour},
+		{name: "Age non-numeric ignored", o: defaults, status: 200, header: http.Header{"Age": {"abc"}}, lifetime: minute},
+		{name: "Age negative ignored", o: defaults, status: 200, header: http.Header{"Age": {"-7200"}}, lifetime: minute},
+		{name: "Age fraction ignored", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"7200.0"}}, lifetime: time.Hour},
+		{name: "Age empty ignored", o: defaults, status: 200, header: http.Header{"Age": {""}}, lifetime: minute},
+		{name: "Age parameters dropped", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"7200;foo=bar"}}, reason: "stale when received (Age or Date)"},
+		{name: "Age ignored, Date counts", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"old"}, "Date": {date(-2 * time.Hour)}}, reason: "stale when received (Age or Date)"},
+		{name: "Age capped at 2^31 s", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=3600"}, "Age": {"99999999999999999999"}}, reason: "stale when received (Age or Date)"},
 		{name: "Age", o: defaults, status: 200, header: http.Header{"Age": {"10"}}, age: 10 * time.Second, lifetime: minute},
 		{name: "Date in the past", o: defaults, status: 200, header: http.Header{"Date": {date(-20 * time.Second)}}, age: 20 * time.Second, lifetime: minute},
 
@@ -144,5 +156,48 @@ func TestBypass_noStore(t *testing.T) {
 				t.Errorf("bypass = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// An HTTP-date is read in the three forms RFC 9110 5.6.7 names, with
+// their exact spacing and two-digit clock fields, names in any letter
+// case; anything else is not a date (an Expires that is none means
+// already expired).
+func TestParseHTTPDate(t *testing.T) {
+	want := time.Date(2050, 8, 18, 2, 1, 18, 0, time.UTC)
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"Thu, 18 Aug 2050 02:01:18 GMT", true},
+		{" Thu, 18 Aug 2050 02:01:18 GMT\t", true},
+		{"Thursday, 18-Aug-50 02:01:18 GMT", true},
+		{"Thu Aug 18 02:01:18 2050", true},
+		{"THU, 18 Aug 2050 02:01:18 GMT", true},
+		{"Thu, 18 AUG 2050 02:01:18 GMT", true},
+		{"Thu, 18 Aug 2050 02:01:18 gMT", true},
+		{"Thu, 18 Aug 2050 02:01:18 UTC", false},
+		{"Thu, 18 Aug 2050 02:01:18 AEST", false},
+		{"Thu, 18 Aug 50 02:01:18 GMT", false},
+		{"Thu 18 Aug 2050 02:01:18 GMT", false},
+		{"Thu, 18  Aug  2050 02:01:18 GMT", false},
+		{"Thu, 18-Aug-2050 02:01:18 GMT", false},
+		{"Thu, 18 Aug 2050 02.01.18 GMT", false},
+		{"Thu, 18 Aug 2050 2:01:18 GMT", false},
+		{"Thu, 18 Aug 2050 02:1:18 GMT", false},
+		{"Thursday, 18-Aug-50 2:01:18 GMT", false},
+		{"Thu Aug 18 2:01:18 2050", false},
+		{"Thu Aug 18  02:01:18 2050", false},
+		{"0", false},
+		{"", false},
+		{"Thu, 18 Aug 2050 02:01:18 GMT, Thu, 18 Aug 2050 02:01:18 GMT", false},
+	} {
+		got, ok := parseHTTPDate(tc.v)
+		if ok != tc.ok || ok && !got.Equal(want) {
+			t.Errorf("parseHTTPDate(%q) = %v, %v; want %v", tc.v, got, ok, tc.ok)
+		}
+	}
+	if got, ok := parseHTTPDate("Sun Nov  6 08:49:37 1994"); !ok || !got.Equal(time.Date(1994, 11, 6, 8, 49, 37, 0, time.UTC)) {
+		t.Errorf("asctime with a one-digit day: %v, %v", got, ok)
 	}
 }

@@ -305,8 +305,9 @@ func TestMiddleware_allowNoCache(t *testing.T) {
 
 // TestMiddleware_ageAndDate: a response's age when received (RFC 9111
 // 4.2.3: the larger of its Age field and the time since its Date) counts
-// against its freshness and in the Age of every answer; an Age that is
-// not one non-negative integer makes it stale; the origin's Date is
+// against its freshness and in the Age of every answer; of an Age field
+// the first member of the first line counts, and one that is not a
+// non-negative integer is ignored (RFC 9111 5.1), parameters dropped; the origin's Date is
 // served as it was, and a response without one gets the time it was
 // received. Before, Age and Date were dropped: a response whose Age
 // exceeded its max-age was stored and served as fresh.
@@ -332,12 +333,15 @@ func TestMiddleware_ageAndDate(t *testing.T) {
 		{"no Date: the render's", []field{{"Cache-Control", 0, "max-age=600"}}, true, 0, 0, 10 * time.Second},
 		{"Expires less Date, slow Date", []field{{"Date", -10 * time.Second, ""}, {"Expires", 10 * time.Second, ""}, {"Age", 0, "25"}}, false, 0, 0, 0},
 		{"Expires less Date, fast Date", []field{{"Date", 10 * time.Second, ""}, {"Expires", 20 * time.Second, ""}, {"Age", 0, "15"}}, false, 0, 0, 0},
-		{"Age not a number", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "abc"}}, false, 0, 0, 0},
-		{"Age negative", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "-7200"}}, false, 0, 0, 0},
-		{"Age a fraction", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "7200.0"}}, false, 0, 0, 0},
-		{"Age a list", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "0, 0"}}, false, 0, 0, 0},
-		{"Age twice", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "0"}, {"Age", 0, "0"}}, false, 0, 0, 0},
-		{"Age with a parameter", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "0;foo=1"}}, false, 0, 0, 0},
+		{"Age not a number: ignored", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "abc"}}, true, 0, 0, 5 * time.Second},
+		{"Age negative: ignored", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "-7200"}}, true, 0, 0, 5 * time.Second},
+		{"Age a fraction: ignored", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "7200.0"}}, true, 0, 0, 5 * time.Second},
+		{"Age ignored, Date counts", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "abc"}, {"Date", -2 * time.Hour, ""}}, false, 0, 0, 0},
+		{"Age a list: the first", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "20, 7200"}}, true, 20, 0, 5 * time.Second},
+		{"Age a list: the first, old", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "7200, 0"}}, false, 0, 0, 0},
+		{"Age twice: the first line", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "7200"}, {"Age", 0, "0"}}, false, 0, 0, 0},
+		{"Age twice: the first line, young", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "10"}, {"Age", 0, "7200"}}, true, 10, 0, 5 * time.Second},
+		{"Age with a parameter: the number", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "7200;foo=1"}}, false, 0, 0, 0},
 		{"Age huge", []field{{"Cache-Control", 0, "max-age=3600"}, {"Age", 0, "99999999999999999999999"}}, false, 0, 0, 0},
 	}
 	s := redistest.Shared(t, redistest.Redis8)
