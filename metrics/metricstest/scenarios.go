@@ -31,12 +31,22 @@ func LoadString(v string) loader.Func[string] {
 	return func(context.Context) (string, error) { return v, nil }
 }
 
-// NearHit reads key from c, which must have a near cache, until the near
-// cache answers (the cache's own writes are invalidated by the server
-// too, which may drop the first fills); it loads "v" on a miss.
+// NearHit loads "v" into key of c, which must have a near cache and
+// hold no key yet, then reads it until the near cache answers. The
+// load's write is invalidated twice, by c itself and by the server (the
+// miss's read was tracked), and the server's may come after a fill and
+// drop it: NearHit waits for both first, so that nothing pending drops
+// the entry after it returns.
 func NearHit(tb testing.TB, ctx context.Context, c *cache.Cache, key string) {
 	tb.Helper()
 	redistest.WaitFor(tb, ctx, "near cache active", c.NearActive)
+	before := c.Stats().NearInvalidations
+	if _, err := cache.GetOrLoad(ctx, c, key, LoadString("v")); err != nil {
+		tb.Fatal(err)
+	}
+	redistest.WaitFor(tb, ctx, "the server's invalidation of the load's write", func() bool {
+		return c.Stats().NearInvalidations >= before+2
+	})
 	redistest.WaitFor(tb, ctx, "a near hit", func() bool {
 		if _, err := cache.GetOrLoad(ctx, c, key, LoadString("v")); err != nil {
 			tb.Fatal(err)
