@@ -17,6 +17,7 @@ type cacheControl struct {
 	maxAge, sMaxAge, staleWhileRevalidate, staleIfError                time.Duration
 	hasMaxAge, hasSMaxAge                                              bool
 	broken                                                             bool
+	targeted                                                           bool // from a targeted field (RFC 9213): Expires and Pragma do not count
 }
 
 // parseCacheControl parses every Cache-Control field value of a message.

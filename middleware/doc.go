@@ -54,7 +54,9 @@
 // revalidate them on every use. Options.Freshness.Explicit stores only
 // responses that state their freshness, of any final status but 206
 // and 5xx (501 aside), as a shared cache in front of an origin does;
-// Options.SurrogateControl honours Surrogate-Control. SharedOptions sets
+// Options.SurrogateControl honours Surrogate-Control, and Options.Targeted
+// targeted fields such as CDN-Cache-Control (RFC 9213), which take the
+// place of Cache-Control and Expires when valid. SharedOptions sets
 // these and the other fields a shared cache in front of an origin needs
 // together. A response with
 // Vary is stored under its variant's key; the plain key then holds a

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -64,6 +65,20 @@ type Options struct {
 	// application may set Surrogate-Control for its CDN only, with
 	// lifetimes that rely on the CDN's purging. Default: false.
 	SurrogateControl bool
+
+	// Targeted names the targeted cache-control fields (RFC 9213) this
+	// cache obeys, in order of precedence, such as "CDN-Cache-Control"
+	// or a name of the deployment's own ("Stampede-Cache-Control"). Of a
+	// response, the first of them that holds a valid Structured Fields
+	// Dictionary governs storing and freshness as Cache-Control would,
+	// and Cache-Control, Expires, Pragma and Surrogate-Control are then
+	// ignored for it; a field that does not parse, or whose directive has
+	// the wrong type (max-age="60"), is ignored as if absent. What the
+	// cache never stores (a cookie, a 5xx, Vary: *, credentials) stays
+	// unstored whatever the field says. The fields are passed on and
+	// stored as they are, for a cache further on. Names are read in any
+	// letter case. Default: none. SharedOptions sets CDN-Cache-Control.
+	Targeted []string
 
 	// AllowNoCache lets a request's "Cache-Control: no-cache" force a new
 	// render. Off by default: on a public endpoint anybody could force
@@ -238,7 +253,7 @@ type KeyPolicy struct {
 // origin, such as a caching reverse proxy (examples/proxy): what the
 // published shared caches are set to, and the configuration the public
 // HTTP cache test suite is scored with (docs/http-cache-tests.md). It
-// sets six fields and leaves every other at its default:
+// sets seven fields and leaves every other at its default:
 //
 //   - Freshness.Explicit: only responses that say how long they are fresh
 //     are stored, with any final status RFC 9111 allows;
@@ -246,6 +261,8 @@ type KeyPolicy struct {
 //     of its age, at most Freshness.HeuristicMaxAge (default a day);
 //   - Freshness.RevalidateNoCache: no-cache responses with a validator are stored
 //     and revalidated on every use;
+//   - Targeted CDN-Cache-Control: the origin's CDN-Cache-Control
+//     (RFC 9213) comes before its Cache-Control;
 //   - SurrogateControl: the origin's Surrogate-Control is honoured;
 //   - AllowNoCache: a client's no-cache forces a render;
 //   - CacheRequestsWithCookies: requests with cookies are cached.
@@ -261,6 +278,7 @@ type KeyPolicy struct {
 func SharedOptions() *Options {
 	return &Options{
 		Freshness:                FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
+		Targeted:                 []string{"CDN-Cache-Control"},
 		SurrogateControl:         true,
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,
@@ -303,6 +321,14 @@ func (o *Options) validate() error {
 	}
 	if slices.Contains(o.Keys.Query, "") {
 		return invalid("empty name in Keys.Query")
+	}
+	for _, n := range o.Targeted {
+		switch {
+		case n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0:
+			return invalid("Targeted field name %q is not a header field name", n)
+		case strings.EqualFold(n, "Cache-Control"):
+			return invalid("Targeted field name %q: Cache-Control is the field a targeted one replaces", n)
+		}
 	}
 	if len(o.Keys.Query) > 0 && len(o.Keys.IgnoreQuery) > 0 {
 		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")

@@ -69,6 +69,10 @@ func TestNew_badOptions(t *testing.T) {
 		{"negative status", middleware.Options{Statuses: []int{-200}}, "status -200 in Statuses is not a final status"},
 		{"empty Keys.Headers entry", middleware.Options{Keys: middleware.KeyPolicy{Headers: []string{"X-Forwarded-Proto", ""}}}, "empty name in Keys.Headers"},
 		{"empty Keys.IgnoreQuery entry", middleware.Options{Keys: middleware.KeyPolicy{IgnoreQuery: []string{""}}}, "empty name in Keys.Headers or Keys.IgnoreQuery"},
+		{"empty Targeted name", middleware.Options{Targeted: []string{""}}, `Targeted field name "" is not a header field name`},
+		{"Targeted name with a space", middleware.Options{Targeted: []string{"CDN Cache-Control"}}, `Targeted field name "CDN Cache-Control" is not a header field name`},
+		{"Targeted name not ASCII", middleware.Options{Targeted: []string{"Cache-Contrôle"}}, `Targeted field name "Cache-Contrôle" is not a header field name`},
+		{"Targeted Cache-Control", middleware.Options{Targeted: []string{"CDN-Cache-Control", "cache-control"}}, `Targeted field name "cache-control": Cache-Control is the field a targeted one replaces`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,7 +101,7 @@ func TestNew_badOptions(t *testing.T) {
 			t.Errorf("New changed the caller's Options: %+v", opts)
 		}
 	})
-	for _, opts := range []*middleware.Options{nil, {}, {Freshness: middleware.FreshnessPolicy{TTL: time.Millisecond}, WaitTimeout: time.Millisecond, Statuses: []int{200, 404, 501}}} {
+	for _, opts := range []*middleware.Options{nil, {}, {Freshness: middleware.FreshnessPolicy{TTL: time.Millisecond}, WaitTimeout: time.Millisecond, Statuses: []int{200, 404, 501}}, {Targeted: []string{"CDN-Cache-Control", "Stampede-Cache-Control"}}} {
 		if _, err := middleware.New(c, opts); err != nil {
 			t.Errorf("New(%+v) = %v", opts, err)
 		}
@@ -259,13 +263,15 @@ func TestNew_heuristicFreshness(t *testing.T) {
 // TestSharedOptions: the shared-cache preset is the six fields
 // examples/proxy set by hand for scripts/cache-tests.sh (-explicit
 // -heuristic 0.1 -surrogate-control -revalidate-no-cache -allow-no-cache
-// -cache-cookies), every other field at its default; each call returns
-// Options of its own, and New accepts them.
+// -cache-cookies) and Targeted CDN-Cache-Control, every other field at
+// its default; each call returns Options of its own (its slice too), and
+// New accepts them.
 func TestSharedOptions(t *testing.T) {
 	byHand := middleware.Options{
 		Freshness: middleware.FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
 
 		SurrogateControl: true,
+		Targeted:         []string{"CDN-Cache-Control"},
 
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,
@@ -275,7 +281,8 @@ func TestSharedOptions(t *testing.T) {
 		t.Errorf("SharedOptions() = %+v, want %+v", *got, byHand)
 	}
 	got.AllowNoCache = false
-	if again := middleware.SharedOptions(); !again.AllowNoCache {
+	got.Targeted[0] = "Other"
+	if again := middleware.SharedOptions(); !again.AllowNoCache || again.Targeted[0] != "CDN-Cache-Control" {
 		t.Error("a change to one SharedOptions() result shows in the next")
 	}
 	s := redistest.Shared(t, redistest.Redis8)

@@ -112,12 +112,12 @@ func (e errNotStored) Error() string { return "middleware: response not stored: 
 func (m *Middleware) storable(r *http.Request, rec *recorder, requested, responded time.Time) (reason string, age, lifetime, stale time.Duration) {
 	canonicalHeader(rec.header)
 	h := rec.header
-	cc := parseCacheControl(h.Values("Cache-Control"))
+	cc := m.responseControl(h)
 	if reason := m.refusal(r, rec, cc); reason != "" {
 		return reason, 0, 0, 0
 	}
 	var sc cacheControl
-	if m.o.SurrogateControl && h["Surrogate-Control"] != nil {
+	if m.o.SurrogateControl && !cc.targeted && h["Surrogate-Control"] != nil {
 		if sc = parseSurrogateControl(h["Surrogate-Control"]); sc.noStore {
 			return "Surrogate-Control: no-store", 0, 0, 0
 		}
@@ -161,7 +161,7 @@ func (m *Middleware) refusal(r *http.Request, rec *recorder, cc cacheControl) st
 	switch {
 	case cc.broken:
 		return "malformed Cache-Control"
-	case h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
+	case !cc.targeted && h["Cache-Control"] == nil && pragmaNoCache(h.Values("Pragma")):
 		// HTTP/1.0 origins say Cache-Control: no-cache this way. RFC
 		// 9111 5.4 leaves Pragma in responses undefined; where there is
 		// no Cache-Control to say otherwise, take it at its word.
@@ -248,9 +248,10 @@ func (m *Middleware) freshness(status int, h http.Header, cc, sc cacheControl, r
 		return cc.sMaxAge, false, ""
 	case cc.hasMaxAge:
 		return cc.maxAge, false, ""
-	case h["Expires"] != nil:
+	case h["Expires"] != nil && !cc.targeted:
 		// RFC 9111 4.2.1, 5.3: Expires counts only without s-maxage and
-		// max-age; an invalid one means already expired.
+		// max-age; an invalid one means already expired. RFC 9213 2.1:
+		// a targeted field in use replaces it too.
 		if lifetime = expiresIn(h, responded); lifetime <= 0 {
 			return 0, false, "Expires is not in the future"
 		}

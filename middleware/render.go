@@ -47,8 +47,8 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		reason = renderRefusal(r, rr, rec, headRoute, freshening, handlerETag, lifetime)
 	}
 	if reason != "" {
-		rec.pass(reason)                                      // out to the client, if there is one, and not stored
-		if !headRoute && endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
+		rec.pass(reason)                                        // out to the client, if there is one, and not stored
+		if !headRoute && m.endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
 			return result{err: errEndsStored{errNotStored{reason}}, status: rec.status}
 		}
 		return result{err: errNotStored{reason}, status: rec.status}
@@ -239,11 +239,11 @@ func selects(prior *response, h http.Header) bool {
 // be shared (no-store, private, a cookie, Vary: *), so what was stored
 // must not be served again, stale or not. A server error does not:
 // serving stale through errors is what stale-if-error is for.
-func endsStored(status int, h http.Header) bool {
+func (m *Middleware) endsStored(status int, h http.Header) bool {
 	if status >= 500 {
 		return false
 	}
-	cc := parseCacheControl(h.Values("Cache-Control"))
+	cc := m.responseControl(h)
 	_, star := parseVary(h)
 	return cc.noStore || cc.private || len(h.Values("Set-Cookie")) > 0 || star
 }

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -93,6 +94,16 @@ func parseFlags(args []string) (config, error) {
 		f, err := strconv.ParseFloat(v, 64)
 		changes = append(changes, func(o *middleware.Options) { o.Freshness.Heuristic = f })
 		return err
+	})
+	fs.Func("targeted", "comma-separated targeted cache-control fields (RFC 9213) to obey before Cache-Control, first first (preset: CDN-Cache-Control; \"\": none)", func(v string) error {
+		var names []string
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		changes = append(changes, func(o *middleware.Options) { o.Targeted = names })
+		return nil
 	})
 	field("surrogate-control", "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness", func(o *middleware.Options) *bool { return &o.SurrogateControl })
 	field("revalidate-no-cache", "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use", func(o *middleware.Options) *bool { return &o.Freshness.RevalidateNoCache })

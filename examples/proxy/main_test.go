@@ -95,6 +95,14 @@ func TestParseFlags(t *testing.T) {
 		{"preset", nil, func(o *middleware.Options) { *o = preset }},
 		{"as cache-tests.sh ran it before", []string{"-explicit", "-heuristic", "0.1", "-surrogate-control", "-revalidate-no-cache", "-allow-no-cache", "-cache-cookies"}, func(o *middleware.Options) { *o = preset }},
 		{"defaults", []string{"-shared=false"}, func(o *middleware.Options) {}},
+		{"own targeted field first", []string{"-targeted", "Proxy-Cache-Control, CDN-Cache-Control"}, func(o *middleware.Options) {
+			*o = preset
+			o.Targeted = []string{"Proxy-Cache-Control", "CDN-Cache-Control"}
+		}},
+		{"no targeted field", []string{"-targeted", ""}, func(o *middleware.Options) {
+			*o = preset
+			o.Targeted = nil
+		}},
 		{"preset less one", []string{"-cache-cookies=false", "-stale-ttl", "30s"}, func(o *middleware.Options) {
 			*o = preset
 			o.CacheRequestsWithCookies, o.Freshness.Stale = false, 30*time.Second
