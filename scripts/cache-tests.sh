@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the public HTTP cache test suite (npm package http-cache-tests) through
+# Runs the public HTTP cache test suite (third_party/cache-tests: the
+# revision behind cache-tests.fyi, see its SOURCE.md) through
 # examples/proxy — the middleware in front of httputil.ReverseProxy — and
 # prints the suite's own classification of the results: required, optimal
-# and check tests passed, the published caches' scores on the same tests,
-# and every required or optimal test that did not pass.
+# and check tests passed, the suite's published results of the same
+# revision scored the same way, the score per group of tests, and every
+# required or optimal test that did not pass.
 #
 #   scripts/cache-tests.sh             # shared-cache configuration (see below)
 #   scripts/cache-tests.sh -defaults   # the middleware's defaults, as inside an application
@@ -18,15 +20,17 @@
 # (SurrogateControl), responses with no-cache and a validator are stored to
 # be revalidated on every use (RevalidateNoCache), a request's no-cache is
 # honoured (AllowNoCache) and requests with cookies are cached
-# (CacheRequestsWithCookies). Needs Node.js and npm (Debian: apt-get install nodejs npm)
-# and Go; Redis comes from scripts/provision.sh if it ran (STAMPEDE_REDIS8),
-# else redis-server on PATH, else the proxy's embedded server.
-# Results go to ${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}.
+# (CacheRequestsWithCookies). Needs Node.js and npm (Debian: apt-get install
+# nodejs npm) and Go; the suite's dependencies come from the npm registry
+# once (npm i in a copy of the suite under $CACHE_TESTS_HOME). Redis comes
+# from scripts/provision.sh if it ran (STAMPEDE_REDIS8), else redis-server
+# on PATH, else the proxy's embedded server. Results go to
+# ${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}.
 set -euo pipefail
 
-version=0.4.5
 root=$(cd "$(dirname "$0")/.." && pwd)
-suite_home=${CACHE_TESTS_HOME:-$HOME/.cache/stampede/http-cache-tests-$version}
+vendored=$root/third_party/cache-tests
+revision=$(sed -n 's/^commit \([0-9a-f]*\) (\([0-9-]*\)).*$/\1 \2/p' "$vendored/SOURCE.md" | head -1)
 out=${CACHE_TESTS_OUT:-/tmp/stampede-cache-tests}
 mode=shared
 id=
@@ -42,11 +46,18 @@ done
 for cmd in node npm go; do
 	command -v $cmd >/dev/null || { echo "cache-tests: $cmd not found (Debian: apt-get install nodejs npm)" >&2; exit 1; }
 done
-suite=$suite_home/node_modules/http-cache-tests
-if [ ! -f "$suite/cli.mjs" ]; then
-	echo "cache-tests: installing http-cache-tests@$version into $suite_home" >&2
-	mkdir -p "$suite_home"
-	npm install --prefix "$suite_home" --no-audit --no-fund --loglevel=error "http-cache-tests@$version" >&2
+# A copy of the suite, as its SOURCE.md says to run it: the vendored files
+# (copied again whenever they change) and its dependencies.
+suite=${CACHE_TESTS_HOME:-$HOME/.cache/stampede/cache-tests}
+if ! diff -rq -x node_modules -x package-lock.json "$vendored" "$suite" >/dev/null 2>&1; then
+	echo "cache-tests: copying the suite ($revision) to $suite" >&2
+	rm -rf "$suite"
+	mkdir -p "$suite"
+	cp -r "$vendored/." "$suite/"
+fi
+if [ ! -d "$suite/node_modules/undici" ]; then
+	echo "cache-tests: npm i in $suite" >&2
+	(cd "$suite" && npm i --omit=dev --no-audit --no-fund --loglevel=error >&2)
 fi
 
 mkdir -p "$out"
@@ -83,8 +94,8 @@ if [ -n "$server" ]; then
 fi
 
 op=$(free_port)
-(cd "$suite" && npm_config_port=$op npm_package_config_protocol=http npm_config_pidfile="$out/origin.pid" \
-	exec node --no-warnings server/server.mjs >"$out/origin.log" 2>&1) &
+(cd "$suite" && npm_config_port=$op npm_config_protocol=http npm_config_pidfile="$out/origin.pid" \
+	exec node --no-warnings test-engine/server/server.mjs >"$out/origin.log" 2>&1) &
 pids+=($!)
 wait_port "$op"
 
@@ -102,13 +113,14 @@ wait_port "$pp"
 
 cd "$suite"
 if [ -n "$id" ]; then
-	npm_config_base="http://127.0.0.1:$pp" npm_config_id="$id" node --no-warnings cli.mjs
+	npm_config_base="http://127.0.0.1:$pp" npm_config_id="$id" node --no-warnings test-engine/cli.mjs
 	exit 0
 fi
-npm_config_base="http://127.0.0.1:$pp" npm_package_config_id= node --no-warnings cli.mjs >"$out/results-$mode.json"
-echo "configuration: $mode (${flags[*]:4})"
+npm_config_base="http://127.0.0.1:$pp" npm_config_id= npm_package_config_id= node --no-warnings test-engine/cli.mjs >"$out/results-$mode.json"
+echo "suite: http-tests/cache-tests $revision (third_party/cache-tests); configuration: $mode (${flags[*]:4})"
 published=()
-for f in trafficserver apache squid varnish nginx fastly nuster; do
-	[ -f "results/$f.json" ] && published+=("results/$f.json")
+for f in results/*.json; do
+	case $(basename "$f" .json) in chrome | firefox | safari) continue ;; esac # browsers: private caches
+	published+=("$f")
 done
 node "$root/scripts/cache-tests-summary.mjs" "$suite" "$out/results-$mode.json" "${published[@]}"
