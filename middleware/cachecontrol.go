@@ -20,6 +20,15 @@ type cacheControl struct {
 	targeted                                                           bool // from a targeted field (RFC 9213): Expires and Pragma do not count
 }
 
+// storeForbidden reports whether the no-store directive keeps a response
+// with this status out: it does, unless must-understand accompanies it
+// and the status is one this cache knows (RFC 9111 5.2.2.3: such a cache
+// SHOULD ignore no-store; the pair means "store only if you understand
+// the status").
+func (cc cacheControl) storeForbidden(status int) bool {
+	return cc.noStore && !(cc.mustUnderstand && http.StatusText(status) != "")
+}
+
 // parseCacheControl parses every Cache-Control field value of a message.
 // It never panics on any input.
 func parseCacheControl(values []string) cacheControl {

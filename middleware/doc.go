@@ -50,6 +50,11 @@
 // 304 freshens it (its fields replace the stored ones but those describing
 // the body, and the result passes the storage rules again); it is written
 // only if the key still holds the response that was revalidated.
+// Options.Freshness.StaleIfError keeps a response (with or without
+// validators) that long past its stale window to answer in place of a
+// refresh that fails (a 5xx, a timeout; never for must-revalidate,
+// proxy-revalidate, no-cache or s-maxage), after that render, never
+// instead of it.
 // Options.Freshness.RevalidateNoCache stores no-cache responses with a validator to
 // revalidate them on every use. Options.Freshness.Explicit stores only
 // responses that state their freshness, of any final status but 206

@@ -24,7 +24,7 @@ var errDeclined = errors.New("middleware: render in the background")
 type job struct {
 	ctx   context.Context
 	done  chan result
-	prior *response // the stored response the render revalidates, if it does
+	prior *response // the stored response the render revalidates, or may answer in place of a failure (GraceUntil), if any
 	// stored, called once the render is in done, waits until the cache
 	// has written it or will not, and reports which: the response says
 	// "stored" only then. nil: it is not stored.
@@ -73,13 +73,14 @@ func (h *handoff) close() *job {
 
 // loader is the loader of x's GetOrLoad call for the key of its base and
 // the Vary names vary (see variantKey). With rv set the render refreshes
-// rv.prior, and revalidates it if it has validators (see revalidate.go).
+// rv.prior, and revalidates it if it has validators (see revalidate.go);
+// one in its grace answers in place of a failed render (see render).
 // It never writes to x.w: it may run after x's request was answered.
 func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalidation) func(context.Context) (response, error) {
 	r, base := x.r, x.base
 	var prior *response
-	if rv != nil && rv.prior.validators() {
-		prior = rv.prior
+	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
+		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
 	}
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
@@ -272,6 +273,12 @@ func (m *Middleware) take(x *exchange, l lookup, stale bool, cached *response) (
 	}
 }
 
+// Reasons of renders that failed (see renderFailed).
+const (
+	reasonPanicked  = "the handler panicked"
+	reasonOutlasted = "the render outlasted the load timeout"
+)
+
 // renderFor renders r in its own goroutine for job j, answering the
 // client w as it goes (what cannot be stored streams to pw: w itself, or
 // a rangeRender), and hands the result to j.
@@ -286,14 +293,14 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 	defer func() {
 		stop()
 		if !delivered {
-			j.done <- result{err: errNotStored{"the handler panicked"}}
+			j.done <- result{err: errNotStored{reasonPanicked}}
 		}
 	}()
 	res := m.render(pw, r.WithContext(ctx), next, j.prior)
 	if res.err == nil && j.ctx.Err() != nil {
 		// The load timed out (its waiters have been told) while the client
 		// kept waiting: this response is the client's alone.
-		res.err = errNotStored{"the render outlasted the load timeout"}
+		res.err = errNotStored{reasonOutlasted}
 		j.done <- result{err: res.err}
 		delivered = true
 		m.write(w, r, &res.resp, statusBypass)
@@ -311,6 +318,9 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			res.notStored = true
 		}
 		m.write(w, r, &res.resp, status)
+	} else if errors.As(res.err, new(errFailedGraceful)) {
+		// Nothing was sent: the stored response answers (see render).
+		m.write(w, r, j.prior, statusStale)
 	} // else it was passed through to pw already
 	return res
 }

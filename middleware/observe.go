@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,6 +143,9 @@ const unknownRoute = "unknown"
 // rendered is the outcome of a request that rendered for the cache.
 func rendered(res result) outcome {
 	var ns errNotStored
+	if errors.As(res.err, new(errFailedGraceful)) {
+		return outcome{kind: EventStale, reason: "the render failed (status " + strconv.Itoa(res.status) + "); served stale (Freshness.StaleIfError)"}
+	}
 	if errors.As(res.err, &ns) {
 		return outcome{kind: EventBypass, reason: ns.reason}
 	}

@@ -209,6 +209,22 @@ type FreshnessPolicy struct {
 	// every one of them. It does nothing with a negative Revalidate.
 	// Default: false, no-cache responses are not stored.
 	RevalidateNoCache bool
+
+	// StaleIfError is how long past its freshness and stale window a
+	// stored response may still be served when the render that would
+	// replace it fails (RFC 5861's stale-if-error, the cache's own, as
+	// Varnish's grace and nginx's proxy_cache_use_stale error): the
+	// handler answers 5xx (a reverse proxy's 502 or 504 when the origin
+	// refused, closed or timed out), or the render outlasts WaitTimeout,
+	// or fails in another process. The response is kept that long and,
+	// in that time, never served without a render first (one in the
+	// cluster, as a revalidation; see Revalidate): only its failure
+	// serves it, with Cache-Status fwd=stale. Never for a response whose
+	// Cache-Control says must-revalidate, proxy-revalidate, no-cache or
+	// s-maxage (which implies proxy-revalidate). A response's own
+	// stale-if-error is part of its stale window instead. Default: 0,
+	// off: a failed render's answer goes to its client.
+	StaleIfError time.Duration
 }
 
 // KeyPolicy is Options.Keys: what a request's key is made of.
@@ -261,6 +277,10 @@ type KeyPolicy struct {
 //     of its age, at most Freshness.HeuristicMaxAge (default a day);
 //   - Freshness.RevalidateNoCache: no-cache responses with a validator are stored
 //     and revalidated on every use;
+//   - Freshness.StaleIfError 10 minutes: a response whose refresh fails
+//     (the origin answers 5xx, refuses or closes the connection) is
+//     served stale for up to ten minutes past its freshness, unless it
+//     says must-revalidate, proxy-revalidate, no-cache or s-maxage;
 //   - Targeted CDN-Cache-Control: the origin's CDN-Cache-Control
 //     (RFC 9213) comes before its Cache-Control;
 //   - SurrogateControl: the origin's Surrogate-Control is honoured;
@@ -277,7 +297,7 @@ type KeyPolicy struct {
 // defaults (nil Options) instead.
 func SharedOptions() *Options {
 	return &Options{
-		Freshness:                FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
+		Freshness:                FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true, StaleIfError: 10 * time.Minute},
 		Targeted:                 []string{"CDN-Cache-Control"},
 		SurrogateControl:         true,
 		AllowNoCache:             true,
@@ -299,6 +319,8 @@ func (o *Options) validate() error {
 		return invalid("Freshness.HeuristicMaxAge %v is negative", o.Freshness.HeuristicMaxAge)
 	case o.Freshness.Stale < 0:
 		return invalid("Freshness.Stale %v is negative", o.Freshness.Stale)
+	case o.Freshness.StaleIfError < 0:
+		return invalid("Freshness.StaleIfError %v is negative", o.Freshness.StaleIfError)
 	case o.StoreLimit < 0:
 		return invalid("StoreLimit %d is negative", o.StoreLimit)
 	case o.WaitTimeout < 0:

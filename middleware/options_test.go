@@ -58,6 +58,7 @@ func TestNew_badOptions(t *testing.T) {
 		{"negative TTL", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: -time.Second}}, "Freshness.TTL -1s is negative"},
 		{"TTL below 1ms", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Microsecond}}, "Freshness.TTL 1µs is below 1ms"},
 		{"negative Freshness.Stale", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: -time.Minute}}, "Freshness.Stale -1m0s is negative"},
+		{"negative Freshness.StaleIfError", middleware.Options{Freshness: middleware.FreshnessPolicy{StaleIfError: -time.Second}}, "Freshness.StaleIfError -1s is negative"},
 		{"negative StoreLimit", middleware.Options{StoreLimit: -1}, "StoreLimit -1 is negative"},
 		{"negative WaitTimeout", middleware.Options{WaitTimeout: -time.Second}, "WaitTimeout -1s is negative"},
 		{"WaitTimeout below 1ms", middleware.Options{WaitTimeout: time.Nanosecond}, "WaitTimeout 1ns is below 1ms"},
@@ -263,12 +264,13 @@ func TestNew_heuristicFreshness(t *testing.T) {
 // TestSharedOptions: the shared-cache preset is the six fields
 // examples/proxy set by hand for scripts/cache-tests.sh (-explicit
 // -heuristic 0.1 -surrogate-control -revalidate-no-cache -allow-no-cache
-// -cache-cookies) and Targeted CDN-Cache-Control, every other field at
+// -cache-cookies), Targeted CDN-Cache-Control and Freshness.StaleIfError
+// ten minutes, every other field at
 // its default; each call returns Options of its own (its slice too), and
 // New accepts them.
 func TestSharedOptions(t *testing.T) {
 	byHand := middleware.Options{
-		Freshness: middleware.FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true},
+		Freshness: middleware.FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true, StaleIfError: 10 * time.Minute},
 
 		SurrogateControl: true,
 		Targeted:         []string{"CDN-Cache-Control"},

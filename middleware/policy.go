@@ -204,7 +204,7 @@ func (m *Middleware) directiveRefusal(status int, h http.Header, cc cacheControl
 		// RFC 9111 5.2.2.3: a status this cache does not know (as
 		// net/http does not) must not be stored.
 		return fmt.Sprintf("must-understand with unknown status %d", status)
-	case cc.noStore:
+	case cc.storeForbidden(status):
 		return "no-store"
 	case cc.private:
 		return "private"

@@ -44,7 +44,9 @@ func TestStorable_rules(t *testing.T) {
 		// Cache-Control directives.
 		{name: "must-understand, unknown status", o: Options{Freshness: FreshnessPolicy{TTL: minute}, Statuses: []int{299}}, status: 299, header: http.Header{"Cache-Control": {"must-understand, max-age=60"}}, reason: "must-understand with unknown status 299"},
 		{name: "must-understand, known status", o: defaults, status: 200, header: http.Header{"Cache-Control": {"must-understand, max-age=60"}}, lifetime: minute},
-		{name: "must-understand does not lift no-store", o: defaults, status: 200, header: http.Header{"Cache-Control": {"must-understand, no-store, max-age=60"}}, reason: "no-store"},
+		{name: "must-understand lifts no-store for a known status", o: defaults, status: 200, header: http.Header{"Cache-Control": {"must-understand, no-store, max-age=60"}}, lifetime: minute},
+		{name: "must-understand, no-store, unknown status", o: Options{Freshness: FreshnessPolicy{TTL: minute}, Statuses: []int{299}}, status: 299, header: http.Header{"Cache-Control": {"must-understand, no-store, max-age=60"}}, reason: "must-understand with unknown status 299"},
+		{name: "no-store alone", o: defaults, status: 200, header: http.Header{"Cache-Control": {"no-store, max-age=60"}}, reason: "no-store"},
 		{name: "no-store", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=60, no-store"}}, reason: "no-store"},
 		{name: "no-store, second line", o: defaults, status: 200, header: http.Header{"Cache-Control": {"max-age=60", "NO-STORE"}}, reason: "no-store"},
 		{name: "private", o: defaults, status: 200, header: http.Header{"Cache-Control": {"private"}}, reason: "private"},

@@ -434,7 +434,8 @@ func TestMiddleware_explicitFreshness(t *testing.T) {
 // TestMiddleware_explicitFreshnessStatuses: with Freshness.Explicit a
 // response that says how long it is fresh is stored whatever its final
 // status (RFC 9111 3), except 206 and the server errors but 501, and a
-// status net/http does not know is not stored with must-understand; by
+// status net/http does not know is not stored with must-understand, and
+// a known one is even with no-store beside it (RFC 9111 5.2.2.3); by
 // default only the Statuses' list is.
 func TestMiddleware_explicitFreshnessStatuses(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
@@ -451,6 +452,8 @@ func TestMiddleware_explicitFreshnessStatuses(t *testing.T) {
 		{299, "max-age=60", true, true},
 		{299, "max-age=60, must-understand", true, false},
 		{200, "max-age=60, must-understand", true, true},
+		{200, "max-age=60, no-store, must-understand", true, true},
+		{299, "max-age=60, no-store, must-understand", true, false},
 		{206, "max-age=60", true, false},
 		{500, "max-age=60", true, false},
 		{503, "max-age=60, public", true, false},

@@ -17,7 +17,8 @@ import (
 // returns (err set); without w it is discarded.
 //
 // With prior set (a stored response for r, stale), the render
-// revalidates it: the handler gets prior's validators as conditions
+// refreshes it: if prior has validators of the handler's, it revalidates
+// it: the handler gets prior's validators as conditions
 // (and nothing else of the client's, see prepareRender), and a 304
 // freshens prior (see freshened), which then goes through the same rules
 // as a new response; a 304 that names another representation (see
@@ -45,6 +46,11 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	if reason == "" {
 		reason = renderRefusal(r, rr, rec, headRoute, freshening, handlerETag, lifetime)
+	}
+	if reason != "" && prior != nil && rec.status >= 500 && !rec.passing && prior.graceful(responded) {
+		// The render that would replace prior failed, within prior's
+		// grace: prior answers instead (see renderFor and revalidate).
+		return result{err: errFailedGraceful{errNotStored{reason}}, status: rec.status}
 	}
 	if reason != "" {
 		rec.pass(reason)                                        // out to the client, if there is one, and not stored
@@ -134,10 +140,15 @@ func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Tim
 		Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
 		Vary: vary, VaryValues: values, HandlerETag: handlerETag, Version: rand.Uint64(),
 	}
-	if keep := m.keepFor(&resp, lifetime); keep > 0 && lifetime < century && stale < century {
+	keep, grace := m.keepFor(&resp, lifetime), m.graceFor(rec.header)
+	if keep = max(keep, grace); keep > 0 && lifetime < century && stale < century {
 		// Kept past its stale window, to be revalidated and never served
-		// meanwhile without that (see serve).
+		// meanwhile without that (see serve), but when that fails within
+		// its grace.
 		resp.RevalidateFrom = born.Add(lifetime).Add(stale).UnixMilli()
+		if grace > 0 && grace < century {
+			resp.GraceUntil = born.Add(lifetime).Add(stale).Add(grace).UnixMilli()
+		}
 		stale = min(stale, math.MaxInt64-max(lifetime-age, 0)-keep) + keep // the entry lives fresh+stale: no overflow
 	}
 	return result{resp: resp, fresh: lifetime - age, stale: stale}
@@ -152,11 +163,12 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		rr.Method = http.MethodGet // store the body, for GETs too
 	}
 	m.prepareRender(rr)
-	if prior != nil {
+	revalidating := prior != nil && prior.validators() // else prior is there for its grace only
+	if revalidating {
 		conditions(rr.Header, prior)
 	}
 	rec := newRecorder(w, m.limit)
-	rec.revalidating = prior != nil
+	rec.revalidating = revalidating
 	rec.onPass = func(h http.Header) {
 		m.setStatus(h, statusBypass)
 		giveToClient(rr.Context()) // the response is its client's alone now
@@ -245,7 +257,27 @@ func (m *Middleware) endsStored(status int, h http.Header) bool {
 	}
 	cc := m.responseControl(h)
 	_, star := parseVary(h)
-	return cc.noStore || cc.private || len(h.Values("Set-Cookie")) > 0 || star
+	return cc.storeForbidden(status) || cc.private || len(h.Values("Set-Cookie")) > 0 || star
+}
+
+// errFailedGraceful is the error of a render that failed (a 5xx) while
+// the stored response it would replace was within its grace
+// (Freshness.StaleIfError): nothing was sent, and the stored response
+// answers. It is an errNotStored too.
+type errFailedGraceful struct{ errNotStored }
+
+func (e errFailedGraceful) Unwrap() error { return e.errNotStored }
+
+// graceFor is how long a response with header h (canonical) is kept
+// past its stale window to answer in place of a failed render
+// (Freshness.StaleIfError): 0 when its directives forbid serving it
+// stale.
+func (m *Middleware) graceFor(h http.Header) time.Duration {
+	cc := m.responseControl(h)
+	if m.o.Freshness.StaleIfError <= 0 || cc.mustRevalidate || cc.proxyRevalidate || cc.noCache || cc.hasSMaxAge {
+		return 0
+	}
+	return m.o.Freshness.StaleIfError
 }
 
 // errEndsStored is the error of a render whose response may not be stored

@@ -32,6 +32,10 @@ type response struct {
 	// not kept (no validator of the handler's), the entry ends with its
 	// stale window.
 	RevalidateFrom int64
+	// GraceUntil is until when (Unix ms) the response may be served past
+	// RevalidateFrom when the render that would replace it fails
+	// (Freshness.StaleIfError); 0: never.
+	GraceUntil int64
 	// HandlerETag says the ETag is the handler's, which a revalidation
 	// sends as If-None-Match, and not a digest of the body the middleware
 	// added (storedHeader).
@@ -241,6 +245,10 @@ const (
 )
 
 func (resp *response) fresh(now time.Time) bool { return now.UnixMilli() < resp.FreshUntil }
+
+// graceful reports whether resp may answer at now in place of a render
+// that failed (see Freshness.StaleIfError).
+func (resp *response) graceful(now time.Time) bool { return now.UnixMilli() < resp.GraceUntil }
 
 // mustRevalidate reports whether resp, kept past its stale window, may be
 // served only after a revalidation (see revalidate.go).

@@ -167,6 +167,13 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	if err := r.Context().Err(); err != nil {
 		return outcome{kind: EventCanceled, err: err}, false // the client is gone
 	}
+	if err := l.res.err; err != nil && prior.graceful(m.now()) && renderFailed(err) {
+		// The revalidation failed (here or in another process), or
+		// took longer than WaitTimeout, within prior's grace
+		// (Freshness.StaleIfError): prior answers.
+		m.write(w, r, prior, statusStale)
+		return outcome{kind: EventStale, reason: "the revalidation failed; served stale (Freshness.StaleIfError)"}, false
+	}
 	if err := l.res.err; err != nil {
 		// The revalidation failed, or took longer than WaitTimeout:
 		// render for this request alone.
@@ -187,6 +194,22 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 		return outcome{kind: EventHit}, false
 	}
 	return outcome{}, true
+}
+
+// renderFailed reports whether err, a revalidation's, says its render
+// failed, rather than answered with a response that may not be stored:
+// a 5xx (errFailedGraceful), a panic, a render or a wait that outlasted
+// its timeout, or a load that failed in another process (which may
+// also be an answer not stored there; either way no response came).
+func renderFailed(err error) bool {
+	var ns errNotStored
+	switch {
+	case errors.As(err, new(errFailedGraceful)):
+		return true
+	case errors.As(err, &ns):
+		return ns.reason == reasonPanicked || ns.reason == reasonOutlasted
+	}
+	return errors.Is(err, cache.ErrRemoteLoad) || errors.Is(err, cache.ErrWaitTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // storeRevalidated stores res, the render that revalidated rv.prior (a

@@ -65,11 +65,14 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-# free_port prints a loopback port nothing listens on.
+# free_port prints a loopback port nothing listens on, below the kernel's
+# ephemeral range (a port an outgoing connection holds there cannot be
+# bound: CI once lost the proxy's that way).
 free_port() {
-	local p
+	local p low
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	while :; do
-		p=$((20000 + RANDOM % 20000))
+		p=$((10000 + RANDOM % (low - 10000)))
 		(echo >/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
 	done
 }

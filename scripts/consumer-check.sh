@@ -75,7 +75,7 @@ go build -o consumer .
 server=${STAMPEDE_REDIS8:-$(command -v redis-server || true)}
 [ -n "$server" ] || { echo "consumer check: no Redis server (run scripts/provision.sh or install redis-server)" >&2; exit 1; }
 while :; do
-	port=$((20000 + RANDOM % 20000))
+	port=$((10000 + RANDOM % 20000)) # below the ephemeral ports, which outgoing connections hold
 	(echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null || break
 done
 "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &

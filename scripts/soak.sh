@@ -38,7 +38,7 @@ ping() { # ping PORT: whether a server answers PING there
 # A random high port; if it is taken the server exits at once (or another
 # server answers, which the log shows), and the next attempt picks again.
 for attempt in 1 2 3 4 5 6 7 8; do
-  port=$((20000 + RANDOM % 40000))
+  port=$((10000 + RANDOM % 20000)) # below the ephemeral ports, which outgoing connections hold
   ping "$port" && continue
   "$bin" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize no \
     --loglevel warning --logfile "$dir/server.log" &

@@ -89,6 +89,11 @@ func parseFlags(args []string) (config, error) {
 			return err
 		})
 	}
+	fs.Func("stale-if-error", "how long past its freshness a stored response answers when its refresh fails: a 5xx, an origin that refused or closed the connection (preset: 10m; 0: off)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		changes = append(changes, func(o *middleware.Options) { o.Freshness.StaleIfError = d })
+		return err
+	})
 	field("explicit", "store only responses with explicit freshness (max-age, s-maxage or Expires)", func(o *middleware.Options) *bool { return &o.Freshness.Explicit })
 	fs.Func("heuristic", "fraction of the time since Last-Modified a response without explicit freshness is fresh (preset: 0.1; 0: off)", func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)

@@ -99,6 +99,10 @@ func TestParseFlags(t *testing.T) {
 			*o = preset
 			o.Targeted = []string{"Proxy-Cache-Control", "CDN-Cache-Control"}
 		}},
+		{"stale-if-error", []string{"-stale-if-error", "1h"}, func(o *middleware.Options) {
+			*o = preset
+			o.Freshness.StaleIfError = time.Hour
+		}},
 		{"no targeted field", []string{"-targeted", ""}, func(o *middleware.Options) {
 			*o = preset
 			o.Targeted = nil
