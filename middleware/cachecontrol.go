@@ -29,6 +29,30 @@ func (cc cacheControl) storeForbidden(status int) bool {
 	return cc.noStore && !(cc.mustUnderstand && http.StatusText(status) != "")
 }
 
+// flag sets the directive name (lowercase) if it is one without a value
+// that this cache knows, and reports whether it was.
+func (cc *cacheControl) flag(name string) bool {
+	switch name {
+	case "no-store":
+		cc.noStore = true
+	case "no-cache":
+		cc.noCache = true
+	case "private":
+		cc.private = true
+	case "public":
+		cc.public = true
+	case "must-understand":
+		cc.mustUnderstand = true
+	case "must-revalidate":
+		cc.mustRevalidate = true
+	case "proxy-revalidate":
+		cc.proxyRevalidate = true
+	default:
+		return false
+	}
+	return true
+}
+
 // parseCacheControl parses every Cache-Control field value of a message.
 // It never panics on any input.
 func parseCacheControl(values []string) cacheControl {
@@ -51,21 +75,10 @@ func parseCacheControl(values []string) cacheControl {
 				// RFC 9111 1.2.2: values beyond 2^31 count as 2^31 seconds.
 				return time.Duration(min(n, 1<<31)) * time.Second, true
 			}
+			if cc.flag(name) {
+				continue // no-cache or private with a field list still count whole
+			}
 			switch name {
-			case "no-store":
-				cc.noStore = true
-			case "no-cache":
-				cc.noCache = true // with a field list it still means: not from cache without revalidation
-			case "private":
-				cc.private = true
-			case "public":
-				cc.public = true
-			case "must-understand":
-				cc.mustUnderstand = true
-			case "must-revalidate":
-				cc.mustRevalidate = true
-			case "proxy-revalidate":
-				cc.proxyRevalidate = true
 			case "max-age":
 				if d, ok := secs(); ok && !cc.hasMaxAge {
 					cc.maxAge, cc.hasMaxAge = d, true

@@ -65,22 +65,7 @@ func parseTargeted(lines []string) (cc cacheControl, ok bool) {
 			if m.kind != sfBoolean && !(m.kind == sfString && (m.key == "no-cache" || m.key == "private")) || m.kind == sfBoolean && !m.boolean {
 				return cacheControl{}, false
 			}
-			switch m.key {
-			case "no-store":
-				cc.noStore = true
-			case "no-cache":
-				cc.noCache = true
-			case "private":
-				cc.private = true
-			case "public":
-				cc.public = true
-			case "must-revalidate":
-				cc.mustRevalidate = true
-			case "proxy-revalidate":
-				cc.proxyRevalidate = true
-			case "must-understand":
-				cc.mustUnderstand = true
-			}
+			cc.flag(m.key)
 		case "max-age", "s-maxage", "stale-while-revalidate", "stale-if-error":
 			if m.kind != sfInteger || m.integer < 0 {
 				return cacheControl{}, false
