@@ -121,6 +121,33 @@ func ExampleOptions_keyQuery() {
 	// /search?q=rust&utm_source=x MISS results for rust
 }
 
+// Options.Targeted: the origin tells this cache (a CDN-class cache) with
+// CDN-Cache-Control to keep a page a minute, and browsers with
+// Cache-Control not to store it; both get what was meant for them.
+func ExampleOptions_targeted() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{Targeted: []string{"CDN-Cache-Control"}})
+	if err != nil {
+		panic(err)
+	}
+	page := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("CDN-Cache-Control", "max-age=60")
+		fmt.Fprint(w, "prices")
+	}))
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		page.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/prices", nil))
+		fmt.Println(w.Header().Get("X-Cache"), w.Header().Get("Cache-Control"), w.Body.String())
+	}
+	// Output:
+	// MISS no-store prices
+	// HIT no-store prices
+}
+
 // Options.Observer sees every request the middleware answers, with the
 // route it matched and why a request was not cached.
 func ExampleOptions_observer() {
