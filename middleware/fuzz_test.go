@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
@@ -116,6 +117,12 @@ func FuzzMiddleware(f *testing.F) {
 		{"/stats?utm=%3Cscript%3E&id=1", "max-age=60", "", "alice", "bob", formMounted | formIgnoreQuery},
 		{"/landing?utm=evil&id=1&utm=x", "", "", "alice", "bob", formIgnoreQuery},
 		{"/rv", "max-age=60", "", "alice", "bob", formValidators},
+		// Issue 23: CDN-Cache-Control ("Cache-Control|CDN-Cache-Control")
+		// never shares what is not to be shared.
+		{"/cdn", "no-store|max-age=60", "", "alice", "bob", 0},
+		{"/cdn", "private|max-age=60", "X-User", "alice", "bob", formSetCookie},
+		{"/cdn", "|max-age=60, public", "", "alice", "bob", formAuthLines | formCookieLines},
+		{"/cdn", "max-age=60|max-age=\"60\", &&", "x-user", "alice", "bob", formLowerCase | formTrailerCookie},
 		{"/r?id=2&id=1", "max-age=60", "", "alice", "bob", formValidators | formIgnoreQuery},
 		{"/a%2Fb/c", "", "VARY", "alice", "bob", formMounted | formLowerCase | formSetCookie},
 		// The hostile review of issue 10: opaque and user-info targets,
@@ -188,7 +195,7 @@ func FuzzMiddleware(f *testing.F) {
 			reqA.Header.Set("If-None-Match", "*")
 			reqA.Header.Set("If-Modified-Since", "Mon, 02 Jan 2006 15:04:05 GMT")
 		}
-		o := &middleware.Options{StoreLimit: 1 << 16}
+		o := &middleware.Options{StoreLimit: 1 << 16, Targeted: []string{"CDN-Cache-Control"}, Freshness: middleware.FreshnessPolicy{StaleIfError: time.Minute}}
 		if form&formIgnoreQuery != 0 {
 			o.Keys.IgnoreQuery = []string{"utm"}
 		}
@@ -205,7 +212,13 @@ func FuzzMiddleware(f *testing.F) {
 		var renders atomic.Int32
 		handler := func(mount string) http.Handler {
 			return m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if cc != "" {
+				// "a|b": Cache-Control a, CDN-Cache-Control b (Targeted).
+				if ccv, cdn, targeted := strings.Cut(cc, "|"); targeted {
+					if ccv != "" {
+						w.Header()[name("Cache-Control")] = []string{ccv}
+					}
+					w.Header()[name("CDN-Cache-Control")] = []string{cdn}
+				} else if cc != "" {
 					w.Header()[name("Cache-Control")] = []string{cc}
 				}
 				if vary != "" {
