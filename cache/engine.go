@@ -34,6 +34,31 @@ func (v view) SetIfUnchanged(ctx context.Context, key string, val any, old []byt
 	return v.c.set(ctx, key, val, old, []Option{WithTTL(ttl), WithStaleTTL(stale)})
 }
 
+// DeleteIfUnchanged implements engine.View.
+func (v view) DeleteIfUnchanged(ctx context.Context, key string, old []byte) error {
+	c := v.c
+	if err := c.check(key); err != nil {
+		return err
+	}
+	if old == nil {
+		return engine.ErrChanged
+	}
+	k := c.keys(key)
+	deleted, err := c.conn.DeleteIfEqual(ctx, k.value, string(old))
+	if err != nil {
+		c.forgetLocal(k) // as in Delete: a delete that timed out may have reached the server
+		return c.writeFailed(ctx, "delete", key, err)
+	}
+	if !deleted {
+		return engine.ErrChanged
+	}
+	// As after Delete: waiters read the key again, and this process
+	// forgets what it held of it.
+	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
+	c.forgetLocal(k)
+	return nil
+}
+
 // MaxValueSize implements engine.View.
 func (v view) MaxValueSize() int { return v.c.s.maxSize }
 

@@ -156,3 +156,62 @@ func TestEngine_Peek(t *testing.T) {
 		})
 	}
 }
+
+// TestEngine_DeleteIfUnchanged: Engine's DeleteIfUnchanged (the
+// middleware's drop of a page whose tag was purged) deletes only if the
+// key still holds the entry a Peek saw: a Set after that Peek wins, and
+// the near cache of the process that deleted forgets the entry.
+func TestEngine_DeleteIfUnchanged(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		opts := &cache.Options{Namespace: namespace(t)}
+		var c *cache.Cache
+		if s.Kind != redistest.Miniredis {
+			opts = nearOpts(t)
+			c = nearCache(t, s, opts)
+		} else {
+			c = newCacheOn(t, s.Client(t), opts)
+		}
+		other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
+		seen := func() []byte {
+			t.Helper()
+			_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
+			if err != nil || f.Raw == nil {
+				t.Fatalf("Peek: %v, entry %q", err, f.Raw)
+			}
+			return f.Raw
+		}
+		if err := cache.Set(ctx, c, "k", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		old := seen()
+		if err := cache.Set(ctx, other, "k", "v2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
+			t.Fatalf("Delete after another Set: %v; want engine.ErrChanged", err)
+		}
+		if v, err := cache.Get[string](ctx, other, "k"); err != nil || v != "v2" {
+			t.Fatalf("Get after the refused delete = %q, %v; want v2", v, err)
+		}
+		if err := c.Engine().DeleteIfUnchanged(ctx, "k", nil); !errors.Is(err, engine.ErrChanged) {
+			t.Fatalf("Delete with no entry seen: %v; want engine.ErrChanged", err)
+		}
+		redistest.WaitFor(t, ctx, "the writer to read v2", func() bool {
+			v, err := cache.Get[string](ctx, c, "k")
+			return err == nil && v == "v2"
+		})
+		old = seen()
+		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); err != nil {
+			t.Fatalf("Delete of an unchanged key: %v", err)
+		}
+		for name, cc := range map[string]*cache.Cache{"deleter": c, "other": other} {
+			if v, err := cache.Get[string](ctx, cc, "k"); !errors.Is(err, cache.ErrMiss) {
+				t.Fatalf("%s's Get after the delete = %q, %v; want a miss", name, v, err)
+			}
+		}
+		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
+			t.Fatalf("second delete: %v; want engine.ErrChanged", err)
+		}
+	})
+}

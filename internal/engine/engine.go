@@ -1,8 +1,8 @@
 // Package engine declares, as typed methods, what package middleware
 // needs of a cache beyond package cache's API: a read that leaves its
 // counting in the cache's Stats to the caller and returns the entry as
-// stored, a write that happens only if the key still holds such an
-// entry, and the largest value the cache stores. Package cache implements
+// stored, a write and a delete that happen only if the key still holds
+// such an entry, and the largest value the cache stores. Package cache implements
 // View; (*cache.Cache).Engine returns it.
 //
 // The middleware looks at a key with Peek before it asks GetOrLoad and,
@@ -37,6 +37,14 @@ type View interface {
 	// written nothing, when the key holds something else, or nothing, and
 	// when old is nil (the Peek found no value).
 	SetIfUnchanged(ctx context.Context, key string, v any, old []byte, ttl, stale time.Duration) error
+
+	// DeleteIfUnchanged is cache.Delete of key that deletes only if key
+	// still holds old, an entry as Found.Raw returned it, in one
+	// conditional delete on the server (DELEX IFEQ, DELIFEQ, or a script):
+	// a Set that came after the Peek wins. It returns ErrChanged, having
+	// deleted nothing, when the key holds something else, or nothing, and
+	// when old is nil.
+	DeleteIfUnchanged(ctx context.Context, key string, old []byte) error
 
 	// MaxValueSize is the largest encoded value the cache stores
 	// (cache.Options.MaxValueSize, or its default).
