@@ -25,6 +25,7 @@ type job struct {
 	ctx   context.Context
 	done  chan result
 	prior *response // the stored response the render revalidates, or may answer in place of a failure (GraceUntil), if any
+	seen  []tagRef  // the epochs of tag records known before the render (see registerTags)
 	// stored, called once the render is in done, waits until the cache
 	// has written it or will not, and reports which: the response says
 	// "stored" only then. nil: it is not stored.
@@ -82,12 +83,16 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
 		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
 	}
+	seen := x.seen
+	if seen == nil && rv != nil {
+		seen = rv.prior.Tags // checked before the render began (see serve)
+	}
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, stored: func() bool { return <-h.stored }}
+			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, seen: seen, stored: func() bool { return <-h.stored }}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -95,30 +100,54 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 			select {
 			case res := <-j.done:
 				if !errors.Is(res.err, errDeclined) {
+					if again, ok := purgedDuring(res); ok {
+						res = m.background(ctx, x, prior, again) // see registerTags
+					}
 					return m.toStore(ctx, r, base, vary, rv, res)
 				}
 			case <-ctx.Done():
 				return response{}, ctx.Err()
 			}
 		}
-		// In the background, on the load's context (the request's values
-		// with a copy of its chi routing context, see detachRoute), and
-		// within the request's own deadline, as a render in the request's
-		// goroutine would be (see renderContext).
-		if d, ok := r.Context().Deadline(); ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, d)
-			defer cancel()
-		}
-		start := time.Now()
-		res := m.render(nil, r.Clone(ctx), x.next, prior)
-		if m.observing() {
-			o := rendered(res)
-			o.kind, o.status = EventBackground, res.status
-			m.observe(ctx, r.Method, x.route, time.Since(start), o)
+		res := m.background(ctx, x, prior, seen)
+		if again, ok := purgedDuring(res); ok {
+			res = m.background(ctx, x, prior, again)
 		}
 		return m.toStore(ctx, r, base, vary, rv, res)
 	}
+}
+
+// purgedDuring reports whether res is a render that a purge of one of its
+// tags may have overtaken, and the epochs after that purge: the load
+// renders once more with them, for its waiters (see registerTags).
+func purgedDuring(res result) (seen []tagRef, ok bool) {
+	var pd errPurgedDuringRender
+	if errors.As(res.err, &pd) {
+		return pd.seen, true
+	}
+	return nil, false
+}
+
+// background renders x's request for the cache in the background, on
+// the load's context ctx (the request's values with a copy of its chi
+// routing context, see detachRoute), and within the request's own
+// deadline, as a render in the request's goroutine would be (see
+// renderContext).
+func (m *Middleware) background(ctx context.Context, x *exchange, prior *response, seen []tagRef) result {
+	r := x.r
+	if d, ok := r.Context().Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+	start := time.Now()
+	res := m.render(nil, r.Clone(ctx), x.next, prior, seen)
+	if m.observing() {
+		o := rendered(res)
+		o.kind, o.status = EventBackground, res.status
+		m.observe(ctx, r.Method, x.route, time.Since(start), o)
+	}
+	return res
 }
 
 // toStore is what the loader of the key of base and vary returns for the
@@ -296,7 +325,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			j.done <- result{err: errNotStored{reasonPanicked}}
 		}
 	}()
-	res := m.render(pw, r.WithContext(ctx), next, j.prior)
+	res := m.render(pw, r.WithContext(ctx), next, j.prior, j.seen)
 	if res.err == nil && j.ctx.Err() != nil {
 		// The load timed out (its waiters have been told) while the client
 		// kept waiting: this response is the client's alone.

@@ -23,6 +23,9 @@ type Middleware struct {
 	limit        int      // StoreLimit or its default
 	maxValue     int      // the cache's MaxValueSize
 	wait         time.Duration
+	tagHeaders   []string // Tags.Headers, canonical
+	tagLife      time.Duration
+	tagSkew      time.Duration
 
 	vary varyIndex
 }
@@ -64,6 +67,18 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	for _, h := range o.Keys.Headers {
 		m.keyHeaders = append(m.keyHeaders, http.CanonicalHeaderKey(h))
 	}
+	for _, h := range o.Tags.Headers {
+		if ch := http.CanonicalHeaderKey(h); !containsString(m.tagHeaders, ch) {
+			m.tagHeaders = append(m.tagHeaders, ch)
+		}
+	}
+	m.tagLife, m.tagSkew = o.Tags.Lifetime, o.Tags.ClockSkew
+	if m.tagLife == 0 {
+		m.tagLife = 24 * time.Hour
+	}
+	if m.tagSkew == 0 {
+		m.tagSkew = time.Second
+	}
 	return m, nil
 }
 
@@ -99,6 +114,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // answer answers r, from the cache or not, and says how.
 func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Handler, route string) outcome {
+	if len(m.tagHeaders) > 0 && !m.o.Tags.Keep {
+		w = &tagStripper{ResponseWriter: w, names: m.tagHeaders}
+	}
+	if m.o.Purge != nil && r.Method == methodPurge {
+		return m.servePurge(w, r)
+	}
 	reason := m.bypass(r)
 	base, ok := "", false
 	if reason == "" {
@@ -137,8 +158,9 @@ type exchange struct {
 	w     http.ResponseWriter
 	r     *http.Request
 	next  http.Handler
-	base  string // r's base key (see baseKey)
-	route string // r's Event.Route
+	base  string   // r's base key (see baseKey)
+	route string   // r's Event.Route
+	seen  []tagRef // the epochs of the tags of a purged page r found, for its render (see registerTags)
 }
 
 // step is what a step of serve leaves to do.
@@ -168,6 +190,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p, current := m.find(r.Context(), base, key, vary, gen)
 		if !current {
 			continue // the index now holds what base's marker says
+		}
+		if len(p.resp.Tags) > 0 && (p.err == nil || errors.Is(p.err, cache.ErrStale)) {
+			if live, now := m.tagsLive(r.Context(), &p.resp); !live {
+				// A tag of the page was purged: it is gone, for this
+				// request and every other (see tags.go).
+				m.dropPurged(r.Context(), key, &p)
+				x.seen = now
+				continue
+			}
 		}
 		// The cache counts this look only if it answers r on the first
 		// look in the current generation: otherwise GetOrLoad counts
@@ -264,7 +295,12 @@ func (m *Middleware) loaded(x *exchange, key string, resp *response) (outcome, s
 		return outcome{}, stepAgain
 	case !resp.matches(x.r):
 		return outcome{}, stepStop // a response whose Vary changed, for other header values
-	case resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()):
+	case len(resp.Tags) > 0:
+		if !m.live(x.r.Context(), resp) {
+			return outcome{}, stepAgain // purged since: the next look drops it (see serve)
+		}
+	}
+	if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
 		// GetOrLoad found it kept past its stale window (and served
 		// it, as the cache serves what it holds as stale). A no-cache
 		// response (never fresh) is the render this request waited

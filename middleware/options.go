@@ -80,6 +80,14 @@ type Options struct {
 	// letter case. Default: none. SharedOptions sets CDN-Cache-Control.
 	Targeted []string
 
+	// Tags decides which response fields tag a page, for PurgeTag.
+	Tags TagPolicy
+
+	// Purge, if set, lets requests with the method PURGE remove pages
+	// (see PurgePolicy). Default: nil, PURGE is a method like any other
+	// unsafe one (see NoInvalidation).
+	Purge *PurgePolicy
+
 	// AllowNoCache lets a request's "Cache-Control: no-cache" force a new
 	// render. Off by default: on a public endpoint anybody could force
 	// renders at will. Default: false.
@@ -351,6 +359,21 @@ func (o *Options) validate() error {
 		case strings.EqualFold(n, "Cache-Control"):
 			return invalid("Targeted field name %q: Cache-Control is the field a targeted one replaces", n)
 		}
+	}
+	for _, n := range o.Tags.Headers {
+		if n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0 {
+			return invalid("Tags.Headers name %q is not a header field name", n)
+		}
+	}
+	switch {
+	case o.Tags.Lifetime < 0:
+		return invalid("Tags.Lifetime %v is negative", o.Tags.Lifetime)
+	case o.Tags.Lifetime > 0 && o.Tags.Lifetime < time.Second:
+		return invalid("Tags.Lifetime %v is below 1s", o.Tags.Lifetime)
+	case o.Tags.ClockSkew < 0:
+		return invalid("Tags.ClockSkew %v is negative", o.Tags.ClockSkew)
+	case o.Purge != nil && o.Purge.Authorize == nil:
+		return invalid("Purge.Authorize is nil: a PURGE handler without an authoriser would let anybody purge")
 	}
 	if len(o.Keys.Query) > 0 && len(o.Keys.IgnoreQuery) > 0 {
 		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")

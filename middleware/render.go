@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -24,7 +25,10 @@ import (
 // as a new response; a 304 that names another representation (see
 // selects) makes it render again without conditions. Any other answer
 // is a new response.
-func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response) result {
+//
+// seen are the epochs of tag records known before the render began (see
+// registerTags).
+func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, seen []tagRef) result {
 	// A HEAD routed to a handler of its own (a HEAD route) is rendered by
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
@@ -52,6 +56,15 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		// grace: prior answers instead (see renderFor and revalidate).
 		return result{err: errFailedGraceful{errNotStored{reason}}, status: rec.status}
 	}
+	var tags []tagRef
+	if reason == "" && len(m.tagHeaders) > 0 {
+		var purged bool
+		tags, reason, purged = m.renderTags(rr.Context(), rec, prior, freshening, requested, seen)
+		if purged {
+			rec.pass(reason) // out to its own client only: see registerTags
+			return result{err: errPurgedDuringRender{errNotStored{reason}, tags}, status: rec.status}
+		}
+	}
 	if reason != "" {
 		rec.pass(reason)                                        // out to the client, if there is one, and not stored
 		if !headRoute && m.endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
@@ -60,8 +73,32 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 		return result{err: errNotStored{reason}, status: rec.status}
 	}
 	res := m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
+	res.resp.Tags = tags
 	res.status = rec.status
 	return res
+}
+
+// renderTags registers the tags of the render recorded in rec, begun at
+// requested (see registerTags), and unless Tags.Keep removes their
+// fields from what is stored. A freshened response whose 304 names no
+// tags keeps prior's.
+func (m *Middleware) renderTags(ctx context.Context, rec *recorder, prior *response, freshening bool, requested time.Time, seen []tagRef) (tags []tagRef, reason string, purged bool) {
+	names, reason := parseTags(rec.header, m.tagHeaders)
+	if reason != "" {
+		return nil, reason, false
+	}
+	if !m.o.Tags.Keep {
+		for _, n := range m.tagHeaders {
+			delete(rec.header, n)
+		}
+	}
+	if len(names) == 0 && freshening {
+		names = tagNames(prior.Tags)
+	}
+	if len(names) == 0 {
+		return nil, "", false
+	}
+	return m.registerTags(ctx, names, requested, seen)
 }
 
 // runSelecting runs r once (see run), revalidating prior if set; when

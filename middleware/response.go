@@ -40,6 +40,9 @@ type response struct {
 	// sends as If-None-Match, and not a digest of the body the middleware
 	// added (storedHeader).
 	HandlerETag bool
+	// Tags are the page's tags (Options.Tags) with the epochs of their
+	// records its render saw (see tags.go).
+	Tags []tagRef
 	// Version is random, drawn for each render and each freshening: it
 	// names this stored response in its revalidation's key (see
 	// revalidate), which two versions never share, whatever their times.

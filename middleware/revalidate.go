@@ -187,7 +187,7 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	cur, _, gerr := engine.Peek[response](r.Context(), m.e, key)
 	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
 	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
-		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) {
+		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
 		// Fresh, or the very response the revalidation this request
 		// waited for stored (a no-cache one is never fresh).
 		m.write(w, r, &cur, statusHit)

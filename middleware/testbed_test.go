@@ -67,6 +67,7 @@ type testBed struct {
 	ns     string
 	clock  *settableClock
 	caches []*cache.Cache
+	mws    []*middleware.Middleware // one per pair, as caches
 }
 
 type bedOptions struct {
@@ -120,6 +121,7 @@ func newTestBed(tb testing.TB, s *redistest.Server, h http.Handler, o *bedOption
 		if err != nil {
 			tb.Fatal(err)
 		}
+		b.mws = append(b.mws, m)
 		if o.router != nil {
 			handlers[i] = o.router(m, c)
 		} else {
@@ -238,7 +240,12 @@ type sent struct {
 // bed's server; vary holds the "\nvary Name: value" suffixes of a variant
 // (of the generation path's marker names now).
 func (b *testBed) valueKey(path string, vary ...string) string {
-	return b.ns + ":{" + redisx.Tag(b.userKey(path, vary...)) + "}"
+	return b.valueKeyOf(b.userKey(path, vary...))
+}
+
+// valueKeyOf is the server key holding the entry of the cache key key.
+func (b *testBed) valueKeyOf(key string) string {
+	return b.ns + ":{" + redisx.Tag(key) + "}"
 }
 
 // userKey is the cache key (before hashing) of target's entry; vary holds

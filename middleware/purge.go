@@ -1,0 +1,120 @@
+package middleware
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// This file holds purging by URL (PurgeURL) and the PURGE method
+// (Options.Purge).
+
+// methodPurge is the method of a purge request, as Varnish, Squid, nginx
+// and Fastly take it.
+const methodPurge = "PURGE"
+
+// PurgePolicy is Options.Purge: who may purge with the method PURGE.
+//
+// A PURGE request whose Authorize returns true removes, in every process
+// and near caches included, either the pages of the tags it lists in the
+// fields of Options.Tags.Headers (as a response lists them: "PURGE /
+// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it lists
+// none, the page of its own URL, every Vary variant included (a GET of
+// the URL with the request's values of Keys.Headers). It is answered 200
+// with Cache-Status detail=purged-tags or detail=purged-url, and never
+// reaches the handler. One that Authorize refuses is answered 403
+// Forbidden (detail=purge-forbidden) and purges nothing; a purge the
+// server failed is answered 503 (detail=purge-failed).
+type PurgePolicy struct {
+	// Authorize decides whether r may purge, e.g. by a secret in a
+	// header compared in constant time, or by the client's address on an
+	// internal network. It must be set, and fast; r's body is not read.
+	Authorize func(r *http.Request) bool
+}
+
+// PurgeURL removes the stored page of a GET of rawURL (absolute: "https://
+// example.com/items?id=1"), every Vary variant of it included, in every
+// process, near caches included: from its return on, no request is
+// answered with it, and a render that was running meanwhile is not
+// stored. The key is the one a request for rawURL received with the
+// header h (nil for none) would have: h matters only for the names in
+// Keys.Headers, whose pages for other values of them stay (tag them, see
+// Options.Tags, to purge them all). The query is normalised as for a
+// request's key (IgnoreQuery and Query apply), so the order of its
+// parameters does not matter.
+func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header) error {
+	u, err := url.Parse(rawURL)
+	switch {
+	case err != nil:
+		return invalid("PurgeURL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "", u.User != nil:
+		return invalid("PurgeURL: %q is not an absolute http or https URL without user information", rawURL)
+	}
+	if u.Path == "" {
+		u.Path, u.RawPath = "/", ""
+	}
+	r := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(ctx)
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	r.URL = &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
+	r.RequestURI = r.URL.RequestURI()
+	if u.Scheme == "https" {
+		r.TLS = &tls.ConnectionState{}
+	}
+	base, ok := m.baseKey(r)
+	if !ok {
+		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
+	}
+	if err := m.c.Delete(ctx, base); err != nil {
+		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
+	}
+	return nil
+}
+
+// servePurge answers r, a PURGE request (see PurgePolicy).
+func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome {
+	answer := func(code int, detail, text string) {
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(text)))
+		h.Set("Cache-Control", "no-store")
+		h["Cache-Status"] = []string{"stampede; detail=" + detail}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(text))
+	}
+	if !m.o.Purge.Authorize(r) {
+		answer(http.StatusForbidden, "purge-forbidden", "purge not allowed\n")
+		return outcome{kind: EventBypass, reason: "a PURGE that Purge.Authorize refused"}
+	}
+	ctx := context.WithoutCancel(r.Context()) // a client that goes must not leave it half done
+	tags, why := parseTags(r.Header, m.tagHeaders)
+	if why != "" {
+		answer(http.StatusBadRequest, "purge-invalid", why+"\n")
+		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
+	}
+	if len(tags) > 0 {
+		if err := m.PurgeTag(ctx, tags...); err != nil {
+			answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+			return outcome{kind: EventBypass, reason: "a PURGE of tags", err: err}
+		}
+		answer(http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
+		return outcome{kind: EventBypass, reason: "a PURGE of tags"}
+	}
+	get := r.WithContext(ctx)
+	get.Method = http.MethodGet
+	base, ok := m.baseKey(get)
+	if !ok {
+		answer(http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
+		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
+	}
+	if err := m.c.Delete(ctx, base); err != nil {
+		answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}
+	}
+	answer(http.StatusOK, "purged-url", "purged\n")
+	return outcome{kind: EventBypass, reason: "a PURGE of a URL"}
+}

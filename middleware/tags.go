@@ -1,0 +1,388 @@
+package middleware
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/engine"
+)
+
+// This file holds purging by tag (Options.Tags, PurgeTag).
+//
+// A purge touches one small record per tag, never the pages: each tag has
+// a record in the cache (its stamp: a random epoch, drawn anew by each
+// purge, and when that purge was), and each stored page names the epoch
+// of each of its tags that its render saw. A page whose tag has another
+// epoch now, or none (the record expired or was evicted), was purged: a
+// request that finds it deletes it, if it is still there, and renders as
+// on a miss, one render in the cluster. So a purge costs the same for a
+// tag of ten pages and of ten million, and the server holds no set of
+// pages for any tag. The records are cache entries: with the near cache
+// on, the check costs no round trip, and a purge reaches every process's
+// copy by the server's invalidation, as any write does.
+//
+// A render that was running when its tag was purged may have read the
+// data from before the purge: it must not be stored. The render sees the
+// record after it ran; its page is stored only if the epoch is the one
+// known before the render began (the page it replaces, a stale one it
+// refreshes or a purged one it renders again, named it), or, for a tag
+// no page named before, if the render began after the last purge by more
+// than ClockSkew. Otherwise the response goes to its own client only, and
+// the cache's load renders once more (see retryPurged), now knowing the
+// epoch: the waiters get that render.
+
+// TagPolicy is Options.Tags: which response fields tag a page, so that
+// PurgeTag can remove every page of a tag at once.
+type TagPolicy struct {
+	// Headers names the response fields that list the tags of a page:
+	// "Surrogate-Key" (Fastly, Varnish xkey) separates them by spaces,
+	// "Cache-Tag" (Cloudflare) by commas; any other name by either. Every
+	// line of each field counts. A page may have at most 128 tags, each
+	// at most 1,024 bytes, with no control characters; a response that
+	// lists more, or longer ones, is not stored. The fields are read in
+	// any letter case. Default: none, no page is tagged (PurgeTag still
+	// writes its records: a process that only purges needs no Headers).
+	Headers []string
+
+	// Keep passes the tag fields on to clients, and stores them with the
+	// page, for a cache further on that purges by them too. Default:
+	// false, they are removed from every response the middleware sends.
+	Keep bool
+
+	// Lifetime is how long a tag's record lives in the server after its
+	// last purge (or after the first page named it). When it ends, every
+	// page of the tag renders once more, as after a purge. Default: 24
+	// hours.
+	Lifetime time.Duration
+
+	// ClockSkew bounds how far apart the clocks of the processes that
+	// render and purge may be. A render of a page none of whose earlier
+	// versions named a tag is stored only if it began more than
+	// ClockSkew after that tag's last purge; otherwise it renders once
+	// more. Default: 1 second.
+	ClockSkew time.Duration
+}
+
+// Bounds of a page's tags.
+const (
+	maxTags   = 128
+	maxTagLen = 1024
+)
+
+// tagRef is a tag of a stored page, with the epoch of its record the
+// page's render saw.
+type tagRef struct {
+	_     struct{} `msgpack:",as_array"`
+	Name  string
+	Epoch uint64
+}
+
+// tagStamp is the record of a tag in the cache.
+type tagStamp struct {
+	_        struct{} `msgpack:",as_array"`
+	Epoch    uint64   // random: drawn by each purge, and when the record is made
+	PurgedAt int64    // Unix ms of the last purge, by the purging process's clock; 0: none
+}
+
+// tagKey is the cache key of tag's record. Page keys begin with a method
+// ("GET "), so the two never meet (Keys.Func keys must not begin so).
+func tagKey(tag string) string { return "tag\n" + tag }
+
+// validTag says what is wrong with tag as a tag, or "".
+func validTag(tag string) string {
+	switch {
+	case tag == "":
+		return "an empty tag"
+	case len(tag) > maxTagLen:
+		return fmt.Sprintf("a tag of %d bytes, more than %d", len(tag), maxTagLen)
+	case strings.ContainsFunc(tag, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ' ' || r == ',' }):
+		return fmt.Sprintf("tag %q holds a space, a comma or a control character", tag)
+	}
+	return ""
+}
+
+// tagSeparators returns what separates the tags in the field name
+// (canonical).
+func tagSeparators(name string) func(rune) bool {
+	switch name {
+	case "Surrogate-Key", "Xkey":
+		return func(r rune) bool { return r == ' ' || r == '\t' }
+	case "Cache-Tag":
+		return func(r rune) bool { return r == ',' }
+	}
+	return func(r rune) bool { return r == ' ' || r == '\t' || r == ',' }
+}
+
+// parseTags returns the tags that the fields names (canonical) of h list,
+// each once, in the order they come, or why the page may not be stored:
+// too many, too long, or malformed.
+func parseTags(h http.Header, names []string) (tags []string, reason string) {
+	for _, name := range names {
+		sep := tagSeparators(name)
+		for _, line := range h[name] {
+			for _, t := range strings.FieldsFunc(line, sep) {
+				if t = strings.Trim(t, " \t"); t == "" {
+					continue
+				}
+				if why := validTag(t); why != "" {
+					return nil, "tags: " + why
+				}
+				if !containsString(tags, t) {
+					if len(tags) == maxTags {
+						return nil, fmt.Sprintf("tags: more than %d", maxTags)
+					}
+					tags = append(tags, t)
+				}
+			}
+		}
+	}
+	return tags, ""
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// PurgeTag removes every page tagged with one of tags (see Options.Tags),
+// every Vary variant included, in every process, near caches included:
+// from its return on, no request is answered with one of them, and a
+// render that was running meanwhile is not stored. Each tag costs one
+// write, however many pages it has; the pages themselves are deleted by
+// the first request for each, which renders it again (one render in the
+// cluster), or expire unread. It returns an error naming each tag it
+// could not purge; those purged before it stand.
+func (m *Middleware) PurgeTag(ctx context.Context, tags ...string) error {
+	for _, t := range tags {
+		if why := validTag(t); why != "" {
+			return invalid("PurgeTag: %s", why)
+		}
+	}
+	var errs []error
+	now := m.now().UnixMilli()
+	for _, t := range tags {
+		st := tagStamp{Epoch: rand.Uint64(), PurgedAt: now}
+		if err := cache.Set(ctx, m.c, tagKey(t), st, cache.WithTTL(m.tagLife)); err != nil {
+			errs = append(errs, fmt.Errorf("middleware: purge tag %q: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// eachTag runs f for each of n tags, concurrently when there are
+// several: each is a read that may need a round trip.
+func eachTag(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
+}
+
+// tagsLive reports whether no tag of resp was purged since its render,
+// and returns the records' epochs now, for the render that replaces a
+// purged page (see registerTags): a tag without a record is left out.
+// A record that cannot be read counts as purged.
+func (m *Middleware) tagsLive(ctx context.Context, resp *response) (live bool, now []tagRef) {
+	if len(resp.Tags) == 0 {
+		return true, nil
+	}
+	type seen struct {
+		st tagStamp
+		ok bool
+	}
+	got := make([]seen, len(resp.Tags))
+	eachTag(len(resp.Tags), func(i int) {
+		st, _, err := engine.Peek[tagStamp](ctx, m.e, tagKey(resp.Tags[i].Name))
+		got[i] = seen{st, err == nil || errors.Is(err, cache.ErrStale)}
+	})
+	live = true
+	for i, g := range got {
+		if !g.ok || g.st.Epoch != resp.Tags[i].Epoch {
+			live = false
+		}
+		if g.ok {
+			now = append(now, tagRef{Name: resp.Tags[i].Name, Epoch: g.st.Epoch})
+		}
+	}
+	return live, now
+}
+
+// live is tagsLive without the epochs.
+func (m *Middleware) live(ctx context.Context, resp *response) bool {
+	ok, _ := m.tagsLive(ctx, resp)
+	return ok
+}
+
+// errPurgedDuringRender is the reason of a render that a purge of one of
+// its tags may have overtaken: it went to its own client only, and seen
+// holds the epochs after that purge, for the render again (retryPurged).
+type errPurgedDuringRender struct {
+	errNotStored
+	seen []tagRef
+}
+
+func (e errPurgedDuringRender) Unwrap() error { return e.errNotStored }
+
+// registerTags returns the tags of a render of tags (the names), begun
+// at requested, with the epochs of their records, making the records
+// that do not exist yet; seen are the epochs known before the render
+// began (see the comment at the top of this file). reason says why the
+// render may not be stored: a record could not be read or made, or
+// (with purged set) a purge may have overtaken the render.
+func (m *Middleware) registerTags(ctx context.Context, tags []string, requested time.Time, seen []tagRef) (refs []tagRef, reason string, purged bool) {
+	type got struct {
+		st  tagStamp
+		err error
+	}
+	gots := make([]got, len(tags))
+	eachTag(len(tags), func(i int) {
+		key := tagKey(tags[i])
+		st, _, err := engine.Peek[tagStamp](ctx, m.e, key)
+		if errors.Is(err, cache.ErrMiss) {
+			// The first page of the tag (or the first since its record
+			// ended): make it. A purge at the same time wins (a Set
+			// overtakes a load), and is then what this reads.
+			st, err = cache.GetOrLoad(ctx, m.c, key, func(context.Context) (tagStamp, error) {
+				return tagStamp{Epoch: rand.Uint64()}, nil
+			}, cache.WithTTL(m.tagLife))
+		}
+		gots[i] = got{st, err}
+	})
+	refs = make([]tagRef, len(tags))
+	began := requested.UnixMilli()
+	for i, g := range gots {
+		if g.err != nil && !errors.Is(g.err, cache.ErrStale) {
+			return nil, "tags: the record of " + fmt.Sprintf("%q", tags[i]) + " is unavailable: " + g.err.Error(), false
+		}
+		refs[i] = tagRef{Name: tags[i], Epoch: g.st.Epoch}
+	}
+	for _, ref := range refs {
+		if epochOf(seen, ref.Name) == ref.Epoch {
+			continue // no purge since before the render
+		}
+		st := gots[indexOf(tags, ref.Name)].st
+		if st.PurgedAt != 0 && began <= st.PurgedAt+m.tagSkew.Milliseconds() {
+			return refs, "tags: " + fmt.Sprintf("%q", ref.Name) + " was purged during the render", true
+		}
+	}
+	return refs, "", false
+}
+
+func epochOf(refs []tagRef, name string) uint64 {
+	for _, r := range refs {
+		if r.Name == name {
+			return r.Epoch
+		}
+	}
+	return 0 // no record's: records draw a random epoch, 0 with probability 2^-64
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// tagNames returns the names of refs.
+func tagNames(refs []tagRef) []string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.Name
+	}
+	return names
+}
+
+// dropPurged deletes p, found under key with a purged tag, if key still
+// holds it (another process may have rendered it again meanwhile).
+func (m *Middleware) dropPurged(ctx context.Context, key string, p *peeked) {
+	err := m.e.DeleteIfUnchanged(ctx, key, p.found.Raw)
+	if err != nil && !errors.Is(err, engine.ErrChanged) && m.o.Logger != nil {
+		m.o.Logger.Warn("middleware: delete of a purged page failed", "err", err)
+	}
+}
+
+// tagStripper removes the tag fields (Options.Tags.Headers, canonical)
+// from the response header before it goes out, whatever writes it: a
+// hit, a render streaming through, or a bypass.
+type tagStripper struct {
+	http.ResponseWriter
+	names []string
+	done  bool
+}
+
+func (ts *tagStripper) strip() {
+	if ts.done {
+		return
+	}
+	h := ts.ResponseWriter.Header()
+	for _, n := range ts.names {
+		delete(h, n)
+	}
+	for k := range h { // set in another letter case than the canonical
+		if ck := http.CanonicalHeaderKey(k); ck != k && containsString(ts.names, ck) {
+			delete(h, k)
+		}
+	}
+}
+
+func (ts *tagStripper) WriteHeader(code int) {
+	ts.strip()
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		ts.done = true // a 1xx goes out with the fields set then; the final one strips again
+	}
+	ts.ResponseWriter.WriteHeader(code)
+}
+
+func (ts *tagStripper) Write(p []byte) (int, error) {
+	ts.strip()
+	ts.done = true
+	return ts.ResponseWriter.Write(p)
+}
+
+// ReadFrom keeps the ResponseWriter's own, for io.Copy (see statusWriter).
+func (ts *tagStripper) ReadFrom(src io.Reader) (int64, error) {
+	ts.strip()
+	ts.done = true
+	if rf, ok := ts.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{ts.ResponseWriter}, src)
+}
+
+// Flush sends the header (200 if none was written), stripped, and flushes.
+func (ts *tagStripper) Flush() {
+	ts.strip()
+	ts.done = true
+	_ = http.NewResponseController(ts.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler.
+func (ts *tagStripper) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	ts.done = true
+	return http.NewResponseController(ts.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (ts *tagStripper) Unwrap() http.ResponseWriter { return ts.ResponseWriter }
