@@ -195,7 +195,8 @@ func FuzzMiddleware(f *testing.F) {
 			reqA.Header.Set("If-None-Match", "*")
 			reqA.Header.Set("If-Modified-Since", "Mon, 02 Jan 2006 15:04:05 GMT")
 		}
-		o := &middleware.Options{StoreLimit: 1 << 16, Targeted: []string{"CDN-Cache-Control"}, Freshness: middleware.FreshnessPolicy{StaleIfError: time.Minute}}
+		o := &middleware.Options{StoreLimit: 1 << 16, Targeted: []string{"CDN-Cache-Control"}, Freshness: middleware.FreshnessPolicy{StaleIfError: time.Minute},
+			Tags: middleware.TagPolicy{Headers: []string{"Surrogate-Key"}}}
 		if form&formIgnoreQuery != 0 {
 			o.Keys.IgnoreQuery = []string{"utm"}
 		}
@@ -223,6 +224,9 @@ func FuzzMiddleware(f *testing.F) {
 				}
 				if vary != "" {
 					w.Header()[name("Vary")] = []string{vary}
+					// Tags from the Vary field: any value, valid or not, is
+					// stripped from what the client gets.
+					w.Header()[name("Surrogate-Key")] = []string{vary}
 				}
 				if form&formSetCookie != 0 {
 					w.Header()[name("Set-Cookie")] = []string{"u=" + url.QueryEscape(r.Header.Get("X-User"))}
@@ -260,6 +264,9 @@ func FuzzMiddleware(f *testing.F) {
 					t.Errorf("GET %q: 304 (X-Cache %s) with %d bytes for a request without validators", target, rec.Header().Get("X-Cache"), rec.Body.Len())
 				}
 				continue
+			}
+			if tags := headerValuesFold(rec.Header(), "Surrogate-Key"); len(tags) > 0 {
+				t.Errorf("GET %q: the tag field reached the client: %q", target, tags)
 			}
 			body := rec.Body.String()
 			user := tt.r.Header.Get("X-User")

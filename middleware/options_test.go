@@ -74,6 +74,12 @@ func TestNew_badOptions(t *testing.T) {
 		{"Targeted name with a space", middleware.Options{Targeted: []string{"CDN Cache-Control"}}, `Targeted field name "CDN Cache-Control" is not a header field name`},
 		{"Targeted name not ASCII", middleware.Options{Targeted: []string{"Cache-Contrôle"}}, `Targeted field name "Cache-Contrôle" is not a header field name`},
 		{"Targeted Cache-Control", middleware.Options{Targeted: []string{"CDN-Cache-Control", "cache-control"}}, `Targeted field name "cache-control": Cache-Control is the field a targeted one replaces`},
+		{"empty Tags.Headers name", middleware.Options{Tags: middleware.TagPolicy{Headers: []string{"Surrogate-Key", ""}}}, `Tags.Headers name "" is not a header field name`},
+		{"Tags.Headers name with a colon", middleware.Options{Tags: middleware.TagPolicy{Headers: []string{"Cache-Tag:"}}}, `Tags.Headers name "Cache-Tag:" is not a header field name`},
+		{"negative Tags.Lifetime", middleware.Options{Tags: middleware.TagPolicy{Lifetime: -time.Hour}}, "Tags.Lifetime -1h0m0s is negative"},
+		{"Tags.Lifetime below 1s", middleware.Options{Tags: middleware.TagPolicy{Lifetime: time.Millisecond}}, "Tags.Lifetime 1ms is below 1s"},
+		{"negative Tags.ClockSkew", middleware.Options{Tags: middleware.TagPolicy{ClockSkew: -time.Second}}, "Tags.ClockSkew -1s is negative"},
+		{"Purge without Authorize", middleware.Options{Purge: &middleware.PurgePolicy{}}, "Purge.Authorize is nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
