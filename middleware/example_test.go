@@ -1,6 +1,8 @@
 package middleware_test
 
 import (
+	"context"
+	"crypto/subtle"
 	"fmt"
 	"io"
 	"log"
@@ -8,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -254,4 +257,78 @@ func ExampleSharedOptions() {
 	r.Use(m.Handler)
 	r.Handle("/*", httputil.NewSingleHostReverseProxy(origin))
 	log.Fatal(http.ListenAndServe(":8080", r))
+}
+
+// Pages list their tags in Surrogate-Key; one PurgeTag removes every page
+// of a tag, in every process, however many there are. The tag field never
+// reaches the client.
+func ExampleMiddleware_PurgeTag() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{Tags: middleware.TagPolicy{Headers: []string{"Surrogate-Key"}}})
+	if err != nil {
+		panic(err)
+	}
+	price := 10
+	page := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Surrogate-Key", "product-42 catalogue")
+		fmt.Fprintf(w, "product 42 costs %d", price)
+	}))
+	get := func() {
+		w := httptest.NewRecorder()
+		page.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/products/42", nil))
+		fmt.Printf("%s %q %s\n", w.Header().Get("X-Cache"), w.Header().Get("Surrogate-Key"), w.Body.String())
+	}
+	get()
+	get()
+	price = 12 // the product changes: purge its pages
+	if err := m.PurgeTag(context.Background(), "product-42"); err != nil {
+		panic(err)
+	}
+	get()
+	// Output:
+	// MISS "" product 42 costs 10
+	// HIT "" product 42 costs 10
+	// MISS "" product 42 costs 12
+}
+
+// With Options.Purge, a PURGE request that the authoriser allows removes
+// the page of its URL (or, listing tags as a response does, the pages of
+// those tags), and never reaches the handler.
+func ExampleOptions_purge() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{Purge: &middleware.PurgePolicy{
+		Authorize: func(r *http.Request) bool {
+			return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Purge-Key")), []byte("s3cret")) == 1
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	renders := 0
+	page := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		renders++
+		fmt.Fprintf(w, "render %d", renders)
+	}))
+	do := func(method, key string) {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(method, "/news", nil)
+		r.Header.Set("X-Purge-Key", key)
+		page.ServeHTTP(w, r)
+		fmt.Printf("%s %d %s | %s\n", method, w.Code, w.Header().Get("Cache-Status"), strings.TrimSpace(w.Body.String()))
+	}
+	do(http.MethodGet, "")
+	do("PURGE", "guess")
+	do(http.MethodGet, "")
+	do("PURGE", "s3cret")
+	do(http.MethodGet, "")
+	// Output:
+	// GET 200 stampede; fwd=miss; stored | render 1
+	// PURGE 403 stampede; detail=purge-forbidden | purge not allowed
+	// GET 200 stampede; hit | render 1
+	// PURGE 200 stampede; detail=purged-url | purged
+	// GET 200 stampede; fwd=miss; stored | render 2
 }
