@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 )
@@ -492,5 +493,171 @@ func BenchmarkWaiters_decode(b *testing.B) {
 			}
 			b.ReportMetric(float64(allocated)/float64(b.N)/float64(n)/(1<<20), "MiB/waiter")
 		})
+	}
+}
+
+// BenchmarkPurgeTag measures, in one run on Redis 8, the purge of a tag
+// that 10,000 stored pages carry:
+//
+//   - purgetag: PurgeTag, one write of the tag's record, whatever the
+//     number of pages;
+//   - unlink-each: what a purge that keeps the pages of each tag in a
+//     set on the server must do at least, the deletion of every page's
+//     key (UNLINK, pipelined; without even reading the set).
+//
+// purge-µs/op is the purge's time, x-unlink unlink-each's over
+// purgetag's (logged at the end); record-B is the server's MEMORY USAGE
+// of the tag's record and tag-B/page how much larger a page's entry is
+// with the tag than without. After the purges, a request for every page
+// must be a miss (misses-after).
+func BenchmarkPurgeTag(b *testing.B) {
+	const pages = 10000
+	s := redistest.Shared(b, redistest.Redis8)
+	rc := s.Client(b)
+	ctx := context.Background()
+	ns := "benchpurge" + strings.ReplaceAll(redistest.Key(b, "")[len("test:"):], "/", ".")
+	c, err := cache.New(rc, &cache.Options{Namespace: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	m, err := middleware.New(c, &middleware.Options{Tags: middleware.TagPolicy{Headers: []string{"Surrogate-Key"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("tagged") != "no" {
+			w.Header().Set("Surrogate-Key", "catalogue product-1")
+		}
+		fmt.Fprintf(w, "page %s with a body of some length, as pages have", r.URL.Path)
+	}))
+	get := func(target string) string {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, target, nil))
+		return w.Header().Get("X-Cache")
+	}
+	fill := func() {
+		for i := range pages {
+			get(fmt.Sprintf("/p/%d", i))
+		}
+	}
+	keyOf := func(key string) string { return ns + ":{" + redisx.Tag(key) + "}" }
+	page := func(target string) string { return keyOf("GET http://example.com" + target) }
+	get("/size?tagged=no")
+	get("/size?tagged=yes")
+	untagged, _ := rc.StrLen(ctx, page("/size?tagged=no")).Result()
+	tagged, _ := rc.StrLen(ctx, page("/size?tagged=yes")).Result()
+
+	var purge, unlink float64
+	b.Run("purgetag", func(b *testing.B) {
+		fill()
+		b.ResetTimer()
+		for b.Loop() {
+			if err := m.PurgeTag(ctx, "catalogue"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		purge = float64(b.Elapsed().Microseconds()) / float64(b.N)
+		b.ReportMetric(purge, "purge-µs/op")
+		record, err := rc.MemoryUsage(ctx, keyOf("tag\ncatalogue")).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(record), "record-B")
+		b.ReportMetric(float64(tagged-untagged), "tag-B/page")
+		misses := 0
+		for i := range pages {
+			if get(fmt.Sprintf("/p/%d", i)) == "MISS" {
+				misses++
+			}
+		}
+		if misses != pages {
+			b.Fatalf("%d of %d pages were misses after the purge", misses, pages)
+		}
+		b.ReportMetric(float64(misses), "misses-after")
+	})
+	b.Run("unlink-each", func(b *testing.B) {
+		keys := make([]string, pages)
+		for i := range keys {
+			keys[i] = page(fmt.Sprintf("/p/%d", i))
+		}
+		val, err := rc.Get(ctx, keys[0]).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			b.StopTimer()
+			pipe := rc.Pipeline()
+			for _, k := range keys {
+				pipe.Set(ctx, k, val, time.Hour)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			start := time.Now()
+			pipe = rc.Pipeline()
+			for _, k := range keys {
+				pipe.Unlink(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+			unlink += float64(time.Since(start).Microseconds())
+		}
+		unlink /= float64(b.N)
+		b.ReportMetric(unlink, "purge-µs/op")
+	})
+	if purge > 0 && unlink > 0 {
+		b.Logf("x-unlink: unlink-each takes %.0f× the time of purgetag (%.0f µs against %.0f µs) for %d pages", unlink/purge, unlink, purge, pages)
+	}
+}
+
+// BenchmarkTaggedHit measures what a page's tag costs a hit on Redis 8:
+// a tagged page's hit also reads its tag's record (tagged) next to one
+// without tags (plain), from the server and, with the near cache, from
+// process memory. Compare each tagged with its plain in the same run.
+func BenchmarkTaggedHit(b *testing.B) {
+	s := redistest.Shared(b, redistest.Redis8)
+	ns := "benchtag" + strings.ReplaceAll(redistest.Key(b, "")[len("test:"):], "/", ".")
+	c, err := cache.New(s.Client(b), &cache.Options{Namespace: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	nc := benchNearCache(b, s, ns)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tagged" {
+			w.Header().Set("Surrogate-Key", "catalogue product-1")
+		}
+		fmt.Fprint(w, "a page")
+	})
+	for _, tier := range []struct {
+		name string
+		c    *cache.Cache
+	}{{"server", c}, {"near", nc}} {
+		m, err := middleware.New(tier.c, &middleware.Options{Tags: middleware.TagPolicy{Headers: []string{"Surrogate-Key"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mh := m.Handler(h)
+		for _, path := range []string{"/plain", "/tagged"} {
+			b.Run(tier.name+path, func(b *testing.B) {
+				for range 3 { // stored, then in the near cache
+					mh.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+				}
+				misses := 0
+				for b.Loop() {
+					w := httptest.NewRecorder()
+					mh.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+					if w.Header().Get("X-Cache") != "HIT" {
+						misses++
+					}
+				}
+				b.ReportMetric(float64(misses)/float64(b.N), "nonhits/op")
+			})
+		}
 	}
 }

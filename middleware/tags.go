@@ -183,11 +183,14 @@ func (m *Middleware) PurgeTag(ctx context.Context, tags ...string) error {
 	return errors.Join(errs...)
 }
 
-// eachTag runs f for each of n tags, concurrently when there are
-// several: each is a read that may need a round trip.
-func eachTag(n int, f func(i int)) {
-	if n == 1 {
-		f(0)
+// eachTag runs f for each of n tags: one after another when the near
+// cache answers (each is a lookup in memory), concurrently otherwise
+// (each is a read that needs a round trip).
+func (m *Middleware) eachTag(n int, f func(i int)) {
+	if n == 1 || m.c.NearActive() {
+		for i := range n {
+			f(i)
+		}
 		return
 	}
 	var wg sync.WaitGroup
@@ -197,33 +200,39 @@ func eachTag(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// tagsLive reports whether no tag of resp was purged since its render,
-// and returns the records' epochs now, for the render that replaces a
-// purged page (see registerTags): a tag without a record is left out.
-// A record that cannot be read counts as purged.
+// tagsLive reports whether no tag of resp was purged since its render;
+// when one was, it returns the records' epochs now, for the render that
+// replaces the purged page (see registerTags): a tag without a record is
+// left out. A record that cannot be read counts as purged.
 func (m *Middleware) tagsLive(ctx context.Context, resp *response) (live bool, now []tagRef) {
 	if len(resp.Tags) == 0 {
 		return true, nil
 	}
-	type seen struct {
-		st tagStamp
-		ok bool
+	var one [1]tagStamp
+	var oneOK [1]bool
+	got, ok := one[:], oneOK[:]
+	if len(resp.Tags) > 1 {
+		got, ok = make([]tagStamp, len(resp.Tags)), make([]bool, len(resp.Tags))
 	}
-	got := make([]seen, len(resp.Tags))
-	eachTag(len(resp.Tags), func(i int) {
+	m.eachTag(len(resp.Tags), func(i int) {
 		st, _, err := engine.Peek[tagStamp](ctx, m.e, tagKey(resp.Tags[i].Name))
-		got[i] = seen{st, err == nil || errors.Is(err, cache.ErrStale)}
+		got[i], ok[i] = st, err == nil || errors.Is(err, cache.ErrStale)
 	})
 	live = true
-	for i, g := range got {
-		if !g.ok || g.st.Epoch != resp.Tags[i].Epoch {
+	for i := range got {
+		if !ok[i] || got[i].Epoch != resp.Tags[i].Epoch {
 			live = false
 		}
-		if g.ok {
-			now = append(now, tagRef{Name: resp.Tags[i].Name, Epoch: g.st.Epoch})
+	}
+	if live {
+		return true, nil
+	}
+	for i := range got {
+		if ok[i] {
+			now = append(now, tagRef{Name: resp.Tags[i].Name, Epoch: got[i].Epoch})
 		}
 	}
-	return live, now
+	return false, now
 }
 
 // live is tagsLive without the epochs.
@@ -254,7 +263,7 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		err error
 	}
 	gots := make([]got, len(tags))
-	eachTag(len(tags), func(i int) {
+	m.eachTag(len(tags), func(i int) {
 		key := tagKey(tags[i])
 		st, _, err := engine.Peek[tagStamp](ctx, m.e, key)
 		if errors.Is(err, cache.ErrMiss) {
