@@ -527,7 +527,7 @@ func BenchmarkPurgeTag(b *testing.B) {
 	}
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("tagged") != "no" {
-			w.Header().Set("Surrogate-Key", "catalogue product-1")
+			w.Header().Set("Surrogate-Key", "catalogue")
 		}
 		fmt.Fprintf(w, "page %s with a body of some length, as pages have", r.URL.Path)
 	}))
