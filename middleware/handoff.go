@@ -26,6 +26,7 @@ type job struct {
 	done  chan result
 	prior *response // the stored response the render revalidates, or may answer in place of a failure (GraceUntil), if any
 	seen  []tagRef  // the epochs of tag records known before the render (see registerTags)
+	fwd   string    // why the render's request was forwarded, for Cache-Status: uri-miss, vary-miss, stale or request
 	// stored, called once the render is in done, waits until the cache
 	// has written it or will not, and reports which: the response says
 	// "stored" only then. nil: it is not stored.
@@ -83,16 +84,19 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
 		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
 	}
-	seen := x.seen
-	if seen == nil && rv != nil {
-		seen = rv.prior.Tags // checked before the render began (see serve)
+	seen, fwd := x.seen, x.fwd
+	if rv != nil {
+		fwd = "stale"
+		if seen == nil {
+			seen = rv.prior.Tags // checked before the render began (see serve)
+		}
 	}
 	return func(ctx context.Context) (response, error) {
 		h.mu.Lock()
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, seen: seen, stored: func() bool { return <-h.stored }}
+			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, seen: seen, fwd: fwd, stored: func() bool { return <-h.stored }}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -340,16 +344,12 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 	if res.err == nil {
 		// Cache-Status says "stored" only once the cache wrote it; the
 		// client waits for that write (or for the cache to give up on it).
-		status := statusMissNotStored
-		if j.stored != nil && j.stored() {
-			status = statusMiss
-		} else {
-			res.notStored = true
-		}
-		m.write(w, r, &res.resp, status)
+		stored := j.stored != nil && j.stored()
+		res.notStored = !stored
+		m.write(w, r, &res.resp, missStatus(j.fwd, res.status, stored))
 	} else if errors.As(res.err, new(errFailedGraceful)) {
 		// Nothing was sent: the stored response answers (see render).
-		m.write(w, r, j.prior, statusStale)
+		m.write(w, r, j.prior, graceStatus(res.status))
 	} // else it was passed through to pw already
 	return res
 }

@@ -128,7 +128,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 	}
 	if reason != "" {
-		m.setStatus(w.Header(), statusBypass)
+		m.setStatus(w.Header(), bypassStatus(reason))
 		if m.o.NoInvalidation || safeMethod(r.Method) {
 			next.ServeHTTP(w, r)
 			return outcome{kind: EventBypass, reason: reason}
@@ -143,7 +143,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			// A new render of a range for this client alone: the
 			// handler answers it, as without the cache; nothing is
 			// stored (a render for the cache is made without Range).
-			m.setStatus(w.Header(), statusBypass)
+			m.setStatus(w.Header(), status{x: "BYPASS", fwd: "request", detail: "range"})
 			next.ServeHTTP(w, r)
 			return outcome{kind: EventBypass, reason: "range request with the client's no-cache"}
 		}
@@ -161,6 +161,7 @@ type exchange struct {
 	base  string   // r's base key (see baseKey)
 	route string   // r's Event.Route
 	seen  []tagRef // the epochs of the tags of a purged page r found, for its render (see registerTags)
+	fwd   string   // Cache-Status fwd of a render for r: uri-miss, or vary-miss when its URL has a stored response with Vary
 }
 
 // step is what a step of serve leaves to do.
@@ -184,8 +185,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for attempt := 0; attempt < 4; attempt++ {
 		vary, gen := m.vary.get(base)
 		key := base
+		x.fwd = "uri-miss"
 		if len(vary) > 0 {
-			key = variantKey(generationBase(base, gen), vary, r)
+			key, x.fwd = variantKey(generationBase(base, gen), vary, r), "vary-miss"
 		}
 		p, current := m.find(r.Context(), base, key, vary, gen)
 		if !current {
@@ -217,7 +219,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			break
 		}
 	}
-	m.setStatus(w.Header(), statusBypass)
+	m.setStatus(w.Header(), status{x: "BYPASS", fwd: "vary-miss", detail: "no-variant"})
 	next.ServeHTTP(w, r)
 	return outcome{kind: EventBypass, reason: "no stored variant matches the request"}
 }
@@ -277,7 +279,7 @@ func (m *Middleware) throughCache(x *exchange, key string, vary []string, p *pee
 	if l.res.err != nil {
 		// The render failed, could not be stored, or took longer than
 		// WaitTimeout: render for this request alone.
-		m.setStatus(w.Header(), statusBypass)
+		m.setStatus(w.Header(), status{x: "BYPASS", fwd: x.fwd, detail: "unshared"})
 		x.next.ServeHTTP(w, r)
 		return unshared(l.res.err), stepDone
 	}
@@ -316,7 +318,7 @@ func (m *Middleware) loaded(x *exchange, key string, resp *response) (outcome, s
 		m.write(x.w, x.r, resp, statusStale)
 		return outcome{kind: EventStale}, stepDone
 	}
-	m.write(x.w, x.r, resp, statusHit)
+	m.write(x.w, x.r, resp, collapsedStatus(x.fwd))
 	return outcome{kind: EventHit}, stepDone
 }
 

@@ -203,3 +203,30 @@ func TestParseHTTPDate(t *testing.T) {
 		t.Errorf("asctime with a one-digit day: %v, %v", got, ok)
 	}
 }
+
+// TestCacheStatus_ttl: the ttl is the remaining freshness in whole
+// seconds, rounded down: negative from the first millisecond past it,
+// and none for a response that is never fresh (no-cache).
+func TestCacheStatus_ttl(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	for _, tt := range []struct {
+		fresh time.Duration
+		want  string
+	}{
+		{1500 * time.Millisecond, "stampede; hit; ttl=1"},
+		{999 * time.Millisecond, "stampede; hit; ttl=0"},
+		{0, "stampede; hit; ttl=0"},
+		{-time.Millisecond, "stampede; hit; ttl=-1"},
+		{-1000 * time.Millisecond, "stampede; hit; ttl=-1"},
+		{-1001 * time.Millisecond, "stampede; hit; ttl=-2"},
+	} {
+		resp := &response{Stored: now.Add(-time.Hour).UnixMilli(), FreshUntil: now.Add(tt.fresh).UnixMilli()}
+		if got := statusHit.cacheStatus(resp, now); got != tt.want {
+			t.Errorf("fresh for %v: %q, want %q", tt.fresh, got, tt.want)
+		}
+	}
+	never := &response{Stored: now.UnixMilli(), FreshUntil: now.UnixMilli()}
+	if got := missStatus("stale", 304, true).cacheStatus(never, now); got != "stampede; fwd=stale; fwd-status=304; stored" {
+		t.Errorf("a no-cache response: %q", got)
+	}
+}

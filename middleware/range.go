@@ -51,7 +51,7 @@ func ranged(r *http.Request) bool {
 // writeRange answers r, a GET with Range, with its range of resp (a 206
 // or a 416), and reports whether it did; otherwise write serves resp
 // whole, or a 304. See the comment above.
-func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, status string) bool {
+func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, st status) bool {
 	if resp.Status != http.StatusOK || len(resp.Body) == 0 || resp.Header["Content-Range"] != nil ||
 		notModified(r, resp.Header) || !ifRange(r.Header["If-Range"], resp.Header) {
 		return false
@@ -63,12 +63,12 @@ func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *re
 		return false
 	case rangeUnsatisfiable:
 		h := w.Header()
-		m.setStatus(h, status)
+		m.putStatus(h, st, make([]string, 0, 2), resp)
 		h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 		h.Set("Content-Length", "0")
 		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
 	default:
-		m.writePart(w, resp, start, end, status)
+		m.writePart(w, resp, start, end, st)
 	}
 	return true
 }
@@ -112,14 +112,14 @@ func (d *rangeRender) Write([]byte) (int, error) { return 0, errRangeRender }
 
 // writePart answers with bytes start to end (inclusive, within the body)
 // of resp, a stored 200, as a 206, with the status header status.
-func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64, status string) {
+func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64, st status) {
 	h := w.Header()
 	// resp is shared (see response): w gets copies.
 	for k, vs := range resp.Header {
 		h[k] = slices.Clone(vs)
 	}
 	h.Set("Age", strconv.FormatInt(max(0, m.now().UnixMilli()-resp.Stored)/1000, 10))
-	m.setStatus(h, status)
+	m.putStatus(h, st, make([]string, 0, 2), resp)
 	size := int64(len(resp.Body))
 	h.Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end, 10)+"/"+strconv.FormatInt(size, 10))
 	h.Set("Content-Length", strconv.FormatInt(end-start+1, 10))

@@ -207,7 +207,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	rec := newRecorder(w, m.limit)
 	rec.revalidating = revalidating
 	rec.onPass = func(h http.Header) {
-		m.setStatus(h, statusBypass)
+		m.setStatus(h, status{x: "BYPASS", fwd: "miss", fwdStatus: rec.status, detail: "not-stored"})
 		giveToClient(rr.Context()) // the response is its client's alone now
 	}
 	requested := m.now()
@@ -335,7 +335,7 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 	// Nobody waits for this render: it lives and dies with its client.
 	// It is stored before its answer goes out (see renderFor), which then
 	// says whether it was.
-	j := &job{ctx: r.Context(), done: make(chan result, 1)}
+	j := &job{ctx: r.Context(), done: make(chan result, 1), fwd: "request"}
 	var err error
 	j.stored = func() bool {
 		res := <-j.done

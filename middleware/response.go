@@ -128,8 +128,8 @@ func storedSize(r *http.Request, rec *recorder) int {
 // "If-None-Match: *" must not turn a stored 404 into a 304. If-Match and
 // If-Unmodified-Since are left to the origin, which RFC 9110 13.1.1 and
 // 13.1.4 allow a cache.
-func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *response, status string) {
-	if ranged(r) && m.writeRange(w, r, resp, status) {
+func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *response, st status) {
+	if ranged(r) && m.writeRange(w, r, resp, st) {
 		return // a 206 or a 416: see range.go
 	}
 	// resp is shared (see response): w gets copies of its header values,
@@ -150,7 +150,7 @@ func (m *Middleware) write(w http.ResponseWriter, r *http.Request, resp *respons
 	age := max(0, m.now().UnixMilli()-resp.Stored) / 1000
 	vals = append(vals, strconv.FormatInt(age, 10))
 	h["Age"] = vals[len(vals)-1 : len(vals) : len(vals)]
-	m.putStatus(h, status, vals[len(vals):])
+	m.putStatus(h, st, vals[len(vals):], resp)
 	if resp.Status >= 200 && resp.Status < 300 && notModified(r, resp.Header) {
 		h.Del("Content-Length")
 		w.WriteHeader(http.StatusNotModified)
@@ -203,49 +203,124 @@ func noneMatch(fields []string, etag string) bool {
 	return false
 }
 
-func (m *Middleware) setStatus(h http.Header, status string) {
-	m.putStatus(h, status, make([]string, 0, 2))
+func (m *Middleware) setStatus(h http.Header, st status) {
+	m.putStatus(h, st, make([]string, 0, 2), nil)
 }
 
-// putStatus sets the status header and Cache-Status in h, with their
-// values in room (capacity 2, length 0), which it takes over.
-func (m *Middleware) putStatus(h http.Header, status string, room []string) {
+// putStatus sets the status header and Cache-Status in h for st, and the
+// ttl of resp when it is set, with their values in room (capacity 2,
+// length 0), which it takes over.
+func (m *Middleware) putStatus(h http.Header, st status, room []string, resp *response) {
 	if m.statusHeader != "-" {
-		if status == statusMissNotStored {
-			room = append(room, statusMiss)
-		} else {
-			room = append(room, status)
-		}
+		room = append(room, st.x)
 		h[m.statusHeader] = room[len(room)-1 : len(room) : len(room)]
 	}
-	var detail string
-	switch status {
-	case statusHit:
-		detail = "stampede; hit"
-	case statusStale:
-		detail = "stampede; hit; fwd=stale"
-	case statusMiss:
-		detail = "stampede; fwd=miss; stored"
-	case statusMissNotStored:
-		detail = "stampede; fwd=miss"
-	default:
-		detail = "stampede; fwd=bypass"
-	}
-	room = append(room, detail)
+	room = append(room, st.cacheStatus(resp, m.now()))
 	h["Cache-Status"] = room[len(room)-1 : len(room) : len(room)]
 }
 
-// Values of the status header.
-const (
-	statusHit    = "HIT"
-	statusStale  = "STALE"
-	statusMiss   = "MISS"
-	statusBypass = "BYPASS"
-	// statusMissNotStored is a MISS whose render the cache did not
-	// write: the status header says MISS, Cache-Status leaves out
-	// "stored".
-	statusMissNotStored = "MISS (not stored)"
+// status is what a response says of how the middleware answered it: the
+// status header (Options.StatusHeader) and Cache-Status (RFC 9211).
+type status struct {
+	x         string // the status header: HIT, STALE, MISS or BYPASS
+	fwd       string // Cache-Status fwd; "" for a hit
+	fwdStatus int    // the status of the render that answered, if this request's
+	stored    bool   // the render that answered is stored
+	collapsed bool   // answered by another request's render
+	detail    string // a token
+}
+
+// The status header's values, and the statuses that need nothing more.
+var (
+	statusHit = status{x: "HIT"}
+	// statusStale is a stored response served stale while one render
+	// refreshes it: a hit (this request was not forwarded), its ttl
+	// negative.
+	statusStale  = status{x: "STALE"}
+	statusBypass = status{x: "BYPASS", fwd: "bypass"}
 )
+
+// missStatus is the status of a response that this request's render
+// made, forwarded for fwd, with the render's status code.
+func missStatus(fwd string, code int, stored bool) status {
+	return status{x: "MISS", fwd: fwd, fwdStatus: code, stored: stored}
+}
+
+// collapsedStatus is the status of a response that another request's
+// render made, while this one, forwarded for fwd, waited for it.
+func collapsedStatus(fwd string) status { return status{x: "HIT", fwd: fwd, collapsed: true} }
+
+// graceStatus is the status of a stored response served in place of a
+// render that failed (Freshness.StaleIfError) with code (0: unknown, in
+// another process).
+func graceStatus(code int) status {
+	return status{x: "STALE", fwd: "stale", fwdStatus: code, detail: "stale-if-error"}
+}
+
+// bypassStatus is the status of a request the cache did not handle, for
+// reason (see bypass): fwd=method for a method the cache never answers,
+// otherwise fwd=bypass with the reason as a detail.
+func bypassStatus(reason string) status {
+	if reason == "method" {
+		return status{x: "BYPASS", fwd: "method"}
+	}
+	return status{x: "BYPASS", fwd: "bypass", detail: bypassDetails[reason]}
+}
+
+// bypassDetails are the Cache-Status details of bypass's reasons.
+var bypassDetails = map[string]string{
+	"authorization":              "authorization",
+	"cookie":                     "cookie",
+	"range on HEAD":              "range-on-head",
+	"upgrade":                    "upgrade",
+	"request body":               "request-body",
+	"opaque or user-info target": "target",
+	"no-store":                   "request-no-store",
+	"no key for the request":     "no-key",
+}
+
+// cacheStatus is st's Cache-Status value, with the ttl of resp (its
+// remaining freshness lifetime at now, in whole seconds, negative once
+// stale) when it is set.
+func (st status) cacheStatus(resp *response, now time.Time) string {
+	if st.fwd == "" && resp == nil {
+		return "stampede; hit"
+	}
+	b := make([]byte, 0, 80)
+	b = append(b, "stampede"...)
+	if st.fwd == "" {
+		b = append(b, "; hit"...)
+	} else {
+		b = append(b, "; fwd="...)
+		b = append(b, st.fwd...)
+		if st.fwdStatus != 0 {
+			b = append(b, "; fwd-status="...)
+			b = strconv.AppendInt(b, int64(st.fwdStatus), 10)
+		}
+	}
+	if st.stored {
+		b = append(b, "; stored"...)
+	}
+	if st.collapsed {
+		b = append(b, "; collapsed"...)
+	}
+	if resp != nil && resp.FreshUntil > resp.Stored {
+		// Floor division: a response 0.5s past its freshness has a ttl
+		// of -1, never 0, which would say it is fresh.
+		ms := resp.FreshUntil - now.UnixMilli()
+		ttl := ms / 1000
+		if ms < 0 && ms%1000 != 0 {
+			ttl--
+		}
+		b = append(b, "; ttl="...)
+		b = strconv.AppendInt(b, ttl, 10)
+	}
+	if st.detail != "" {
+		b = append(b, "; detail="...)
+		b = append(b, st.detail...)
+	}
+	return string(b)
+}
 
 func (resp *response) fresh(now time.Time) bool { return now.UnixMilli() < resp.FreshUntil }
 

@@ -55,10 +55,10 @@ func TestMiddleware_statusHeaders(t *testing.T) {
 				method, status, cacheStatus, age string
 				advance                          time.Duration
 			}{
-				{"GET", "MISS", "stampede; fwd=miss; stored", "0", 0},
-				{"GET", "HIT", "stampede; hit", "7", 7 * time.Second},
-				{"GET", "HIT", "stampede; hit", "12", 5500 * time.Millisecond},
-				{"POST", "BYPASS", "stampede; fwd=bypass", "", 0},
+				{"GET", "MISS", "stampede; fwd=uri-miss; fwd-status=200; stored; ttl=60", "0", 0},
+				{"GET", "HIT", "stampede; hit; ttl=53", "7", 7 * time.Second},
+				{"GET", "HIT", "stampede; hit; ttl=47", "12", 5500 * time.Millisecond},
+				{"POST", "BYPASS", "stampede; fwd=method", "", 0},
 			}
 			for _, st := range steps {
 				b.clock.Advance(st.advance)
@@ -152,4 +152,62 @@ func TestMiddleware_etag(t *testing.T) {
 		b.get(t, "/gen", "If-None-Match", tag).check(t, 304, "HIT", "")
 		b.get(t, "/gen2", "If-None-Match", tag).check(t, 200, "HIT", other.body)
 	})
+}
+
+// TestMiddleware_cacheStatus: Cache-Status (RFC 9211) says how each
+// response was answered: a render for a URL without a stored response
+// (uri-miss) or for one whose stored responses vary on other values
+// (vary-miss), with the render's status, stored or not and why not; a
+// request that waited for another's render (collapsed); a client's
+// no-cache (request); a request the cache does not handle (bypass, with
+// the reason); and the response's remaining freshness (ttl).
+func TestMiddleware_cacheStatus(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 30*time.Second)
+	gate := newRenderGate(ctx, 3)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := gate.next()
+		switch r.URL.Path {
+		case "/v":
+			w.Header().Set("Vary", "Accept-Language")
+		case "/private":
+			w.Header().Set("Cache-Control", "private")
+		}
+		fmt.Fprintf(w, "render %d", n)
+	})
+	b := newTestBed(t, s, h, &bedOptions{procs: 2, mw: &middleware.Options{AllowNoCache: true}})
+	status := func(r reply) string { return r.header.Get("Cache-Status") }
+	want := func(what string, r reply, xcache, cs string) {
+		t.Helper()
+		if r.cache() != xcache || status(r) != cs {
+			t.Errorf("%s: X-Cache %s, Cache-Status %q; want %s, %q", what, r.cache(), status(r), xcache, cs)
+		}
+	}
+	want("first render of a URL", b.get(t, "/v", "Accept-Language", "en"), "MISS", "stampede; fwd=uri-miss; fwd-status=200; stored; ttl=60")
+	want("a variant not stored yet", b.get(t, "/v", "Accept-Language", "nl"), "MISS", "stampede; fwd=vary-miss; fwd-status=200; stored; ttl=60")
+	b.clock.Advance(1500 * time.Millisecond)
+	want("a hit", b.get(t, "/v", "Accept-Language", "nl"), "HIT", "stampede; hit; ttl=58")
+
+	first := b.goSend(ctx, http.MethodGet, "/c", procHeader, "0")
+	redistest.Recv(t, ctx, gate.started, "the render of /c")
+	waiter := b.goSend(ctx, http.MethodGet, "/c", procHeader, "1")
+	redistest.WaitFor(t, ctx, "the other process waiting", func() bool { return b.caches[1].Stats().Waits >= 1 })
+	gate.open()
+	for i, ch := range []<-chan sent{first, waiter} {
+		got := redistest.Recv(t, ctx, ch, "an answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if i == 0 {
+			want("the render", got.reply, "MISS", "stampede; fwd=uri-miss; fwd-status=200; stored; ttl=60")
+		} else {
+			want("a waiter", got.reply, "HIT", "stampede; fwd=uri-miss; collapsed; ttl=60")
+		}
+	}
+
+	want("a client's no-cache", b.get(t, "/c", "Cache-Control", "no-cache"), "MISS", "stampede; fwd=request; fwd-status=200; stored; ttl=60")
+	want("a response not stored", b.get(t, "/private"), "BYPASS", "stampede; fwd=miss; fwd-status=200; detail=not-stored")
+	want("a request with a cookie", b.get(t, "/c", "Cookie", "s=1"), "BYPASS", "stampede; fwd=bypass; detail=cookie")
+	want("a request with credentials", b.get(t, "/c", "Authorization", "Bearer x"), "BYPASS", "stampede; fwd=bypass; detail=authorization")
+	want("an unsafe method", b.do(t, http.MethodDelete, "/c"), "BYPASS", "stampede; fwd=method")
 }

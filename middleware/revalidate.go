@@ -171,13 +171,13 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 		// The revalidation failed (here or in another process), or
 		// took longer than WaitTimeout, within prior's grace
 		// (Freshness.StaleIfError): prior answers.
-		m.write(w, r, prior, statusStale)
+		m.write(w, r, prior, graceStatus(0))
 		return outcome{kind: EventStale, reason: "the revalidation failed; served stale (Freshness.StaleIfError)"}, false
 	}
 	if err := l.res.err; err != nil {
 		// The revalidation failed, or took longer than WaitTimeout:
 		// render for this request alone.
-		m.setStatus(w.Header(), statusBypass)
+		m.setStatus(w.Header(), status{x: "BYPASS", fwd: "stale", detail: "unshared"})
 		x.next.ServeHTTP(w, r)
 		return unshared(err), false
 	}
@@ -190,7 +190,7 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
 		// Fresh, or the very response the revalidation this request
 		// waited for stored (a no-cache one is never fresh).
-		m.write(w, r, &cur, statusHit)
+		m.write(w, r, &cur, collapsedStatus("stale"))
 		return outcome{kind: EventHit}, false
 	}
 	return outcome{}, true

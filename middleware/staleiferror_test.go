@@ -48,8 +48,8 @@ func TestMiddleware_staleIfErrorOption(t *testing.T) {
 			}
 			r := b.get(t, "/e")
 			r.check(t, 200, "STALE", "body-1")
-			if got := r.header.Get("Cache-Status"); got != "stampede; hit; fwd=stale" {
-				t.Errorf("Cache-Status %q, want a stale hit", got)
+			if got := r.header.Get("Cache-Status"); got != "stampede; fwd=stale; fwd-status=502; ttl=-1; detail=stale-if-error" {
+				t.Errorf("Cache-Status %q, want the stored response served in place of the render's 502", got)
 			}
 			if n := o.renders.Load(); n != 2 {
 				t.Errorf("%d renders, want 2: the stale response is served only after a render failed", n)
