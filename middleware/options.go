@@ -277,7 +277,7 @@ type KeyPolicy struct {
 // origin, such as a caching reverse proxy (examples/proxy): what the
 // published shared caches are set to, and the configuration the public
 // HTTP cache test suite is scored with (docs/http-cache-tests.md). It
-// sets seven fields and leaves every other at its default:
+// sets eight fields and leaves every other at its default:
 //
 //   - Freshness.Explicit: only responses that say how long they are fresh
 //     are stored, with any final status RFC 9111 allows;
@@ -292,6 +292,8 @@ type KeyPolicy struct {
 //   - Targeted CDN-Cache-Control: the origin's CDN-Cache-Control
 //     (RFC 9213) comes before its Cache-Control;
 //   - SurrogateControl: the origin's Surrogate-Control is honoured;
+//   - Tags.Headers Surrogate-Key and Cache-Tag: the origin's tags
+//     register its pages for PurgeTag, and are not passed on;
 //   - AllowNoCache: a client's no-cache forces a render;
 //   - CacheRequestsWithCookies: requests with cookies are cached.
 //
@@ -308,6 +310,7 @@ func SharedOptions() *Options {
 		Freshness:                FreshnessPolicy{Explicit: true, Heuristic: 0.1, RevalidateNoCache: true, StaleIfError: 10 * time.Minute},
 		Targeted:                 []string{"CDN-Cache-Control"},
 		SurrogateControl:         true,
+		Tags:                     TagPolicy{Headers: []string{"Surrogate-Key", "Cache-Tag"}},
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,
 	}

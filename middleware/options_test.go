@@ -280,6 +280,7 @@ func TestSharedOptions(t *testing.T) {
 
 		SurrogateControl: true,
 		Targeted:         []string{"CDN-Cache-Control"},
+		Tags:             middleware.TagPolicy{Headers: []string{"Surrogate-Key", "Cache-Tag"}},
 
 		AllowNoCache:             true,
 		CacheRequestsWithCookies: true,

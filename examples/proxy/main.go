@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,7 +50,7 @@ import (
 type config struct {
 	origin, listen, redisURL, namespace string
 	opts                                middleware.Options // without Logger
-	debug                               bool
+	debug, purge                        bool
 }
 
 func main() {
@@ -101,15 +102,16 @@ func parseFlags(args []string) (config, error) {
 		return err
 	})
 	fs.Func("targeted", "comma-separated targeted cache-control fields (RFC 9213) to obey before Cache-Control, first first (preset: CDN-Cache-Control; \"\": none)", func(v string) error {
-		var names []string
-		for n := range strings.SplitSeq(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
+		names := splitList(v)
 		changes = append(changes, func(o *middleware.Options) { o.Targeted = names })
 		return nil
 	})
+	fs.Func("tags", "comma-separated response fields that tag pages for purging, removed from what clients get (preset: Surrogate-Key,Cache-Tag; \"\": none)", func(v string) error {
+		names := splitList(v)
+		changes = append(changes, func(o *middleware.Options) { o.Tags.Headers = names })
+		return nil
+	})
+	fs.BoolVar(&cfg.purge, "purge", false, "accept PURGE requests (of a URL, or of the tags their Surrogate-Key or Cache-Tag lists) whose X-Purge-Key header is the secret in the environment variable PURGE_KEY")
 	field("surrogate-control", "honour the origin's Surrogate-Control (max-age, no-store) before Cache-Control's freshness", func(o *middleware.Options) *bool { return &o.SurrogateControl })
 	field("revalidate-no-cache", "store responses with Cache-Control: no-cache and an ETag or Last-Modified, revalidated with the origin on every use", func(o *middleware.Options) *bool { return &o.Freshness.RevalidateNoCache })
 	field("allow-no-cache", "let a request's Cache-Control: no-cache force a new render (anybody can then force renders)", func(o *middleware.Options) *bool { return &o.AllowNoCache })
@@ -125,7 +127,27 @@ func parseFlags(args []string) (config, error) {
 	for _, change := range changes {
 		change(&cfg.opts)
 	}
+	if cfg.purge {
+		key := os.Getenv("PURGE_KEY")
+		if key == "" {
+			return cfg, errors.New("-purge: set the environment variable PURGE_KEY to the secret a PURGE request must send in X-Purge-Key")
+		}
+		cfg.opts.Purge = &middleware.PurgePolicy{Authorize: func(r *http.Request) bool {
+			return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Purge-Key")), []byte(key)) == 1
+		}}
+	}
 	return cfg, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty names.
+func splitList(v string) []string {
+	var names []string
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 func run(ctx context.Context, cfg config) error {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,6 +108,10 @@ func TestParseFlags(t *testing.T) {
 			*o = preset
 			o.Targeted = nil
 		}},
+		{"own tag field", []string{"-tags", "Xkey"}, func(o *middleware.Options) {
+			*o = preset
+			o.Tags.Headers = []string{"Xkey"}
+		}},
 		{"preset less one", []string{"-cache-cookies=false", "-stale-ttl", "30s"}, func(o *middleware.Options) {
 			*o = preset
 			o.CacheRequestsWithCookies, o.Freshness.Stale = false, 30*time.Second
@@ -126,5 +131,26 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("parseFlags(%q).opts = %+v, want %+v", tt.args, cfg.opts, want)
 			}
 		})
+	}
+}
+
+// TestParseFlags_purge: -purge accepts a PURGE only with the secret of
+// PURGE_KEY in X-Purge-Key, and refuses to start without one.
+func TestParseFlags_purge(t *testing.T) {
+	t.Setenv("PURGE_KEY", "")
+	if _, err := parseFlags([]string{"-purge"}); err == nil || !strings.Contains(err.Error(), "PURGE_KEY") {
+		t.Fatalf("-purge without PURGE_KEY: %v", err)
+	}
+	t.Setenv("PURGE_KEY", "s3cret")
+	cfg, err := parseFlags([]string{"-purge"})
+	if err != nil || cfg.opts.Purge == nil {
+		t.Fatalf("-purge: %v, %+v", err, cfg.opts.Purge)
+	}
+	for key, want := range map[string]bool{"s3cret": true, "s3cre": false, "": false, "s3cret ": false} {
+		r := httptest.NewRequest("PURGE", "/x", nil)
+		r.Header.Set("X-Purge-Key", key)
+		if got := cfg.opts.Purge.Authorize(r); got != want {
+			t.Errorf("X-Purge-Key %q: authorised %v, want %v", key, got, want)
+		}
 	}
 }
