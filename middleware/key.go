@@ -383,46 +383,6 @@ func headerValue(h http.Header, name string) string {
 	return b.String()
 }
 
-// varyValue is headerValue for a field a response varies on, normalised
-// where the field's syntax makes forms equivalent: Accept-Language on one
-// line is a comma-separated list of language ranges, which are
-// case-insensitive (RFC 9110 12.5.4, RFC 4647 2.1), so its letters are
-// lower-cased and the whitespace around its commas dropped ("eN , De" is
-// "en,de"). Other fields are compared as sent: for a field it does not
-// know, the middleware cannot tell whether spaces or case matter to the
-// handler, and serving one client's render to another whose value only
-// looks the same would be a poisoning.
-func varyValue(h http.Header, name string) string {
-	v := headerValue(h, name)
-	if name != "Accept-Language" || v == "" || v[0] == ' ' {
-		return v // several lines (or a control character) are compared as they are
-	}
-	if !needsNormalising(v) {
-		return v // no allocation
-	}
-	parts := strings.Split(strings.ToLower(v), ",")
-	for i, p := range parts {
-		parts[i] = strings.Trim(p, " \t")
-	}
-	return strings.Join(parts, ",")
-}
-
-// needsNormalising reports whether v, an Accept-Language line, has an
-// upper-case letter or whitespace next to a comma.
-func needsNormalising(v string) bool {
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c >= 'A' && c <= 'Z':
-			return true
-		case c == ',' && (i > 0 && isOWS(v[i-1]) || i+1 < len(v) && isOWS(v[i+1])):
-			return true
-		}
-	}
-	return false
-}
-
-func isOWS(c byte) bool { return c == ' ' || c == '\t' }
-
 // hasControl reports whether s has an ASCII control character.
 func hasControl(s string) bool {
 	for i := 0; i < len(s); i++ {

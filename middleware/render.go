@@ -167,7 +167,7 @@ func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Tim
 	vary, _ := parseVary(rec.header)
 	values := make([]string, len(vary))
 	for i, name := range vary {
-		values[i] = varyValue(r.Header, name)
+		values[i] = headerValue(r.Header, name)
 	}
 	// Stored is when the response's age was 0: its age is counted from
 	// there (Age on every answer), and so is its lifetime.

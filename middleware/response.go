@@ -92,7 +92,7 @@ func (resp *response) matches(r *http.Request) bool {
 		return false
 	}
 	for i, name := range resp.Vary {
-		if varyValue(r.Header, name) != resp.VaryValues[i] {
+		if headerValue(r.Header, name) != resp.VaryValues[i] {
 			return false
 		}
 	}
@@ -115,7 +115,7 @@ func storedSize(r *http.Request, rec *recorder) int {
 	}
 	vary, _ := parseVary(rec.header)
 	for _, name := range vary {
-		n += 2*(len(name)+perString) + len(varyValue(r.Header, name))
+		n += 2*(len(name)+perString) + len(headerValue(r.Header, name))
 	}
 	return n
 }

@@ -102,7 +102,7 @@ func variantKey(base string, vary []string, r *http.Request) string {
 		b.WriteString("\nvary ")
 		b.WriteString(name)
 		b.WriteString(": ")
-		b.WriteString(varyValue(r.Header, name))
+		b.WriteString(headerValue(r.Header, name))
 	}
 	return b.String()
 }

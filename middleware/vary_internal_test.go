@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,40 +44,5 @@ func TestVaryIndex_boundedKeys(t *testing.T) {
 	v.put(long, nil, 0)
 	if got, _ := v.get(long); got != nil {
 		t.Errorf("after put(long, nil): %q", got)
-	}
-}
-
-// TestVaryValue: Accept-Language values that differ only in letter case
-// or in the whitespace around commas select the same variant; other
-// fields, several lines and different ranges do not.
-func TestVaryValue(t *testing.T) {
-	same := func(name string, a, b []string) bool {
-		return varyValue(http.Header{name: a}, name) == varyValue(http.Header{name: b}, name)
-	}
-	for _, tt := range []struct {
-		name string
-		a, b []string
-		want bool
-	}{
-		{"Accept-Language", []string{"en, de"}, []string{"eN, De"}, true},
-		{"Accept-Language", []string{"en, de"}, []string{" en ,   de"}, true},
-		{"Accept-Language", []string{"en-US,de;q=0.5"}, []string{"EN-us , de;Q=0.5"}, true},
-		{"Accept-Language", []string{"en, de"}, []string{"de, en"}, false},
-		{"Accept-Language", []string{"en"}, []string{"en-GB"}, false},
-		{"Accept-Language", []string{"en, de"}, []string{"en", "de"}, false}, // lines are compared as they are
-		{"Foo", []string{"1,2"}, []string{" 1, 2 "}, false},
-		{"Foo", []string{"a"}, []string{"A"}, false},
-		{"Foo", []string{" a "}, []string{"a"}, true}, // OWS around a field value is no part of it
-	} {
-		if got := same(tt.name, tt.a, tt.b); got != tt.want {
-			t.Errorf("%s: %q and %q the same: %v, want %v (%q, %q)", tt.name, tt.a, tt.b, got, tt.want,
-				varyValue(http.Header{tt.name: tt.a}, tt.name), varyValue(http.Header{tt.name: tt.b}, tt.name))
-		}
-	}
-	for _, v := range []string{"en, DE", " a ,b", "x", ",", ", ,"} {
-		once := varyValue(http.Header{"Accept-Language": {v}}, "Accept-Language")
-		if twice := varyValue(http.Header{"Accept-Language": {once}}, "Accept-Language"); twice != once {
-			t.Errorf("%q normalises to %q, then to %q", v, once, twice)
-		}
 	}
 }
