@@ -1,6 +1,7 @@
 package cache_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -26,26 +27,8 @@ func TestEngine_SetIfUnchanged(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := testCtx(t)
-				opts := &cache.Options{Namespace: namespace(t)}
-				var c *cache.Cache
-				if near {
-					opts = nearOpts(t)
-					c = nearCache(t, s, opts)
-				} else {
-					c = newCacheOn(t, s.Client(t), opts)
-				}
-				other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
-				seen := func() []byte {
-					t.Helper()
-					_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
-					if err != nil {
-						t.Fatal(err)
-					}
-					if f.Raw == nil {
-						t.Fatal("Peek returned no stored entry")
-					}
-					return f.Raw
-				}
+				c, other := enginePair(t, s, near)
+				seen := func() []byte { return peekRaw(t, ctx, c) }
 				get := func(want string) {
 					t.Helper()
 					v, err := cache.Get[string](ctx, other, "k")
@@ -164,23 +147,8 @@ func TestEngine_Peek(t *testing.T) {
 func TestEngine_DeleteIfUnchanged(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		opts := &cache.Options{Namespace: namespace(t)}
-		var c *cache.Cache
-		if s.Kind != redistest.Miniredis {
-			opts = nearOpts(t)
-			c = nearCache(t, s, opts)
-		} else {
-			c = newCacheOn(t, s.Client(t), opts)
-		}
-		other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
-		seen := func() []byte {
-			t.Helper()
-			_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
-			if err != nil || f.Raw == nil {
-				t.Fatalf("Peek: %v, entry %q", err, f.Raw)
-			}
-			return f.Raw
-		}
+		c, other := enginePair(t, s, s.Kind != redistest.Miniredis)
+		seen := func() []byte { return peekRaw(t, ctx, c) }
 		if err := cache.Set(ctx, c, "k", "v1"); err != nil {
 			t.Fatal(err)
 		}
@@ -214,4 +182,28 @@ func TestEngine_DeleteIfUnchanged(t *testing.T) {
 			t.Fatalf("second delete: %v; want engine.ErrChanged", err)
 		}
 	})
+}
+
+// enginePair returns a Cache (with a near cache if near) and another on
+// the same namespace, for the Engine tests.
+func enginePair(t *testing.T, s *redistest.Server, near bool) (c, other *cache.Cache) {
+	t.Helper()
+	opts := &cache.Options{Namespace: namespace(t)}
+	if near {
+		opts = nearOpts(t)
+		c = nearCache(t, s, opts)
+	} else {
+		c = newCacheOn(t, s.Client(t), opts)
+	}
+	return c, newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace})
+}
+
+// peekRaw is the entry a Peek of "k" finds in c, as stored.
+func peekRaw(t *testing.T, ctx context.Context, c *cache.Cache) []byte {
+	t.Helper()
+	_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
+	if err != nil || f.Raw == nil {
+		t.Fatalf("Peek: %v, entry %q", err, f.Raw)
+	}
+	return f.Raw
 }

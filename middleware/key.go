@@ -35,7 +35,11 @@ import (
 // or with user information: such requests bypass the cache.
 func (m *Middleware) baseKey(r *http.Request) (key string, ok bool) {
 	if m.o.Keys.Func != nil {
-		return m.o.Keys.Func(r)
+		key, ok := m.o.Keys.Func(r)
+		if strings.HasPrefix(key, tagKeyPrefix) {
+			return "", false // the records of tags (see tagKey) are never a page
+		}
+		return key, ok
 	}
 	if key, ok := m.quickKey(r); ok {
 		return key, true

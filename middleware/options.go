@@ -244,7 +244,8 @@ type KeyPolicy struct {
 	// query parameters the handler sees when it renders for the cache.
 	// Set a Middleware with its own Func on a route to bound the
 	// entries that route can make (e.g. key on the route's pattern and
-	// one parameter). Default: nil.
+	// one parameter). A key that begins with "tag\n" (the records of
+	// Options.Tags) bypasses the cache. Default: nil.
 	Func func(r *http.Request) (key string, ok bool)
 
 	// IgnoreQuery names query parameters left out of the key (e.g.

@@ -94,9 +94,13 @@ type tagStamp struct {
 	PurgedAt int64    // Unix ms of the last purge, by the purging process's clock; 0: none
 }
 
-// tagKey is the cache key of tag's record. Page keys begin with a method
-// ("GET "), so the two never meet (Keys.Func keys must not begin so).
-func tagKey(tag string) string { return "tag\n" + tag }
+// tagKeyPrefix begins the cache key of every tag's record. Page keys
+// begin with a method ("GET "), and a Keys.Func key that begins so
+// bypasses the cache, so the two never meet.
+const tagKeyPrefix = "tag\n"
+
+// tagKey is the cache key of tag's record.
+func tagKey(tag string) string { return tagKeyPrefix + tag }
 
 // validTag says what is wrong with tag as a tag, or "".
 func validTag(tag string) string {

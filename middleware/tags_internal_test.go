@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -86,4 +87,28 @@ func FuzzParseTags(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBaseKey_funcNotATag: a Keys.Func key is used as it is, but one that
+// begins as the records of tags do bypasses: no page can be stored over
+// a tag's record, nor a record read as a page.
+func TestBaseKey_funcNotATag(t *testing.T) {
+	m := &Middleware{o: Options{Keys: KeyPolicy{Func: func(r *http.Request) (string, bool) {
+		return r.URL.Query().Get("k"), true
+	}}}}
+	for _, tt := range []struct {
+		k    string
+		want string
+		ok   bool
+	}{
+		{"page-1", "page-1", true},
+		{"tag", "tag", true},
+		{"tag\nproduct-1", "", false},
+		{tagKey("x"), "", false},
+	} {
+		r, _ := http.NewRequest(http.MethodGet, "http://example.com/?k="+url.QueryEscape(tt.k), nil)
+		if key, ok := m.baseKey(r); key != tt.want || ok != tt.ok {
+			t.Errorf("Func key %q: baseKey %q, %v; want %q, %v", tt.k, key, ok, tt.want, tt.ok)
+		}
+	}
 }
