@@ -24,7 +24,7 @@ import (
 // redistest.Main): the worker processes of these tests.
 func TestMain(m *testing.M) { redistest.Main(m, workers) }
 
-var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated, "serveRevalidating": workerServeRevalidating}
+var workers = map[string]func() int{"serve": workerServe, "serveGated": workerServeGated, "serveRevalidating": workerServeRevalidating, "serveTagged": workerServeTagged}
 
 // workerServe runs the cached handler on a loopback port, prints "ready
 // <url>" and serves until killed. Each render counts itself with INCR, so

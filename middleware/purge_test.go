@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 )
@@ -347,4 +350,104 @@ func TestPurgeMethod(t *testing.T) {
 	if n := th.count("/"); n != 0 {
 		t.Errorf("the handler saw %d PURGE requests", n)
 	}
+}
+
+// workerServeTagged serves pages tagged "all" (Surrogate-Key) through a
+// middleware whose cache has a near cache, each render counted with INCR
+// across processes and saying its number; POST /_purge purges the tag
+// in this process.
+func workerServeTagged() int {
+	rc := redistest.WorkerClient()
+	defer rc.Close()
+	c, err := cache.New(rc, &cache.Options{Namespace: os.Getenv("MWTEST_NS"), Near: &cache.Near{MaxEntries: 1000}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	defer c.Close()
+	for deadline := time.Now().Add(20 * time.Second); !c.NearActive(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "worker: the near cache did not become active")
+			return 1
+		}
+	}
+	m, err := middleware.New(c, tagOptions())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	counter := os.Getenv("MWTEST_COUNTER")
+	cached := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := rc.Incr(r.Context(), counter).Result()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Surrogate-Key", "all")
+		fmt.Fprintf(w, "render %d", n)
+	}))
+	return listenAndServe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_purge" {
+			if err := m.PurgeTag(r.Context(), "all"); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+			return
+		}
+		cached.ServeHTTP(w, r)
+	}))
+}
+
+// TestPurgeTag_osProcesses: three OS processes, each with its own near
+// cache, hold a tagged page; a PurgeTag in one makes it a miss there at
+// once and gone from the other two as soon as the server's invalidation
+// reaches them, with one render for the cluster after the purge.
+func TestPurgeTag_osProcesses(t *testing.T) {
+	redistest.Long(t)
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 60*time.Second)
+		rc := s.Client(t)
+		ns, counter := "mw"+strings.ReplaceAll(redistest.Key(t, "")[5:], "/", "."), redistest.Key(t, "renders")
+		urls := spawnServers(t, ctx, s, 3, "serveTagged", "MWTEST_NS="+ns, "MWTEST_COUNTER="+counter)
+		get := func(u string) (string, string) {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/p", nil)
+			req.Host = "shop.example"
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			b, _ := io.ReadAll(res.Body)
+			if v := res.Header.Get("Surrogate-Key"); v != "" {
+				t.Errorf("the tag field reached the client: %q", v)
+			}
+			return string(b), res.Header.Get("X-Cache")
+		}
+		for _, u := range urls {
+			redistest.WaitFor(t, ctx, "a hit of render 1 at "+u, func() bool {
+				body, xc := get(u)
+				return body == "render 1" && xc == "HIT"
+			})
+		}
+		res, err := http.Post(urls[1]+"/_purge", "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("purge: %s", res.Status)
+		}
+		if body, xc := get(urls[1]); body != "render 2" || xc != "MISS" {
+			t.Errorf("the purging process after the purge: %s %q, want MISS \"render 2\"", xc, body)
+		}
+		for _, u := range []string{urls[0], urls[2]} {
+			redistest.WaitFor(t, ctx, "render 2 at "+u, func() bool {
+				body, _ := get(u)
+				return body == "render 2"
+			})
+		}
+		if n := renderCount(t, ctx, rc, counter); n != 2 {
+			t.Errorf("%d renders, want 2: one before the purge, one after it for the cluster", n)
+		}
+	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
