@@ -132,7 +132,7 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 // failed load is then not run again here.
 func (c *Cache) claimFree(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, waited verdict, waitStart time.Time) verdict {
 	if waited.claim != "" {
-		c.ann.settle(ctx, w, c.s.poll)
+		c.ann.settle(ctx, w, settleBound(c.s.poll, it.wait-time.Since(waitStart)))
 		if n, ok := w.pending(); ok {
 			if h := c.heard(ctx, k, n, waited, waitStart); h.next == answered {
 				return h
@@ -140,6 +140,22 @@ func (c *Cache) claimFree(ctx context.Context, k keys, it itemSettings, load loa
 		}
 	}
 	return c.claimMiss(ctx, k, it, load)
+}
+
+// settleMin is the least time claimFree gives the subscription's
+// connection to bring the announcements published before its read. The
+// check returns as soon as they are in (one round trip on a live
+// connection); the bound only matters when the connection is stuck, and
+// must not be the poll interval alone: a 1ms poll on a busy machine gave
+// up before the round trip came back, and the caller ran again the load
+// that had just failed elsewhere.
+const settleMin = 250 * time.Millisecond
+
+// settleBound is how long claimFree waits for the announcements before
+// its read (see settleMin): at least the poll interval, and no longer
+// than what is left of the caller's wait, unless that is less than poll.
+func settleBound(poll, left time.Duration) time.Duration {
+	return max(poll, min(settleMin, left))
 }
 
 // await waits for a notice for w, at most d. A zero notice means: read
