@@ -68,7 +68,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 		m.keyHeaders = append(m.keyHeaders, http.CanonicalHeaderKey(h))
 	}
 	for _, h := range o.Tags.Headers {
-		if ch := http.CanonicalHeaderKey(h); !containsString(m.tagHeaders, ch) {
+		if ch := http.CanonicalHeaderKey(h); !slices.Contains(m.tagHeaders, ch) {
 			m.tagHeaders = append(m.tagHeaders, ch)
 		}
 	}

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -53,19 +52,13 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "", u.User != nil:
 		return invalid("PurgeURL: %q is not an absolute http or https URL without user information", rawURL)
 	}
-	if u.Path == "" {
-		u.Path, u.RawPath = "/", ""
+	// The key of a GET of rawURL as received on its own origin: what an
+	// invalidation computes for a Location (keyFor).
+	get := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host}).WithContext(ctx)
+	if get.Header == nil {
+		get.Header = http.Header{}
 	}
-	r := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(ctx)
-	if r.Header == nil {
-		r.Header = http.Header{}
-	}
-	r.URL = &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
-	r.RequestURI = r.URL.RequestURI()
-	if u.Scheme == "https" {
-		r.TLS = &tls.ConnectionState{}
-	}
-	base, ok := m.baseKey(r)
+	base, ok := m.keyFor(get, &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/"}, rawURL)
 	if !ok {
 		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
 	}

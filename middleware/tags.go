@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -141,7 +142,7 @@ func parseTags(h http.Header, names []string) (tags []string, reason string) {
 				if why := validTag(t); why != "" {
 					return nil, "tags: " + why
 				}
-				if !containsString(tags, t) {
+				if !slices.Contains(tags, t) {
 					if len(tags) == maxTags {
 						return nil, fmt.Sprintf("tags: more than %d", maxTags)
 					}
@@ -151,15 +152,6 @@ func parseTags(h http.Header, names []string) (tags []string, reason string) {
 		}
 	}
 	return tags, ""
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // PurgeTag removes every page tagged with one of tags (see Options.Tags),
@@ -288,12 +280,11 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		}
 		refs[i] = tagRef{Name: tags[i], Epoch: g.st.Epoch}
 	}
-	for _, ref := range refs {
+	for i, ref := range refs {
 		if epochOf(seen, ref.Name) == ref.Epoch {
 			continue // no purge since before the render
 		}
-		st := gots[indexOf(tags, ref.Name)].st
-		if st.PurgedAt != 0 && began <= st.PurgedAt+m.tagSkew.Milliseconds() {
+		if st := gots[i].st; st.PurgedAt != 0 && began <= st.PurgedAt+m.tagSkew.Milliseconds() {
 			return refs, "tags: " + fmt.Sprintf("%q", ref.Name) + " was purged during the render", true
 		}
 	}
@@ -307,15 +298,6 @@ func epochOf(refs []tagRef, name string) uint64 {
 		}
 	}
 	return 0 // no record's: records draw a random epoch, 0 with probability 2^-64
-}
-
-func indexOf(list []string, s string) int {
-	for i, v := range list {
-		if v == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // tagNames returns the names of refs.
@@ -354,7 +336,7 @@ func (ts *tagStripper) strip() {
 		delete(h, n)
 	}
 	for k := range h { // set in another letter case than the canonical
-		if ck := http.CanonicalHeaderKey(k); ck != k && containsString(ts.names, ck) {
+		if ck := http.CanonicalHeaderKey(k); ck != k && slices.Contains(ts.names, ck) {
 			delete(h, k)
 		}
 	}
