@@ -302,7 +302,8 @@ func ExampleOptions_purge() {
 
 	m, err := middleware.New(c, &middleware.Options{Purge: &middleware.PurgePolicy{
 		Authorize: func(r *http.Request) bool {
-			return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Purge-Key")), []byte("s3cret")) == 1
+			vs := r.Header.Values("X-Purge-Key") // one line, the secret
+			return len(vs) == 1 && subtle.ConstantTimeCompare([]byte(vs[0]), []byte("s3cret")) == 1
 		},
 	}})
 	if err != nil {

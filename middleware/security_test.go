@@ -994,3 +994,35 @@ func (b *testBed) rawRequest(tb testing.TB, req string) reply {
 	}
 	return reply{status: res.StatusCode, header: res.Header, body: string(body)}
 }
+
+// TestSecurity_purge: purging is the application's or an authorised
+// operator's, never an anonymous client's: tag fields on a client's GET
+// tag and purge nothing; without Options.Purge a PURGE is one more unsafe
+// method (the handler answers it, and only its 2xx invalidates its own
+// URL), and tags it lists purge nothing; with it, a PURGE its Authorize
+// refuses purges nothing, however its tag field lines come.
+func TestSecurity_purge(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, withPurge := range []bool{false, true} {
+		t.Run(fmt.Sprint("Purge set: ", withPurge), func(t *testing.T) {
+			th := newTagHandler(map[string]string{"/a": "all"})
+			o := tagOptions()
+			if withPurge {
+				o.Purge = &middleware.PurgePolicy{Authorize: func(*http.Request) bool { return false }}
+			}
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "PURGE" {
+					http.Error(w, "no such method", http.StatusMethodNotAllowed)
+					return
+				}
+				th.ServeHTTP(w, r)
+			}), &bedOptions{mw: o})
+			b.get(t, "/a").check(t, 200, "MISS", "/a #1")
+			b.waitStored(t, "/a", "/a #1")
+			b.get(t, "/b", "Surrogate-Key", "all", "Cache-Tag", "all").check(t, 200, "MISS", "/b #1")
+			b.do(t, "PURGE", "/", "Surrogate-Key", "", "Surrogate-Key", "all", "Cache-Tag", "x,all")
+			b.do(t, "PURGE", "/a")
+			b.get(t, "/a").check(t, 200, "HIT", "/a #1")
+		})
+	}
+}

@@ -133,7 +133,8 @@ func parseFlags(args []string) (config, error) {
 			return cfg, errors.New("-purge: set the environment variable PURGE_KEY to the secret a PURGE request must send in X-Purge-Key")
 		}
 		cfg.opts.Purge = &middleware.PurgePolicy{Authorize: func(r *http.Request) bool {
-			return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Purge-Key")), []byte(key)) == 1
+			vs := r.Header.Values("X-Purge-Key") // exactly one line: a second is no second chance
+			return len(vs) == 1 && subtle.ConstantTimeCompare([]byte(vs[0]), []byte(key)) == 1
 		}}
 	}
 	return cfg, nil

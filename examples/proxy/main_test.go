@@ -146,11 +146,17 @@ func TestParseFlags_purge(t *testing.T) {
 	if err != nil || cfg.opts.Purge == nil {
 		t.Fatalf("-purge: %v, %+v", err, cfg.opts.Purge)
 	}
-	for key, want := range map[string]bool{"s3cret": true, "s3cre": false, "": false, "s3cret ": false} {
+	for _, tt := range []struct {
+		lines []string
+		want  bool
+	}{
+		{[]string{"s3cret"}, true}, {[]string{"s3cre"}, false}, {[]string{""}, false}, {[]string{"s3cret "}, false},
+		{nil, false}, {[]string{"guess", "s3cret"}, false}, {[]string{"s3cret", "s3cret"}, false},
+	} {
 		r := httptest.NewRequest("PURGE", "/x", nil)
-		r.Header.Set("X-Purge-Key", key)
-		if got := cfg.opts.Purge.Authorize(r); got != want {
-			t.Errorf("X-Purge-Key %q: authorised %v, want %v", key, got, want)
+		r.Header["X-Purge-Key"] = tt.lines
+		if got := cfg.opts.Purge.Authorize(r); got != tt.want {
+			t.Errorf("X-Purge-Key lines %q: authorised %v, want %v", tt.lines, got, tt.want)
 		}
 	}
 }
