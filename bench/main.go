@@ -68,13 +68,15 @@ func defaults(quick bool) scenarios.Config {
 			Duration: 1200 * time.Millisecond, TTL: 300 * time.Millisecond, Quick: true,
 			HitDuration: 300 * time.Millisecond, LockDuration: 250 * time.Millisecond, LargeIters: 20,
 			ScaleProcs: []int{1, 2, 4}, ScaleKeys: []int{1, 100, 1000}, ScaleLoad: 10 * time.Millisecond,
-			CoherenceCycles: 30, MemEntries: 10_000, FloodKeys: 50_000, FloodMax: 5_000}
+			CoherenceCycles: 30, MemEntries: 10_000, FloodKeys: 50_000, FloodMax: 5_000,
+			GapShapes: []scenarios.GapShape{{Procs: 3, Goroutines: 16}}, Reps: 1, LockGoroutines: 4}
 	}
 	return scenarios.Config{Procs: 4, Goroutines: 32, Load: 100 * time.Millisecond, Rate: 400,
 		Duration: 5 * time.Second, TTL: time.Second,
 		HitDuration: 1500 * time.Millisecond, LockDuration: time.Second, LargeIters: 200,
 		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond,
-		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 300_000, FloodMax: 100_000}
+		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 300_000, FloodMax: 100_000,
+		GapShapes: []scenarios.GapShape{{Procs: 4, Goroutines: 64}, {Procs: 8, Goroutines: 32}}, Reps: 3, LockGoroutines: 8}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -93,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		out        = fs.String("out", filepath.Join("bench", "out"), "output folder")
 		flood      = fs.Int("flood", full.FloodKeys, "near memory: distinct keys read through the flooded near cache")
 		quick      = fs.Bool("quick", false, "a run of a few seconds (smaller defaults for every flag not given)")
+		reps       = fs.Int("reps", full.Reps, "cold-gap, lock-gap: runs per approach (medians are reported)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench [flags]\n\n")
@@ -121,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.TTL = *ttl
 		case "flood":
 			cfg.FloodKeys = *flood
+		case "reps":
+			cfg.Reps = *reps
 		}
 	})
 	o := options{cfg: cfg, url: *url, out: *out}
@@ -149,6 +154,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-duration %v must be at least twice -ttl %v", cfg.Duration, cfg.TTL)
 	case cfg.FloodKeys < cfg.FloodMax || cfg.FloodKeys > 10_000_000:
 		return o, fmt.Errorf("-flood %d: want from %d (the flooded near cache's size) to 10000000", cfg.FloodKeys, cfg.FloodMax)
+	case cfg.Reps < 1 || cfg.Reps > 100:
+		return o, fmt.Errorf("-reps %d: want 1 to 100", cfg.Reps)
 	case !(cfg.Rate >= float64(cfg.Procs)) || cfg.Rate > 1e5:
 		return o, fmt.Errorf("-rate %v: want from -procs (%d) to 100000", cfg.Rate, cfg.Procs)
 	}
@@ -171,7 +178,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Config: report.Config{Procs: cfg.Procs, Goroutines: cfg.Goroutines, LoadMs: ms(cfg.Load), Rate: cfg.Rate,
 			DurationS: cfg.Duration.Seconds(), TTLms: ms(cfg.TTL), Quick: cfg.Quick,
 			ScaleProcs: cfg.ScaleProcs, ScaleKeys: cfg.ScaleKeys, ScaleLoadMs: ms(cfg.ScaleLoad),
-			CoherenceCycles: cfg.CoherenceCycles, MemEntries: cfg.MemEntries, FloodKeys: cfg.FloodKeys, FloodMax: cfg.FloodMax},
+			CoherenceCycles: cfg.CoherenceCycles, MemEntries: cfg.MemEntries, FloodKeys: cfg.FloodKeys, FloodMax: cfg.FloodMax,
+			Reps: cfg.Reps},
 		Scenarios: o.scenarios,
 	}
 

@@ -68,7 +68,8 @@ func TestRun_quick(t *testing.T) {
 			md, _ := os.ReadFile(filepath.Join(out, "report.md"))
 			for _, want := range []string{"## Cold stampede", "## Hot-key expiry", "## Hit path", "## Lock", "## Large values",
 				"## Scaling with processes", "## Scaling with distinct keys", "![Hot-key expiry](hot-latency.png)",
-				"## Near cache: hit path", "## Near cache: coherence across processes", "## Near cache: memory"} {
+				"## Near cache: hit path", "## Near cache: coherence across processes", "## Near cache: memory",
+				"## Cold gap", "## Lock gap"} {
 				if !bytes.Contains(md, []byte(want)) {
 					t.Errorf("report.md lacks %q", want)
 				}
@@ -116,6 +117,8 @@ func checkResults(t *testing.T, r *report.Results) {
 	if n, procs := cold["singleflight"].LoaderCalls, int64(cold["singleflight"].Procs); n < 1 || n > procs {
 		t.Errorf("cold stampede: singleflight called the loader %d times, want 1 to %d (one per process at most)", n, procs)
 	}
+
+	checkGaps(t, r)
 
 	for _, h := range r.Hot {
 		if h.Errors > 0 || h.Requests == 0 {
@@ -294,5 +297,45 @@ func TestParseFlags(t *testing.T) {
 	}
 	if q := defaults(true); o.cfg.Procs != 2 || o.cfg.Load != q.Load || o.cfg.TTL != q.TTL {
 		t.Errorf("-quick -procs 2 gave %+v; want quick defaults with 2 processes", o.cfg)
+	}
+}
+
+// checkGaps checks the gap scenarios: every run of stampede loaded once,
+// singleflight once per process at most, each run traced; the lock cycles
+// of both approaches ran without an error.
+func checkGaps(t *testing.T, r *report.Results) {
+	t.Helper()
+	if len(r.ColdGap) < 2 {
+		t.Fatalf("cold gap has %d rows, want stampede and singleflight at least", len(r.ColdGap))
+	}
+	for _, g := range r.ColdGap {
+		if len(g.Runs) != r.Config.Reps || g.Errors > 0 {
+			t.Errorf("cold gap %s: %d runs (want %d), %d errors (%s)", g.Approach, len(g.Runs), r.Config.Reps, g.Errors, g.FirstError)
+		}
+		for i, run := range g.Runs {
+			switch {
+			case strings.HasPrefix(g.Approach, "stampede") && run.LoaderCalls != 1:
+				t.Errorf("cold gap %s run %d: %d loads, want 1", g.Approach, i, run.LoaderCalls)
+			case g.Approach == "singleflight" && (run.LoaderCalls < 1 || run.LoaderCalls > int64(g.Procs)):
+				t.Errorf("cold gap singleflight run %d: %d loads, want 1 to %d", i, run.LoaderCalls, g.Procs)
+			}
+			// The trace: every request returned after the load that
+			// served it ended (no negative wake-up).
+			if run.AfterLoad.N != g.Procs*g.Goroutines || run.FirstLoadMs <= 0 {
+				t.Errorf("cold gap %s run %d: %d requests traced of %d, first load at %v ms", g.Approach, i,
+					run.AfterLoad.N, g.Procs*g.Goroutines, run.FirstLoadMs)
+			}
+		}
+	}
+	if len(r.LockGap) != 2 {
+		t.Fatalf("lock gap has %d rows, want raw and stampede", len(r.LockGap))
+	}
+	for _, g := range r.LockGap {
+		if g.Errors > 0 || g.PerSec <= 0 || len(g.Runs) != r.Config.Reps {
+			t.Errorf("lock gap %s: %.0f cycles/s, %d errors (%s), %d runs", g.Approach, g.PerSec, g.Errors, g.FirstError, len(g.Runs))
+		}
+	}
+	if r.LockGap[0].VsRaw != 1 {
+		t.Errorf("lock gap: the raw commands are %.2f× themselves", r.LockGap[0].VsRaw)
 	}
 }

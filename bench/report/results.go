@@ -21,13 +21,15 @@ type Results struct {
 	Config    Config    `json:"config"`
 	Scenarios []string  `json:"scenarios"`
 
-	Cold       []Cold  `json:"cold,omitempty"`
-	Hot        []Hot   `json:"hot,omitempty"`
-	Hit        []Hit   `json:"hit,omitempty"`
-	Lock       []Lock  `json:"lock,omitempty"`
-	Large      []Large `json:"large,omitempty"`
-	ScaleProcs []Scale `json:"scale_procs,omitempty"`
-	ScaleKeys  []Scale `json:"scale_keys,omitempty"`
+	Cold       []Cold    `json:"cold,omitempty"`
+	Hot        []Hot     `json:"hot,omitempty"`
+	Hit        []Hit     `json:"hit,omitempty"`
+	Lock       []Lock    `json:"lock,omitempty"`
+	ColdGap    []ColdGap `json:"cold_gap,omitempty"`
+	LockGap    []LockGap `json:"lock_gap,omitempty"`
+	Large      []Large   `json:"large,omitempty"`
+	ScaleProcs []Scale   `json:"scale_procs,omitempty"`
+	ScaleKeys  []Scale   `json:"scale_keys,omitempty"`
 
 	// The near cache (cache.Options.Near).
 	NearHit   []NearHit  `json:"near_hit,omitempty"`
@@ -86,6 +88,8 @@ type Config struct {
 	MemEntries      int `json:"near_memory_entries,omitempty"`
 	FloodKeys       int `json:"flood_keys,omitempty"`
 	FloodMax        int `json:"flood_max_entries,omitempty"`
+
+	Reps int `json:"reps,omitempty"` // the gap scenarios' runs per approach
 }
 
 // Latency summarises request times, in milliseconds.

@@ -141,6 +141,7 @@ func tables(r *Results) []table {
 			fmt.Sprintf("Cold stampede over N absent keys at once from %d processes (every process asks for every key), loader %s. "+
 				"Cells: loader calls (ideal: N) · p99.", r.ScaleKeys[0].Procs, ms(c.ScaleLoadMs)), "keys", r.ScaleKeys))
 	}
+	ts = append(ts, gapTables(r)...)
 	return append(ts, nearTables(r)...)
 }
 

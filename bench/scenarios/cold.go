@@ -38,11 +38,17 @@ type coldSpec struct {
 	approach, ns                    string
 	procs, keys, perKey, goroutines int
 	load                            time.Duration
+	trace                           bool // record when loads ran and requests returned (one key only)
 }
 
 type coldOutcome struct {
 	merged
 	loads, nearHits int64
+	// With coldSpec.trace, in µs since the run's start: when each load
+	// began, and how long after the end of the load that served it each
+	// request returned (for stampede the one load, in whichever process
+	// it ran; for the per-process approaches the process's own).
+	loadStarts, afterLoad []int64
 }
 
 func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
@@ -50,7 +56,7 @@ func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
 	jobs := make([]job, s.procs)
 	for i := range jobs {
 		jobs[i] = job{Kind: "cold", Approach: s.approach, NS: s.ns, Keys: s.keys, PerKey: s.perKey,
-			Goroutines: s.goroutines, Counter: counter, Load: s.load, TTL: 5 * time.Minute}
+			Goroutines: s.goroutines, Counter: counter, Load: s.load, TTL: 5 * time.Minute, Trace: s.trace}
 	}
 	// Bounded generously: the slowest approach (a poll per key) stays far
 	// below this.
@@ -63,6 +69,9 @@ func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
 	for _, r := range res {
 		o.nearHits += r.NearHits
 	}
+	if s.trace {
+		o.traced(res)
+	}
 	n, err := e.RDB.Get(ctx, counter).Int64()
 	switch {
 	case redisx.IsNil(err):
@@ -74,4 +83,31 @@ func coldRun(ctx context.Context, e *Env, s coldSpec) (coldOutcome, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// traced fills in loadStarts and afterLoad from the pods' traces. A
+// request is served by its own process's load if it ran one, else by the
+// load that ended first (with one load in the cluster, that load).
+func (o *coldOutcome) traced(res []podResult) {
+	first := int64(-1)
+	for _, r := range res {
+		for _, l := range r.Loads {
+			o.loadStarts = append(o.loadStarts, l[0])
+			if first < 0 || l[1] < first {
+				first = l[1]
+			}
+		}
+	}
+	for _, r := range res {
+		end := first
+		if len(r.Loads) > 0 {
+			end = r.Loads[0][1]
+		}
+		if end < 0 {
+			continue
+		}
+		for _, at := range r.Ends {
+			o.afterLoad = append(o.afterLoad, at-end)
+		}
+	}
 }

@@ -21,8 +21,12 @@ type Config struct {
 	Quick      bool
 
 	HitDuration  time.Duration // hit path: per mode
-	LockDuration time.Duration // lock: per strategy
-	LargeIters   int           // large values: iterations for 1 KiB (fewer for larger)
+	LockDuration time.Duration // lock: per strategy; lock gap: per run
+
+	GapShapes      []GapShape // cold gap: processes × goroutines
+	Reps           int        // gap scenarios: runs per approach
+	LockGoroutines int        // lock gap: goroutines per process
+	LargeIters     int        // large values: iterations for 1 KiB (fewer for larger)
 
 	ScaleProcs []int         // scaling: process counts
 	ScaleKeys  []int         // scaling: distinct key counts
@@ -95,6 +99,9 @@ func All() []Scenario {
 		{Name: "hot", Title: "hot-key expiry", Steps: func(Config) int { return n + 1 }, Run: Hot},
 		{Name: "hit", Title: "hit path", Steps: func(Config) int { return len(hitModes()) }, Run: Hit},
 		{Name: "lock", Title: "lock", Steps: func(Config) int { return len(releaseStrategies()) }, Run: Lock},
+		{Name: "cold-gap", Title: "cold gap", Run: ColdGap,
+			Steps: func(c Config) int { return len(c.GapShapes) * c.Reps * len(gapApproaches()) }},
+		{Name: "lock-gap", Title: "lock gap", Steps: func(c Config) int { return 2 * c.Reps }, Run: LockGap},
 		{Name: "large", Title: "large values", Steps: func(Config) int { return len(largeSizes()) }, Run: Large},
 		{Name: "scaling", Title: "scaling", Run: Scaling,
 			Steps: func(c Config) int { return n * (len(c.ScaleProcs) + len(c.ScaleKeys)) }},

@@ -49,6 +49,9 @@ type job struct {
 	// hit with Throughput: count requests, time one in 256.
 	Throughput bool
 
+	// cold with Trace: report when loads ran and requests returned.
+	Trace bool
+
 	// coherence ("coh-writer", "coh-reader"): Cycles write cycles on Key;
 	// the reader acknowledges each change it saw on List, and sleeps Pace
 	// between reads (0: none).
@@ -73,6 +76,11 @@ type podResult struct {
 	Writes []cohWrite         `json:",omitempty"` // coherence: the writer's writes
 	Marks  []cohMark          `json:",omitempty"` // coherence: what the reader saw change
 	Mem    *report.NearMemory `json:",omitempty"` // near memory
+
+	// cold with Trace, in µs since the run's start: each load's start and
+	// end, and when each request returned.
+	Loads [][2]int64 `json:",omitempty"`
+	Ends  []int64    `json:",omitempty"`
 }
 
 // record adds one request to r.
@@ -168,6 +176,8 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 	switch j.Kind {
 	case "coh-writer", "coh-reader", "near-memory":
 		return runNearJob(rdb, j, in, say)
+	case "lock-cycles":
+		return runLockJob(rdb, j, in, say)
 	}
 	var g getter
 	var err error
@@ -268,16 +278,25 @@ func runCold(rdb *redis.Client, j job, g getter, start time.Time) *podResult {
 			keys = append(keys, "k"+strconv.Itoa(k))
 		}
 	}
+	var mu sync.Mutex // guards loads
+	var loads [][2]int64
 	load := func(ctx context.Context) (Item, error) {
+		began := time.Since(start)
 		if err := rdb.Incr(ctx, j.Counter).Err(); err != nil {
 			return Item{}, err
 		}
 		if err := sleep(ctx, j.Load); err != nil { // the expensive work
 			return Item{}, err
 		}
+		if j.Trace {
+			mu.Lock()
+			loads = append(loads, [2]int64{began.Microseconds(), time.Since(start).Microseconds()})
+			mu.Unlock()
+		}
 		return newItem(j.Counter), nil
 	}
 	lat := make([]time.Duration, len(keys))
+	ends := make([]time.Duration, len(keys))
 	errs := make([]error, len(keys))
 	var next atomic.Int64
 	time.Sleep(time.Until(start))
@@ -293,6 +312,7 @@ func runCold(rdb *redis.Client, j job, g getter, start time.Time) *podResult {
 				t0 := time.Now()
 				_, errs[i] = g.get(ctx, keys[i], load)
 				lat[i] = time.Since(t0)
+				ends[i] = time.Since(start)
 				cancel()
 			}
 		})
@@ -301,7 +321,13 @@ func runCold(rdb *redis.Client, j job, g getter, start time.Time) *podResult {
 	res := &podResult{}
 	for i := range keys {
 		res.record(0, lat[i], errs[i], false)
+		if j.Trace {
+			res.Ends = append(res.Ends, ends[i].Microseconds())
+		}
 	}
+	mu.Lock()
+	res.Loads = loads
+	mu.Unlock()
 	return res
 }
 
