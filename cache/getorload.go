@@ -134,6 +134,7 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 			l.bad, l.obs.claim = unusable(rd, r.raw, tr)
 		}
 	case redisx.IsNil(r.err):
+		l.obs.free = true
 	case redisx.CallerDone(ctx):
 		// The caller's own deadline or cancellation, not a server
 		// failure: nobody else must fail open because of it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,41 @@ func TestGetOrLoad_freshHitIsOneGet(t *testing.T) {
 		}
 		if st := c.Stats(); st.Hits != hits || st.Loads != 1 || calls.Load() != 0 {
 			t.Errorf("stats = %+v, loader calls %d; want %d hits, 1 load", st, calls.Load(), hits)
+		}
+	})
+}
+
+// TestGetOrLoad_missClaimsAtOnce: a caller whose read finds the key
+// absent claims it at once; the claim (SET NX) is the second and last
+// command before the loader runs, so the cluster's one rebuild starts a
+// round trip after the read, as a process loading alone would.
+func TestGetOrLoad_missClaimsAtOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		rc := s.Client(t)
+		rec := record(rc)
+		c := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		// First use probes the server: on another key, before counting.
+		if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			t.Fatal(err)
+		}
+		rec.reset()
+		var before [][]string
+		v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (int, error) {
+			before = rec.reset()
+			return 7, nil
+		})
+		if err != nil || v != 7 {
+			t.Fatalf("GetOrLoad = %d, %v; want 7", v, err)
+		}
+		if len(before) != 2 || before[0][0] != "get" || before[1][0] != "set" || !slices.Contains(before[1], "nx") {
+			t.Fatalf("before the load: %q; want a GET, then the claim (SET NX)", before)
+		}
+		for _, cmd := range before {
+			if cmd[1] != valueKey(ns, "k") {
+				t.Errorf("%q is not on the value key %s", cmd, valueKey(ns, "k"))
+			}
 		}
 	})
 }

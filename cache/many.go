@@ -407,7 +407,7 @@ func (m *many[V]) flight(t todo, b *batch) func(context.Context) (outcome, error
 	case t.found:
 		// Stored but not usable (undecodable, of another type, an expired
 		// not-found): replaced under the rebuild lock.
-		return func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, false) }
+		return func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, foundUnknown) }
 	}
 	return b.member(t.k, single, t.w, t.sent)
 }
@@ -476,7 +476,7 @@ func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load lo
 	if h := c.heard(ctx, k, n, waitFor(claim, sent), waitStart); h.next == answered {
 		return h.res, h.err
 	}
-	return c.fillFrom(ctx, k, it, load, nil, true, waitStart)
+	return c.fillFrom(ctx, k, it, load, nil, foundClaim, waitStart)
 }
 
 // encodedOne is the loader of one key through a batch loader: the key

@@ -80,7 +80,7 @@ func (b *batch) member(k keys, single loader.Func[[]byte], w *waiter, sent time.
 				c.ann.unregister(k.value, w)
 			}
 			if r.fill {
-				return c.fill(ctx, k, b.it, single, nil, false)
+				return c.fill(ctx, k, b.it, single, nil, foundUnknown)
 			}
 			return r.res, r.err
 		case <-ctx.Done():

@@ -34,7 +34,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, load, bad, obs.claim != "")
+		return c.fill(ctx, k, it, load, bad, obs.found())
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
@@ -50,24 +50,35 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 // key per process at a time, on a background context.
 //
 // bad is a stored value the caller found but could not decode: finding it
-// again means replacing it, not returning it. claimed says that the
-// caller found another process's claim on the key: it will most likely
-// wait, so it subscribes to the key's announcements before reading (see
-// announcer.prepare).
-func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, claimed bool) (outcome, error) {
-	return c.fillFrom(ctx, k, it, load, bad, claimed, time.Time{})
+// again means replacing it, not returning it. found is what the caller's
+// own read of the key found: another process's claim (the caller will
+// most likely wait, so it subscribes to the key's announcements before
+// reading, see announcer.prepare), or nothing (it claims the key at once:
+// the claim, SET NX, is the read, and a read before it would only cost
+// the cluster's one rebuild a round trip).
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, found foundKey) (outcome, error) {
+	return c.fillFrom(ctx, k, it, load, bad, found, time.Time{})
 }
+
+// foundKey is what a caller's read of a key found, as fill uses it.
+type foundKey uint8
+
+const (
+	foundUnknown foundKey = iota // no read, or something the caller could not use
+	foundClaim                   // another process's claim
+	foundNothing                 // nothing under the key
+)
 
 // fillFrom is fill for a caller that has been waiting since waitStart
 // already (zero if it has not): its wait goes on, counted once.
-func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, claimed bool, waitStart time.Time) (outcome, error) {
+func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, found foundKey, waitStart time.Time) (outcome, error) {
 	// waitStart is zero until the first wait; WaitTimeout counts from it.
 	// Registered before the first read, so that an announcement sent
 	// between a read and the wait that follows is not missed (as far as
 	// the subscription reaches: see await).
 	w := c.ann.register(k.value)
 	defer c.ann.unregister(k.value, w)
-	if claimed && !c.down() {
+	if found == foundClaim && !c.down() {
 		c.ann.prepare(ctx, k.value, w, c.s.poll)
 	}
 	var waited verdict // the rebuild this caller last waited for
@@ -87,7 +98,12 @@ func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load load
 			}
 		}
 		sent := time.Now()
-		v := c.step(ctx, k, it, load, bad)
+		v := verdict{next: keyFree}
+		if found == foundNothing {
+			found = foundUnknown // a claim that fails reads the key next time round
+		} else {
+			v = c.step(ctx, k, it, load, bad)
+		}
 		if v.next == keyFree {
 			v = c.claimFree(ctx, k, it, load, w, waited, waitStart)
 		}
@@ -252,8 +268,20 @@ func (c *Cache) waitTimedOut(ctx context.Context, k keys, it itemSettings, load 
 // whether it may take the result of a flight it joined.
 type observation struct {
 	read  bool      // the caller read the key (not while failing open)
+	free  bool      // the read found nothing under the key
 	claim string    // the token of the rebuild claim it found, if any
 	done  time.Time // when the read's reply arrived
+}
+
+// found is what fill needs to know of the read.
+func (o observation) found() foundKey {
+	switch {
+	case o.claim != "":
+		return foundClaim
+	case o.free:
+		return foundNothing
+	}
+	return foundUnknown
 }
 
 // accepts reports whether a caller that read the key (obs) and then joined
