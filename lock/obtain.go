@@ -233,12 +233,11 @@ func (o *obtaining) finish(ctx context.Context, got bool) {
 
 // try makes one attempt. ok is false when the lock is held.
 func (c *Client) try(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (fence int64, ok bool, err error) {
-	rc := c.conn.Client()
 	if fenceKey == "" {
-		ok, err = rc.SetNX(ctx, key, value, ttl).Result()
+		ok, err = c.conn.SetNX(ctx, key, value, ttl)
 		return 0, ok, err
 	}
-	fence, err = c.obtainFenced.Run(ctx, rc, []string{key, fenceKey}, value, ttl.Milliseconds()).Int64()
+	fence, err = c.obtainFenced.Run(ctx, c.conn.Client(), []string{key, fenceKey}, value, ttl.Milliseconds()).Int64()
 	return fence, err == nil && fence > 0, err
 }
 

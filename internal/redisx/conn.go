@@ -22,6 +22,7 @@ type Conn struct {
 	c         Client
 	threshold int
 	scripts   scripts
+	batch     *Batcher // the lock commands: SET NX, and the releases
 
 	caps   atomic.Pointer[Capabilities] // nil until probed; only ever downgraded until the next probe
 	probeM sync.Mutex                   // serialises probes; never held across other calls
@@ -46,7 +47,7 @@ func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
 	if threshold <= 0 {
 		threshold = DefaultDigestThreshold
 	}
-	cn := &Conn{c: c, threshold: threshold, scripts: newScripts()}
+	cn := &Conn{c: c, threshold: threshold, scripts: newScripts(), batch: NewBatcher(c)}
 	cn.recheck.Store(int64(Recheck))
 	if forced != nil {
 		f := *forced
@@ -129,6 +130,38 @@ func (cn *Conn) downgrade(change func(*Capabilities)) {
 
 func (cn *Conn) large(v string) bool { return len(v) > cn.threshold }
 
+// SetNX sets key to value, expiring after ttl, if key does not exist
+// (SET NX PX), sent with the concurrent calls of this Conn (see Batcher).
+// It reports whether it did.
+func (cn *Conn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	cmd := redis.NewBoolCmd(ctx, "set", key, value, "px", ttl.Milliseconds(), "nx")
+	_ = cn.batch.Do(ctx, cmd)
+	return cmd.Result()
+}
+
+// batched sends one command with the concurrent calls of this Conn.
+func (cn *Conn) batched(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	_ = cn.batch.Do(ctx, cmd)
+	return cmd
+}
+
+// batchedScript runs s as EVALSHA with the concurrent calls of this
+// Conn; a server that does not have the script yet gets it on its own, as
+// redis.Script.Run sends it.
+func (cn *Conn) batchedScript(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := cn.batched(ctx, append(a, args...)...)
+	if isNoScript(cmd.Err()) {
+		return s.Run(ctx, cn.c, keys, args...)
+	}
+	return cmd
+}
+
 // DeleteIfEqual deletes key if it holds value. It reports whether it did.
 func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, error) {
 	caps, err := cn.CapabilitiesFor(ctx, key)
@@ -153,7 +186,7 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, SHA1Hex(value), "sha1").Int64()
 			err = cn.scriptErr(caps, OpRelease, len(value), err)
 		case caps.Release == ReleaseDelex:
-			n, err = cn.c.Do(ctx, "DELEX", key, "IFEQ", value).Int64()
+			n, err = cn.batched(ctx, "DELEX", key, "IFEQ", value).Int64()
 			if IsRefused(err) {
 				next := ReleaseLua
 				if caps.DelIfEq {
@@ -164,7 +197,7 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 				continue
 			}
 		case caps.Release == ReleaseDelIfEq:
-			n, err = cn.c.Do(ctx, "DELIFEQ", key, value).Int64()
+			n, err = cn.batched(ctx, "DELIFEQ", key, value).Int64()
 			if IsRefused(err) {
 				cn.downgrade(func(c *Capabilities) { c.Release, c.DelIfEq = ReleaseLua, false })
 				caps.Release = ReleaseLua
@@ -174,7 +207,7 @@ func (cn *Conn) DeleteIfEqual(ctx context.Context, key, value string) (bool, err
 			if err := cn.scriptDenied(caps, OpRelease, len(value)); err != nil {
 				return false, err
 			}
-			n, err = cn.scripts.delIfEq.Run(ctx, cn.c, []string{key}, value, "").Int64()
+			n, err = cn.batchedScript(ctx, cn.scripts.delIfEq, []string{key}, value, "").Int64()
 			err = cn.scriptErr(caps, OpRelease, len(value), err)
 		}
 		if err != nil {

@@ -5,3 +5,13 @@ import "github.com/redis/go-redis/v9"
 // IsNilErrForTest returns go-redis's nil reply, which only this package
 // may name.
 func IsNilErrForTest() error { return redis.Nil }
+
+// Queued returns how many commands wait in b for the next pipeline.
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// BatchDepth is how many pipelines a Batcher has in flight at most.
+const BatchDepth = batchDepth

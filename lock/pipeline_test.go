@@ -1,0 +1,98 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/lock"
+)
+
+// pipedCounter counts the lock commands a client sends in pipelines of
+// more than one: SET (the Obtain), and the releases.
+type pipedCounter struct{ piped atomic.Int64 }
+
+func (*pipedCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipedCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (p *pipedCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 1 && cmds[0].Name() != "hello" { // not the probe's pipeline
+			for _, c := range cmds {
+				switch c.Name() {
+				case "set", "delex", "delifeq", "evalsha":
+					p.piped.Add(1)
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestObtain_concurrentCallsPipelined: Obtain (nil options) and Release
+// calls made at the same time on one Client go out in shared pipelines,
+// and every guarantee stands: at most one holder per key at any moment,
+// every Release of a held lock succeeds and frees it, a lock that is held
+// is refused to the others. On every server, with each release strategy.
+func TestObtain_concurrentCallsPipelined(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, rc := newClient(t, s, nil)
+		var count pipedCounter
+		rc.AddHook(&count)
+		const (
+			goroutines = 32
+			keys       = 8
+			cycles     = 40
+		)
+		prefix := redistest.Key(t, "p")
+		var holders [keys]atomic.Int32
+		var obtained, refused atomic.Int64
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range cycles {
+					k := (g + i) % keys
+					key := prefix + ":" + strconv.Itoa(k)
+					l, err := c.Obtain(ctx, key, 10*time.Second)
+					if err != nil {
+						if !errors.Is(err, lock.ErrNotObtained) {
+							t.Errorf("Obtain %s: %v", key, err)
+							return
+						}
+						refused.Add(1)
+						continue
+					}
+					obtained.Add(1)
+					if n := holders[k].Add(1); n != 1 {
+						t.Errorf("%d holders of %s at once", n, key)
+					}
+					holders[k].Add(-1)
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("Release %s: %v", key, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if obtained.Load() == 0 || refused.Load() == 0 {
+			t.Errorf("%d obtained, %d refused: want both (goroutines share keys)", obtained.Load(), refused.Load())
+		}
+		if count.piped.Load() == 0 {
+			t.Errorf("no lock command went in a pipeline with another, out of %d cycles", goroutines*cycles)
+		}
+		for k := range keys {
+			if n, err := rc.Exists(ctx, prefix+":"+strconv.Itoa(k)).Result(); err != nil || n != 0 {
+				t.Errorf("key %d still held after every release: EXISTS = %d, %v", k, n, err)
+			}
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster, redistest.Miniredis)
+}
