@@ -51,6 +51,26 @@ func ExampleClient_Obtain() {
 	// release again: lock: not held
 }
 
+// A service probes the server as it starts, on a key its ACL admits, so
+// that its first Obtain sends only SET NX PX.
+func ExampleClient_CapabilitiesFor() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := lock.New(rdb, nil)
+	if err != nil {
+		panic(err)
+	}
+	caps, err := c.CapabilitiesFor(ctx, "orders:")
+	if err != nil {
+		log.Fatal(err) // the server is down, or the ACL refuses the key
+	}
+	fmt.Println("release with:", caps.Release)
+	// Output:
+	// release with: DELEX IFEQ
+}
+
 func ExampleClient_Do() {
 	rdb, stop := embedded()
 	defer stop()

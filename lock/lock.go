@@ -55,6 +55,20 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 	}, nil
 }
 
+// CapabilitiesFor is Capabilities probing, on the first call, with a key
+// named after key (key followed by ":probe:" and random hex) rather than
+// one starting "stampede:probe:": an ACL that lets the user at key lets it
+// at the probe. Obtain probes this way on its first call; a service that
+// calls CapabilitiesFor at start keeps the probe's round trip off its
+// first Obtain.
+func (c *Client) CapabilitiesFor(ctx context.Context, key string) (Capabilities, error) {
+	caps, err := c.conn.CapabilitiesFor(ctx, key)
+	if r := c.handoffOff.Load(); r != nil {
+		caps.HandoffDenied = r.reply
+	}
+	return caps, err
+}
+
 // Capabilities returns the strategies in use on the client's server,
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
