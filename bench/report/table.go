@@ -20,6 +20,8 @@ func Label(approach string) string {
 		return "singleflight per process"
 	case "lock-poll":
 		return "lock + 50 ms poll"
+	case "stampede-broadcast":
+		return "stampede GetOrLoad, Broadcast"
 	case "stampede-near":
 		return "stampede GetOrLoad + near cache"
 	}

@@ -42,9 +42,9 @@ type approachOptions struct {
 // newGetter builds approach name on rdb.
 func newGetter(name string, rdb *redis.Client, o approachOptions) (getter, error) {
 	switch name {
-	case "stampede", nearApproach:
+	case "stampede", nearApproach, broadcastApproach:
 		opts := &cache.Options{Namespace: o.ns, Expiry: cache.ExpiryPolicy{TTL: o.ttl, Stale: o.stale},
-			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second}
+			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second, Broadcast: name == broadcastApproach}
 		if name == nearApproach {
 			opts.Near = &cache.Near{MaxEntries: 100_000}
 		}

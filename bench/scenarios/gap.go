@@ -28,8 +28,15 @@ import (
 // GapShape is one cold-gap configuration.
 type GapShape struct{ Procs, Goroutines int }
 
-// gapApproaches are the approaches of cold-gap; the baseline first.
-func gapApproaches() []string { return []string{"singleflight", "stampede", nearApproach} }
+// broadcastApproach is stampede with Options.Broadcast: one announcement
+// channel for the namespace instead of one per key (cold-gap only).
+const broadcastApproach = "stampede-broadcast"
+
+// gapApproaches are the approaches of cold-gap; the baseline first, the
+// near cache last (left out where the server does not track keys).
+func gapApproaches() []string {
+	return []string{"singleflight", "stampede", broadcastApproach, nearApproach}
+}
 
 // ColdGap runs the cold stampede for every shape in Config.GapShapes,
 // Config.Reps times per approach.
@@ -37,7 +44,7 @@ func ColdGap(ctx context.Context, e *Env, r *report.Results) error {
 	c := e.Cfg
 	approaches := gapApproaches()
 	if !e.NearWorks(ctx) {
-		approaches = approaches[:2]
+		approaches = approaches[:len(approaches)-1]
 		e.noteNoNear(&r.Notes)
 	}
 	for _, sh := range c.GapShapes {
