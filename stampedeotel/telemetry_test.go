@@ -403,7 +403,7 @@ func TestLockObserver_contended(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := redistest.Key(t, "lock")
-	released := metricstest.ContendLock(t, ctx, locks, key)
+	c := metricstest.ContendLock(t, ctx, locks, key)
 	jobs := lockAttr("jobs")
 	const events, obtain = "stampede.lock.events", "stampede.lock.obtain.duration"
 	b.want(t, 2, events, jobs, event("obtained"))
@@ -417,17 +417,23 @@ func TestLockObserver_contended(t *testing.T) {
 	if len(spans) != 3 || len(withResult(spans, "obtained")) != 2 || len(withResult(spans, "not-obtained")) != 1 {
 		t.Fatalf("%d obtain spans, want 2 obtained and 1 not-obtained", len(spans))
 	}
-	across := 0 // spans that began before the holder released and ended after
+	// The span of each call is placed by its end (when the Observer saw the
+	// event) and its Duration, which is exact: only the waiter's ends after
+	// the release, and it lasted at least from its first back-off to it.
+	var after []sdktrace.ReadOnlySpan
 	for _, s := range spans {
 		if attr(s, "stampede.key") != key || s.Status().Code != codes.Unset {
 			t.Errorf("obtain span key %q status %v; want %q, unset", attr(s, "stampede.key"), s.Status(), key)
 		}
-		if s.StartTime().Before(released) && s.EndTime().After(released) {
-			across++
+		if s.EndTime().After(c.Released) {
+			after = append(after, s)
 		}
 	}
-	if across != 1 {
-		t.Errorf("%d obtain spans span the release, want 1: the waiter's, from its start to its lock", across)
+	if len(after) != 1 || attr(after[0], "stampede.result") != "obtained" {
+		t.Fatalf("%d obtain spans end after the release, want 1: the waiter's, obtained", len(after))
+	}
+	if d, least := after[0].EndTime().Sub(after[0].StartTime()), c.Released.Sub(c.Asked); d < least {
+		t.Errorf("the waiter's obtain span lasted %v, less than the %v from its first back-off to the release", d, least)
 	}
 }
 

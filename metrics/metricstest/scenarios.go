@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,23 +107,41 @@ func WaitForOthersLoad(tb testing.TB, ctx context.Context, newClient func() redi
 	}
 }
 
-// signalRetry is a RetryStrategy that tells when Obtain first found the
-// lock held.
+// signalRetry is a RetryStrategy of 5 ms steps that notes when Obtain
+// first asked it for a back-off (after the Obtain began) and tells when it
+// asked the third time: by then the waiter has slept at least one step,
+// whether it polls or queues for a hand-off. Obtain calls it on one
+// goroutine.
 type signalRetry struct {
-	once  *sync.Once
-	tried chan struct{}
+	calls *int
+	first *time.Time
+	third chan struct{}
 }
 
 func (r signalRetry) Backoff(int) time.Duration {
-	r.once.Do(func() { close(r.tried) })
+	switch *r.calls++; *r.calls {
+	case 1:
+		*r.first = time.Now()
+	case 3:
+		close(r.third)
+	}
 	return 5 * time.Millisecond
+}
+
+// Contended is what ContendLock saw of the waiting Obtain: Asked, when it
+// first asked its RetryStrategy for a back-off (after it began), and
+// Released, just before the holder released, at least one back-off step
+// later (and before the waiter got the lock). Its Obtain so ran at least
+// Released.Sub(Asked), and ended after Released.
+type Contended struct {
+	Asked, Released time.Time
 }
 
 // ContendLock obtains key with locks, has a second Obtain refused and a
 // third wait until the holder releases, then releases that one too: two
 // obtained, one not obtained, two released. It returns when the first
 // holder released.
-func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key string) (released time.Time) {
+func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key string) Contended {
 	tb.Helper()
 	l1, err := locks.Obtain(ctx, key, 10*time.Second)
 	if err != nil {
@@ -133,19 +150,23 @@ func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key str
 	if _, err := locks.Obtain(ctx, key, 10*time.Second); !errors.Is(err, lock.ErrNotObtained) {
 		tb.Fatalf("second Obtain: %v, want ErrNotObtained", err)
 	}
-	tried := make(chan struct{})
+	var (
+		c     Contended
+		calls int
+	)
+	asked := make(chan struct{})
 	got := make(chan *lock.Lock, 1)
 	errs := make(chan error, 1)
 	go func() {
-		l, err := locks.Obtain(ctx, key, 10*time.Second, lock.WithRetry(signalRetry{&sync.Once{}, tried}))
+		l, err := locks.Obtain(ctx, key, 10*time.Second, lock.WithRetry(signalRetry{&calls, &c.Asked, asked}))
 		if err != nil {
 			errs <- err
 			return
 		}
 		got <- l
 	}()
-	redistest.Recv(tb, ctx, tried, "the waiter to find the lock held")
-	released = time.Now()
+	redistest.Recv(tb, ctx, asked, "the waiter to ask for a third back-off")
+	c.Released = time.Now()
 	if err := l1.Release(ctx); err != nil {
 		tb.Fatal(err)
 	}
@@ -160,5 +181,5 @@ func ContendLock(tb testing.TB, ctx context.Context, locks *lock.Client, key str
 	if err := l2.Release(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	return released
+	return c
 }
