@@ -96,3 +96,115 @@ func TestObtain_concurrentCallsPipelined(t *testing.T) {
 		}
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster, redistest.Miniredis)
 }
+
+// autoPipelining is what *redis.Client and *redis.ClusterClient offer to
+// make an AutoPipeliner.
+type autoPipelining interface {
+	AutoPipeline() (*redis.AutoPipeliner, error)
+}
+
+// TestNew_onAutoPipeliner: a Client made on go-redis's AutoPipeliner,
+// which streams the commands of concurrent callers on a connection it
+// holds (the Client sends each at once then, without batching of its
+// own), probes the same strategies and keeps every guarantee: one holder
+// per key among concurrent callers, Release only by the owner (once),
+// fences that grow, and a waiter that gets the lock when it is released.
+func TestNew_onAutoPipeliner(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		plain, rc := newClient(t, s, nil)
+		ap, err := rc.(autoPipelining).AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ap.Close() }) // before rc closes
+		c, err := lock.New(ap, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := plain.Capabilities(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Capabilities(ctx); err != nil || got != want {
+			t.Fatalf("Capabilities on the AutoPipeliner: %+v, %v; the plain client's: %+v", got, err, want)
+		}
+
+		prefix := redistest.Key(t, "ap")
+		const goroutines, keys, cycles = 16, 4, 30
+		var holders [keys]atomic.Int32
+		var obtained atomic.Int64
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range cycles {
+					k := (g + i) % keys
+					key := prefix + ":" + strconv.Itoa(k)
+					l, err := c.Obtain(ctx, key, 10*time.Second)
+					if errors.Is(err, lock.ErrNotObtained) {
+						continue
+					} else if err != nil {
+						t.Errorf("Obtain %s: %v", key, err)
+						return
+					}
+					obtained.Add(1)
+					if n := holders[k].Add(1); n != 1 {
+						t.Errorf("%d holders of %s at once", n, key)
+					}
+					holders[k].Add(-1)
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("Release %s: %v", key, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if obtained.Load() == 0 {
+			t.Fatal("no Obtain succeeded")
+		}
+		for k := range keys {
+			if n, err := rc.Exists(ctx, prefix+":"+strconv.Itoa(k)).Result(); err != nil || n != 0 {
+				t.Errorf("key %d still held after every release: EXISTS = %d, %v", k, n, err)
+			}
+		}
+
+		key := prefix + ":owner"
+		l1, err := c.Obtain(ctx, key, 10*time.Second, lock.WithFencing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lock.Lock, 1)
+		go func() {
+			l, err := c.Obtain(ctx, key, 10*time.Second, lock.WithFencing(), lock.WithRetry(lock.LinearBackoff(5*time.Millisecond)))
+			if err != nil {
+				t.Errorf("waiting Obtain: %v", err)
+			}
+			got <- l
+		}()
+		if err := l1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l1.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("second Release: %v, want ErrNotHeld", err)
+		}
+		var l2 *lock.Lock
+		select {
+		case l2 = <-got:
+		case <-ctx.Done():
+			t.Fatalf("the waiter did not get the released lock: %v", ctx.Err())
+		}
+		if l2 == nil {
+			return
+		}
+		if l2.Fence() <= l1.Fence() {
+			t.Errorf("fences %d then %d, want them to grow", l1.Fence(), l2.Fence())
+		}
+		if err := l1.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Release by the former owner while another holds it: %v, want ErrNotHeld", err)
+		}
+		if err := l2.Release(ctx); err != nil {
+			t.Errorf("Release by the owner: %v", err)
+		}
+	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster, redistest.Miniredis)
+}

@@ -30,10 +30,16 @@ import (
 // callers' commands belong in a Batcher: each caller's own commands stay
 // in its order, since it waits for one before giving the next.
 //
+// A client that pipelines its concurrent callers' commands itself,
+// go-redis's AutoPipeliner (Client.AutoPipeline), gets each command at
+// once: it streams them on a connection it holds, which batching before
+// it would only delay.
+//
 // The zero Batcher is not usable; use NewBatcher. It is safe for
 // concurrent use.
 type Batcher struct {
 	c        Client
+	direct   bool       // c pipelines on its own
 	mu       sync.Mutex // guards inflight and queue
 	inflight int        // pipelines (or lone commands) on their way
 	queue    []*queued  // the commands for the next pipeline
@@ -56,7 +62,10 @@ type queued struct {
 }
 
 // NewBatcher returns a Batcher sending on c.
-func NewBatcher(c Client) *Batcher { return &Batcher{c: c} }
+func NewBatcher(c Client) *Batcher {
+	_, direct := c.(*redis.AutoPipeliner)
+	return &Batcher{c: c, direct: direct}
+}
 
 // Do sends cmd, in a pipeline with the commands given at the same time,
 // and returns its error (cmd holds its reply). It returns ctx's error,
@@ -64,6 +73,10 @@ func NewBatcher(c Client) *Batcher { return &Batcher{c: c} }
 func (b *Batcher) Do(ctx context.Context, cmd redis.Cmder) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if b.direct {
+		b.process(ctx, cmd)
+		return cmd.Err()
 	}
 	b.mu.Lock()
 	if b.inflight < batchDepth {

@@ -234,3 +234,27 @@ func waitQueued(t *testing.T, ctx context.Context, b *redisx.Batcher, n int) {
 		runtime.Gosched()
 	}
 }
+
+// TestBatcher_autoPipelinerDirect: on go-redis's AutoPipeliner, which
+// pipelines concurrent callers itself, the Batcher sends each command at
+// once: one given while every pipeline slot is taken by a command that
+// blocks on the server is not queued behind them.
+func TestBatcher_autoPipelinerDirect(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		rc := s.Client(t)
+		ap, err := rc.(*redis.Client).AutoPipeline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ap.Close() })
+		b := redisx.NewBatcher(ap)
+		key := redistest.Key(t, "d")
+		release := blockBatcher(t, ctx, b, rc, key+":block")
+		defer release()
+		cmd := redis.NewIntCmd(ctx, "incrby", key, 7)
+		if err := b.Do(ctx, cmd); err != nil || cmd.Val() != 7 {
+			t.Fatalf("INCRBY while %d BLPOPs block: %d, %v; want 7 before they return", redisx.BatchDepth, cmd.Val(), err)
+		}
+	}, redistest.Redis8, redistest.Valkey)
+}
