@@ -327,8 +327,8 @@ func checkGaps(t *testing.T, r *report.Results) {
 			}
 		}
 	}
-	if len(r.LockGap) != 2 {
-		t.Fatalf("lock gap has %d rows, want raw and stampede", len(r.LockGap))
+	if len(r.LockGap) != 5 {
+		t.Fatalf("lock gap has %d rows, want raw, stampede and rueidislock, and the first two on AutoPipeline", len(r.LockGap))
 	}
 	for _, g := range r.LockGap {
 		if g.Errors > 0 || g.PerSec <= 0 || len(g.Runs) != r.Config.Reps {

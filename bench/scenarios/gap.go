@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/bench/report"
@@ -87,7 +88,7 @@ func (o coldOutcome) gapRun() report.GapRun {
 func LockGap(ctx context.Context, e *Env, r *report.Results) error {
 	c := e.Cfg
 	runs := map[string][]report.LockGapRun{}
-	approaches := []string{"raw", "stampede"}
+	approaches := []string{"raw", "stampede", rueidislockApproach, "raw" + autopipelineSuffix, "stampede" + autopipelineSuffix}
 	for rep := range c.Reps {
 		order := slices.Clone(approaches)
 		if rep%2 == 1 {
@@ -116,8 +117,16 @@ func LockGap(ctx context.Context, e *Env, r *report.Results) error {
 }
 
 func lockGapLabel(a string) string {
-	if a == "raw" {
-		return "raw SET NX PX + compare-and-delete"
+	if a == rueidislockApproach {
+		return "rueidislock TryWithContext + release (1 key)"
 	}
-	return "stampede Obtain + Release"
+	base, ap := strings.CutSuffix(a, autopipelineSuffix)
+	label := "stampede Obtain + Release"
+	if base == "raw" {
+		label = "raw SET NX PX + compare-and-delete"
+	}
+	if ap {
+		label += ", on go-redis's AutoPipeline"
+	}
+	return label
 }

@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/hotkv/stampede/lock"
 )
@@ -23,14 +26,61 @@ type lockCycler func(ctx context.Context, key string) error
 // holding its token: it must not happen, each goroutine has its own key.
 var errNotFreed = errors.New("the compare-and-delete deleted nothing")
 
+// autopipelineSuffix marks a lock-gap approach whose commands go through
+// go-redis's automatic pipeliner (Client.AutoPipeline) rather than the
+// plain client: "raw+autopipeline", "stampede+autopipeline".
+const autopipelineSuffix = "+autopipeline"
+
+// rueidislockApproach is rueidislock's TryWithContext and the release
+// its cancel function waits for, with one key per lock (KeyMajority 1,
+// where its default takes 2 of 3): the peer that pipelines concurrent
+// calls on one connection. Its client-side cache is off (it serves only
+// the waiting of WithContext, and not every server tracks keys), and an
+// attempt may take up to go-redis's default read timeout, 3 s, as the
+// others' may (its own default, 20 ms, fails attempts on a busy machine).
+const rueidislockApproach = "rueidislock"
+
+// newRueidislockCycler is the rueidislock approach on the server c talks
+// to.
+func newRueidislockCycler(c *redis.Client) (lockCycler, func(), error) {
+	o := c.Options()
+	locker, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption: rueidis.ClientOption{InitAddress: []string{o.Addr}, Username: o.Username, Password: o.Password,
+			SelectDB: o.DB, DisableCache: true},
+		KeyMajority: 1, TryNextAfter: 3 * time.Second,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, key string) error {
+		_, release, err := locker.TryWithContext(ctx, key)
+		if err != nil {
+			return err
+		}
+		release()
+		return nil
+	}, locker.Close, nil
+}
+
 // newLockCycler returns the cycle of approach a on rdb: "stampede",
 // lock.Client's Obtain with nil options and Release; "raw", the commands
 // they send: SET NX PX with a fresh random token, then the release
 // command the lock client found the server to offer.
-func newLockCycler(ctx context.Context, rdb *redis.Client, a string) (lockCycler, error) {
+func newLockCycler(ctx context.Context, c *redis.Client, a string) (cycle lockCycler, closeFn func(), err error) {
+	if a == rueidislockApproach {
+		return newRueidislockCycler(c)
+	}
+	var rdb lock.RedisClient = c
+	if base, ok := strings.CutSuffix(a, autopipelineSuffix); ok {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb, a = ap, base
+	}
 	lc, err := lock.New(rdb, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch a {
 	case "stampede":
@@ -40,11 +90,11 @@ func newLockCycler(ctx context.Context, rdb *redis.Client, a string) (lockCycler
 				return err
 			}
 			return l.Release(ctx)
-		}, nil
+		}, func() {}, nil
 	case "raw":
 		caps, err := lc.Capabilities(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		script := redis.NewScript(compareDeleteSrc)
 		release := func(ctx context.Context, key, tok string) (int64, error) {
@@ -72,19 +122,20 @@ func newLockCycler(ctx context.Context, rdb *redis.Client, a string) (lockCycler
 				err = errNotFreed
 			}
 			return err
-		}, nil
+		}, func() {}, nil
 	}
-	return nil, fmt.Errorf("unknown lock approach %q", a)
+	return nil, nil, fmt.Errorf("unknown lock approach %q", a)
 }
 
 // runLockJob runs lock cycles on keys of its own from j.Goroutines
 // goroutines for j.Duration.
 func runLockJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any)) (*podResult, error) {
 	ctx := context.Background()
-	cycle, err := newLockCycler(ctx, rdb, j.Approach)
+	cycle, closeCycler, err := newLockCycler(ctx, rdb, j.Approach)
 	if err != nil {
 		return nil, err
 	}
+	defer closeCycler()
 	// First use probes the server or loads a script: pay it before.
 	if err := cycle(ctx, j.NS+":warm:"+strconv.Itoa(j.Pod)); err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
