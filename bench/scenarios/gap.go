@@ -23,8 +23,9 @@ import (
 //     the wake-up and the hand-back).
 //   - lock-gap: Obtain + Release against the raw commands they send (SET
 //     NX PX, then DELEX IFEQ, DELIFEQ or a Lua compare-and-delete, what
-//     the server offers), from Procs processes of LockGoroutines
-//     goroutines, one key each.
+//     the server offers), next to rueidislock and to the raw commands
+//     and stampede on go-redis's AutoPipeline, from Procs processes of
+//     LockGoroutines goroutines, one key each.
 
 // GapShape is one cold-gap configuration.
 type GapShape struct{ Procs, Goroutines int }
