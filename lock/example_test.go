@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -69,6 +71,41 @@ func ExampleClient_CapabilitiesFor() {
 	fmt.Println("release with:", caps.Release)
 	// Output:
 	// release with: DELEX IFEQ
+}
+
+// Many goroutines taking and freeing locks at once: a Client made on
+// go-redis's automatic pipeliner streams their commands on one
+// connection, about twice the lock cycles a second of the plain commands.
+func ExampleNew_autoPipeline() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+
+	ap, err := rdb.AutoPipeline() // closed with rdb
+	if err != nil {
+		panic(err)
+	}
+	c, err := lock.New(ap, nil)
+	if err != nil {
+		panic(err)
+	}
+	var wg sync.WaitGroup
+	var released atomic.Int64
+	for i := range 8 {
+		wg.Go(func() {
+			l, err := c.Obtain(ctx, fmt.Sprintf("invoice:%d", i), 10*time.Second)
+			if err != nil {
+				panic(err)
+			}
+			if l.Release(ctx) == nil {
+				released.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("released:", released.Load())
+	// Output:
+	// released: 8
 }
 
 func ExampleClient_Do() {

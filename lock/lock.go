@@ -37,6 +37,12 @@ type Client struct {
 
 // New returns a Client using rc. It makes no server call: the server's
 // capabilities are probed on first use (see Capabilities).
+//
+// Concurrent calls on a Client share pipelines. rc may be go-redis's
+// automatic pipeliner (rdb.AutoPipeline()), which streams concurrent
+// commands on a connection it holds: the Client then sends each command
+// at once and leaves the batching to it, for about twice the lock cycles
+// a second of the raw commands.
 func New(rc RedisClient, opts *Options) (*Client, error) {
 	if redisx.IsNilClient(rc) {
 		return nil, invalid("nil Redis client")
