@@ -36,6 +36,51 @@ func (p *pipedCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// contendCycles runs cycles Obtain (nil options) + Release cycles from
+// each of goroutines goroutines on one Client, over keys keys under prefix
+// that the goroutines share, checking that no key ever has two holders at
+// once, that every Release of a held lock succeeds, and that every key is
+// free at the end. It returns how many Obtains succeeded and were refused.
+func contendCycles(t *testing.T, ctx context.Context, c *lock.Client, rc redis.UniversalClient, prefix string, goroutines, keys, cycles int) (obtained, refused int64) {
+	t.Helper()
+	holders := make([]atomic.Int32, keys)
+	var got, lost atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range cycles {
+				k := (g + i) % keys
+				key := prefix + ":" + strconv.Itoa(k)
+				l, err := c.Obtain(ctx, key, 10*time.Second)
+				if err != nil {
+					if !errors.Is(err, lock.ErrNotObtained) {
+						t.Errorf("Obtain %s: %v", key, err)
+						return
+					}
+					lost.Add(1)
+					continue
+				}
+				got.Add(1)
+				if n := holders[k].Add(1); n != 1 {
+					t.Errorf("%d holders of %s at once", n, key)
+				}
+				holders[k].Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release %s: %v", key, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		if n, err := rc.Exists(ctx, prefix+":"+strconv.Itoa(k)).Result(); err != nil || n != 0 {
+			t.Errorf("key %d still held after every release: EXISTS = %d, %v", k, n, err)
+		}
+	}
+	return got.Load(), lost.Load()
+}
+
 // TestObtain_concurrentCallsPipelined: Obtain (nil options) and Release
 // calls made at the same time on one Client go out in shared pipelines,
 // and every guarantee stands: at most one holder per key at any moment,
@@ -52,47 +97,12 @@ func TestObtain_concurrentCallsPipelined(t *testing.T) {
 			keys       = 8
 			cycles     = 40
 		)
-		prefix := redistest.Key(t, "p")
-		var holders [keys]atomic.Int32
-		var obtained, refused atomic.Int64
-		var wg sync.WaitGroup
-		for g := range goroutines {
-			wg.Go(func() {
-				for i := range cycles {
-					k := (g + i) % keys
-					key := prefix + ":" + strconv.Itoa(k)
-					l, err := c.Obtain(ctx, key, 10*time.Second)
-					if err != nil {
-						if !errors.Is(err, lock.ErrNotObtained) {
-							t.Errorf("Obtain %s: %v", key, err)
-							return
-						}
-						refused.Add(1)
-						continue
-					}
-					obtained.Add(1)
-					if n := holders[k].Add(1); n != 1 {
-						t.Errorf("%d holders of %s at once", n, key)
-					}
-					holders[k].Add(-1)
-					if err := l.Release(ctx); err != nil {
-						t.Errorf("Release %s: %v", key, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if obtained.Load() == 0 || refused.Load() == 0 {
-			t.Errorf("%d obtained, %d refused: want both (goroutines share keys)", obtained.Load(), refused.Load())
+		obtained, refused := contendCycles(t, ctx, c, rc, redistest.Key(t, "p"), goroutines, keys, cycles)
+		if obtained == 0 || refused == 0 {
+			t.Errorf("%d obtained, %d refused: want both (goroutines share keys)", obtained, refused)
 		}
 		if count.piped.Load() == 0 {
 			t.Errorf("no lock command went in a pipeline with another, out of %d cycles", goroutines*cycles)
-		}
-		for k := range keys {
-			if n, err := rc.Exists(ctx, prefix+":"+strconv.Itoa(k)).Result(); err != nil || n != 0 {
-				t.Errorf("key %d still held after every release: EXISTS = %d, %v", k, n, err)
-			}
 		}
 	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster, redistest.Miniredis)
 }
@@ -131,42 +141,8 @@ func TestNew_onAutoPipeliner(t *testing.T) {
 		}
 
 		prefix := redistest.Key(t, "ap")
-		const goroutines, keys, cycles = 16, 4, 30
-		var holders [keys]atomic.Int32
-		var obtained atomic.Int64
-		var wg sync.WaitGroup
-		for g := range goroutines {
-			wg.Go(func() {
-				for i := range cycles {
-					k := (g + i) % keys
-					key := prefix + ":" + strconv.Itoa(k)
-					l, err := c.Obtain(ctx, key, 10*time.Second)
-					if errors.Is(err, lock.ErrNotObtained) {
-						continue
-					} else if err != nil {
-						t.Errorf("Obtain %s: %v", key, err)
-						return
-					}
-					obtained.Add(1)
-					if n := holders[k].Add(1); n != 1 {
-						t.Errorf("%d holders of %s at once", n, key)
-					}
-					holders[k].Add(-1)
-					if err := l.Release(ctx); err != nil {
-						t.Errorf("Release %s: %v", key, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if obtained.Load() == 0 {
+		if obtained, _ := contendCycles(t, ctx, c, rc, prefix, 16, 4, 30); obtained == 0 {
 			t.Fatal("no Obtain succeeded")
-		}
-		for k := range keys {
-			if n, err := rc.Exists(ctx, prefix+":"+strconv.Itoa(k)).Result(); err != nil || n != 0 {
-				t.Errorf("key %d still held after every release: EXISTS = %d, %v", k, n, err)
-			}
 		}
 
 		key := prefix + ":owner"
