@@ -25,6 +25,7 @@ type Conn struct {
 	batch     *Batcher // the lock commands: SET NX, and the releases
 
 	caps   atomic.Pointer[Capabilities] // nil until probed; only ever downgraded until the next probe
+	probed atomic.Pointer[Capabilities] // the last probe's answer, as stored in caps (caps differs once downgraded)
 	probeM sync.Mutex                   // serialises probes; never held across other calls
 
 	// What the server offers is learnt again every recheck (Recheck unless
@@ -87,16 +88,23 @@ func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, err
 		if cn.forced || time.Since(time.Unix(0, cn.probedAt.Load())) < time.Duration(cn.recheck.Load()) || !cn.probeM.TryLock() {
 			return *p, nil // fresh, or another caller re-probes: keep using what was learnt
 		}
-		defer cn.probeM.Unlock()
-		caps, err := probe(ctx, cn.c, prefix)
-		cn.probedAt.Store(time.Now().UnixNano())
-		if err != nil {
-			// Asked too early, or the server is busy: what was learnt
-			// stands until the next Recheck.
+		if cn.healthy(p) {
+			// Nothing refused or downgraded: the probe can only confirm
+			// what this call uses (a server that lost a command refuses
+			// it, and the command's own refusal downgrades). It runs
+			// beside the call, which costs its round trips and no more.
+			go func() {
+				defer cn.probeM.Unlock()
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reprobeTimeout)
+				defer cancel()
+				cn.reprobe(pctx, prefix, p)
+			}()
 			return *p, nil
 		}
-		cn.caps.Store(&caps)
-		return caps, nil
+		// A refusal or a downgrade is remembered: this call may be the
+		// one it fails, so the probe that may lift it comes first.
+		defer cn.probeM.Unlock()
+		return cn.reprobe(ctx, prefix, p), nil
 	}
 	cn.probeM.Lock()
 	defer cn.probeM.Unlock()
@@ -108,8 +116,38 @@ func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, err
 		return Capabilities{}, err
 	}
 	cn.probedAt.Store(time.Now().UnixNano())
-	cn.caps.Store(&caps)
+	cn.store(&caps)
 	return caps, nil
+}
+
+// reprobeTimeout bounds a re-probe run beside the call that found the
+// capabilities due (see probeWith).
+const reprobeTimeout = 5 * time.Second
+
+// reprobe probes the server again, under probeM, and returns what the
+// Conn uses now: the probe's answer, or old when the probe failed (asked
+// too early, or the server is busy: what was learnt stands until the
+// next Recheck).
+func (cn *Conn) reprobe(ctx context.Context, prefix string, old *Capabilities) Capabilities {
+	caps, err := probe(ctx, cn.c, prefix)
+	cn.probedAt.Store(time.Now().UnixNano())
+	if err != nil {
+		return *old
+	}
+	cn.store(&caps)
+	return caps
+}
+
+// store makes caps, a probe's answer, what the Conn uses.
+func (cn *Conn) store(caps *Capabilities) {
+	cn.probed.Store(caps)
+	cn.caps.Store(caps)
+}
+
+// healthy reports whether p is a probe's answer, not downgraded since,
+// with nothing refused to the client's user.
+func (cn *Conn) healthy(p *Capabilities) bool {
+	return p == cn.probed.Load() && p.ScriptsDenied == "" && p.ACLRefused == ""
 }
 
 // downgrade replaces the capabilities with change(current), unless another

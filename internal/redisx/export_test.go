@@ -15,3 +15,9 @@ func (b *Batcher) Queued() int {
 
 // BatchDepth is how many pipelines a Batcher has in flight at most.
 const BatchDepth = batchDepth
+
+// DowngradeExtend makes cn use the Lua extension from now on, as a
+// refused SET IFEQ does.
+func (cn *Conn) DowngradeExtend() {
+	cn.downgrade(func(c *Capabilities) { c.Extend = ExtendLua })
+}
