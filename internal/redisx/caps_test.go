@@ -111,6 +111,17 @@ func (h *probeHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
+// heldConn returns a Conn on a client of s with a probeHold hook, and
+// the capabilities its first probe found.
+func heldConn(t *testing.T, s *redistest.Server) (*redisx.Conn, *probeHold, redisx.Capabilities, error) {
+	rc := s.Client(t)
+	h := newProbeHold()
+	rc.AddHook(h)
+	cn := redisx.NewConn(rc, nil, 0)
+	caps, err := cn.Capabilities(t.Context())
+	return cn, h, caps, err
+}
+
 // TestConn_recheckBesideTheCall: once Recheck has passed, a Conn with
 // nothing refused or downgraded probes the server beside the call that
 // found it due: the call returns what was learnt without waiting for the
@@ -120,11 +131,7 @@ func (h *probeHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestConn_recheckBesideTheCall(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := t.Context()
-		rc := s.Client(t)
-		h := newProbeHold()
-		rc.AddHook(h)
-		cn := redisx.NewConn(rc, nil, 0)
-		first, err := cn.Capabilities(ctx)
+		cn, h, first, err := heldConn(t, s)
 		if err != nil || first.ScriptsDenied != "" || first.ACLRefused != "" {
 			t.Fatalf("capabilities %+v, %v: want nothing refused", first, err)
 		}
@@ -155,11 +162,7 @@ func TestConn_recheckBesideTheCall(t *testing.T) {
 func TestConn_recheckLiftsDowngrade(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := t.Context()
-		rc := s.Client(t)
-		h := newProbeHold()
-		rc.AddHook(h)
-		cn := redisx.NewConn(rc, nil, 0)
-		first, err := cn.Capabilities(ctx)
+		cn, h, first, err := heldConn(t, s)
 		if err != nil || first.Extend != redisx.ExtendSetIfEq {
 			t.Fatalf("capabilities %+v, %v: want SET IFEQ", first, err)
 		}
