@@ -101,9 +101,10 @@ func newCache(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, err
 	return c, nil
 }
 
-// Close stops background refreshes and loads (their contexts are
-// cancelled), ends the subscription and waits for all of it. Calls after
-// Close return ErrClosed. Close is idempotent.
+// Close stops background refreshes and loads and the re-probe of what
+// the server offers that a call started (their contexts are cancelled),
+// ends the subscription and waits for all of it. Calls after Close return
+// ErrClosed. Close is idempotent.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -114,6 +115,7 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
+	c.conn.Close() // after the background work, which may start a re-probe
 	c.ann.close()
 	if c.near != nil {
 		c.track.close()
@@ -311,15 +313,7 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
-	// Callers from now on must not join a flight that began before the
-	// Delete, nor find the old value in the near cache: both may predate
-	// it. So also when it failed: a write that timed out may have reached
-	// the server.
-	c.forgetLocal(k)
-	if err := del.Err(); err != nil {
-		return c.writeFailed(ctx, "delete", key, err)
-	}
-	return nil
+	return c.wrote(ctx, "delete", k, del.Err())
 }
 
 func (c *Cache) check(key string) error {
@@ -495,15 +489,26 @@ func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []O
 	pub := c.ann.publish(ctx, pipe, k.value, message(noticeValue, k.value, "", ""))
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	c.ann.published(pub.Err())
-	c.forgetLocal(k) // as in Delete, also when it failed
-	if err := set.Err(); err != nil {
-		return c.writeFailed(ctx, "set", key, err)
+	return c.wrote(ctx, "set", k, set.Err())
+}
+
+// wrote ends a write (op: "set" or "delete") of k that was sent: Set,
+// Delete, and their conditional forms of Engine. Callers from now on must
+// not join a flight that began before the write, nor find the old value
+// in the near cache: both may predate it. So what this process holds of k
+// is dropped (forgetLocal) also when the write failed (err is not nil): a
+// write that timed out may have reached the server. A failure is counted
+// and returned as writeFailed says.
+func (c *Cache) wrote(ctx context.Context, op string, k keys, err error) error {
+	c.forgetLocal(k)
+	if err != nil {
+		return c.writeFailed(ctx, op, k.user, err)
 	}
 	return nil
 }
 
-// writeFailed returns the error of a Set or Delete (op) of key that failed
-// with err, counting it as a server error unless it was the caller's own
+// writeFailed returns the error of a write (op) of key that failed with
+// err, counting it as a server error unless it was the caller's own
 // cancellation or deadline.
 func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) error {
 	if !redisx.CallerDone(ctx) {
@@ -512,19 +517,42 @@ func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) erro
 	return fmt.Errorf("cache: %s %q: %w", op, key, redisx.Denied(op, err, ""))
 }
 
+// decode returns payload, key's value, decoded as a V; a failure counts
+// as a decode failure.
 func decode[V any](c *Cache, key string, payload []byte) (V, error) {
+	v, err := decodeUncounted[V](c, key, payload)
+	if err != nil {
+		return v, c.decodeFailed(key, err)
+	}
+	return v, nil
+}
+
+// decodeUncounted is decode, counting nothing: for the near cache's
+// copies, as a caller that cannot decode one reads the key from the
+// server, and decodes and counts what it finds there. So each call
+// counts the entry it could not decode once.
+func decodeUncounted[V any](c *Cache, key string, payload []byte) (V, error) {
 	var v V
 	if err := c.s.codec.Unmarshal(payload, &v); err != nil {
 		var zero V
-		return zero, c.decodeFailed(key, fmt.Errorf("cache: decode %q as %T: %w", key, v, err))
+		return zero, fmt.Errorf("cache: decode %q as %T: %w", key, v, err)
 	}
 	return v, nil
 }
 
 // decodeInto is decode into dst, for Get (see engine.Dst).
 func decodeInto(c *Cache, key string, payload []byte, dst engine.Dst) error {
+	if err := decodeIntoUncounted(c, key, payload, dst); err != nil {
+		return c.decodeFailed(key, err)
+	}
+	return nil
+}
+
+// decodeIntoUncounted is decodeInto counting nothing, for the near
+// cache's copies (see decodeUncounted).
+func decodeIntoUncounted(c *Cache, key string, payload []byte, dst engine.Dst) error {
 	if err := dst.Decode(c.s.codec, payload); err != nil {
-		return c.decodeFailed(key, fmt.Errorf("cache: decode %q as %T: %w", key, dst.Value(), err))
+		return fmt.Errorf("cache: decode %q as %T: %w", key, dst.Value(), err)
 	}
 	return nil
 }

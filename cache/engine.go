@@ -2,11 +2,9 @@ package cache
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/hotkv/stampede/internal/engine"
-	"github.com/hotkv/stampede/internal/redisx"
 )
 
 // Engine is for package middleware of this module and has no use outside
@@ -45,18 +43,14 @@ func (v view) DeleteIfUnchanged(ctx context.Context, key string, old []byte) err
 	}
 	k := c.keys(key)
 	deleted, err := c.conn.DeleteIfEqual(ctx, k.value, string(old))
-	if err != nil {
-		c.forgetLocal(k) // as in Delete: a delete that timed out may have reached the server
-		return c.writeFailed(ctx, "delete", key, err)
-	}
-	if !deleted {
+	switch {
+	case err == nil && !deleted:
 		return engine.ErrChanged
+	case err == nil:
+		// As after Delete: waiters read the key again.
+		c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
 	}
-	// As after Delete: waiters read the key again, and this process
-	// forgets what it held of it.
-	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
-	c.forgetLocal(k)
-	return nil
+	return c.wrote(ctx, "delete", k, err) // as Delete ends, failed or not
 }
 
 // MaxValueSize implements engine.View.
@@ -66,17 +60,17 @@ func (v view) MaxValueSize() int { return v.c.s.maxSize }
 // the value key still holds old, the entry a Peek found, in one
 // conditional write (SET IFEQ, or a script where the server has no SET
 // IFEQ), so a Delete or Set that came after that Peek wins. It returns
-// engine.ErrChanged when the key holds something else, or nothing.
+// engine.ErrChanged when the key holds something else, or nothing. It
+// ends as Set does: what this process holds of the key is dropped, also
+// when the write failed, and a failure counts as a server error.
 func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl time.Duration) error {
-	wrote, err := c.conn.SetIfEqual(ctx, k.value, old, val, ttl)
-	if err != nil {
-		return fmt.Errorf("cache: set %q: %w", k.user, redisx.Denied("set", err, ""))
-	}
-	if !wrote {
+	written, err := c.conn.SetIfEqual(ctx, k.value, old, val, ttl)
+	switch {
+	case err == nil && !written:
 		return engine.ErrChanged
+	case err == nil:
+		// Waiters are woken as after Set (whose pipeline carries this too).
+		c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
 	}
-	// Waiters are woken as after Set (whose pipeline carries this too).
-	c.ann.published(c.ann.publishOne(ctx, k.value, message(noticeValue, k.value, "", "")))
-	c.forgetLocal(k) // as in Set
-	return nil
+	return c.wrote(ctx, "set", k, err)
 }

@@ -219,7 +219,7 @@ func nearValue[V any](c *Cache, key string, ne *nearEntry) (V, error) {
 			return v, nil
 		}
 	}
-	v, err := decode[V](c, key, ne.e.Payload)
+	v, err := decodeUncounted[V](c, key, ne.e.Payload) // the caller's read from the server counts a failure
 	if err == nil {
 		ne.val.Store(&boxed{v: v})
 	}
@@ -232,8 +232,8 @@ func nearInto(c *Cache, key string, ne *nearEntry, dst engine.Dst) error {
 	if b := ne.val.Load(); b != nil && dst.Reuse(b.v) {
 		return nil
 	}
-	if err := decodeInto(c, key, ne.e.Payload, dst); err != nil {
-		return err
+	if err := decodeIntoUncounted(c, key, ne.e.Payload, dst); err != nil {
+		return err // the caller's read from the server counts it
 	}
 	ne.val.Store(&boxed{v: dst.Value()})
 	return nil

@@ -17,7 +17,8 @@ import (
 const DefaultDigestThreshold = 512
 
 // Conn is a Client together with what its server was found to support.
-// It is safe for concurrent use. Use NewConn to create a Conn.
+// It is safe for concurrent use. Use NewConn to create a Conn, and Close
+// to stop the re-probes it runs in the background.
 type Conn struct {
 	c         Client
 	threshold int
@@ -37,6 +38,14 @@ type Conn struct {
 	recheck       atomic.Int64 // ns
 	probedAt      atomic.Int64 // Unix ns of the last probe that answered, or of the last failed re-probe
 	slotsReloaded atomic.Int64 // Unix ns of ReloadSlots' last reload request, or 0
+
+	// The re-probes run beside a call (see reprobeBeside) are the Conn's:
+	// Close cancels them and waits for them.
+	bgMu   sync.Mutex     // guards closed and bg.Add
+	closed bool           // set by Close: no re-probe starts beside a call
+	bg     sync.WaitGroup // the re-probes running beside a call
+	base   context.Context
+	cancel context.CancelFunc // cancels base, ending the re-probes
 }
 
 // NewConn wraps c. A non-nil forced, or c being a *Forced, fixes the
@@ -50,6 +59,7 @@ func NewConn(c Client, forced *Capabilities, threshold int) *Conn {
 	}
 	cn := &Conn{c: c, threshold: threshold, scripts: newScripts(), batch: NewBatcher(c)}
 	cn.recheck.Store(int64(Recheck))
+	cn.base, cn.cancel = context.WithCancel(context.Background())
 	if forced != nil {
 		f := *forced
 		cn.caps.Store(&f)
@@ -93,12 +103,7 @@ func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, err
 			// what this call uses (a server that lost a command refuses
 			// it, and the command's own refusal downgrades). It runs
 			// beside the call, which costs its round trips and no more.
-			go func() {
-				defer cn.probeM.Unlock()
-				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reprobeTimeout)
-				defer cancel()
-				cn.reprobe(pctx, prefix, p)
-			}()
+			cn.reprobeBeside(ctx, prefix, p)
 			return *p, nil
 		}
 		// A refusal or a downgrade is remembered: this call may be the
@@ -123,6 +128,46 @@ func (cn *Conn) probeWith(ctx context.Context, prefix string) (Capabilities, err
 // reprobeTimeout bounds a re-probe run beside the call that found the
 // capabilities due (see probeWith).
 const reprobeTimeout = 5 * time.Second
+
+// reprobeBeside runs the re-probe of p, which probeWith found due with
+// probeM locked, in the background: on the context of the call (ctx, for
+// its values, not its cancellation), limited by reprobeTimeout and
+// cancelled by Close. It unlocks probeM when the re-probe ends, or at
+// once after Close, which it starts none after.
+func (cn *Conn) reprobeBeside(ctx context.Context, prefix string, p *Capabilities) {
+	cn.bgMu.Lock()
+	defer cn.bgMu.Unlock()
+	if cn.closed {
+		cn.probeM.Unlock()
+		return
+	}
+	cn.bg.Add(1)
+	go func() {
+		defer cn.bg.Done()
+		defer cn.probeM.Unlock()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reprobeTimeout)
+		defer cancel()
+		stop := context.AfterFunc(cn.base, cancel)
+		defer stop()
+		cn.reprobe(pctx, prefix, p)
+	}()
+}
+
+// Close cancels the re-probes running in the background (see
+// reprobeBeside) and waits for them to return; none starts after it. A
+// re-probe that waits for a connection ends at once; one whose commands
+// were sent returns with their replies, as go-redis abandons a read only
+// at a deadline (the client's ReadTimeout), not when its context is
+// cancelled. The Conn's other calls work as before Close, with what was
+// learnt until then (a probe that a call needs runs in the call). Close
+// is idempotent and safe for concurrent use.
+func (cn *Conn) Close() {
+	cn.bgMu.Lock()
+	cn.closed = true
+	cn.bgMu.Unlock()
+	cn.cancel()
+	cn.bg.Wait()
+}
 
 // reprobe probes the server again, under probeM, and returns what the
 // Conn uses now: the probe's answer, or old when the probe failed (asked
