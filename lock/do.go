@@ -26,11 +26,18 @@ func FromContext(ctx context.Context) *Lock {
 // Do obtains the lock on key, runs fn while keeping the lock alive, and
 // releases it when fn returns, also when fn panics (the panic then goes on).
 //
-// The lock is refreshed to ttl every ttl/3, or as WithRefreshEvery says.
-// If it is lost (the key was taken or deleted) or cannot be refreshed
-// before it would expire, fn's context is cancelled at once with a cause
-// matching ErrLost (read it with context.Cause), and Do's error matches
-// ErrLost too. fn should stop when its context ends; Do does not return
+// The lock is refreshed to ttl every ttl/3, or as WithRefreshEvery says,
+// counted from the send of the previous refresh (the first from the
+// attempt that obtained the lock), not from its answer; one refresh is in
+// flight at a time, so a refresh answered later than that is followed at
+// once by the next. If the lock is lost (a refresh finds the key taken or
+// deleted) or no refresh has succeeded in time (a margin, a tenth of ttl
+// and at most 100ms, before the lock would expire, counting from the send
+// of the last refresh that succeeded), fn's context is cancelled at once
+// with a cause matching ErrLost (read it with context.Cause), and Do's
+// error matches ErrLost too. A refresh that fails otherwise (a timeout, a
+// broken connection) is tried again a quarter of the interval after it
+// was sent. fn should stop when its context ends; Do does not return
 // before fn does.
 //
 // A lock held by someone else returns ErrNotObtained without running fn,
@@ -96,11 +103,22 @@ func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time
 }
 
 // KeepAlive refreshes l back to ttl every interval (a third of ttl when
-// interval is 0) until stop is called. The returned context is derived
-// from ctx and is cancelled, with a cause matching ErrLost, as soon as the
-// lock is lost or could not be refreshed before it would expire. stop ends
-// the refreshing, waits for it to finish, cancels the context and returns
-// its cause (nil if the lock was never lost); it does not release l.
+// interval is 0) until stop is called. Each refresh is due interval after
+// the send of the previous one, not after its answer; one refresh is in
+// flight at a time, so a refresh answered later than that is followed at
+// once by the next. The first is due interval after l was obtained, or at
+// once if that has passed: KeepAlive takes l to have been set to expire
+// ttl from its obtain, or from a refresh made at most interval ago.
+//
+// The returned context is derived from ctx and is cancelled, with a cause
+// matching ErrLost, as soon as a refresh finds the lock taken or deleted,
+// or when no refresh has succeeded in time: a margin (a tenth of ttl, at
+// most 100ms) before the lock would expire, counting from the send of the
+// last refresh that succeeded, even while a refresh still waits for its
+// answer. A refresh that fails otherwise (a timeout, a broken connection)
+// is tried again a quarter of interval after it was sent. stop ends the
+// refreshing, waits for it to finish, cancels the context and returns its
+// cause (nil if the lock was never lost); it does not release l.
 //
 // Each refresh is reported to Options.Observer as EventRefreshed or
 // EventRefreshFailed, and a loss as EventLost, from the keep-alive's own
@@ -109,18 +127,26 @@ func (l *Lock) KeepAlive(ctx context.Context, ttl, interval time.Duration) (held
 	if interval <= 0 || interval >= ttl {
 		interval = max(ttl/3, time.Millisecond)
 	}
-	// The lock was refreshed or obtained at least this recently only if the
-	// caller just did so; measuring from now would overestimate, so the
-	// first deadline is one interval earlier than it could be.
-	return l.keepAliveFrom(ctx, ttl, interval, time.Now().Add(-interval))
+	// A refresh the caller made since the obtain is unknown here; one at
+	// most interval ago is assumed, never a later one, so that the first
+	// deadline does not overestimate. A lock obtained more recently than
+	// that is measured from its obtain: a KeepAlive called right after
+	// Obtain refreshes interval after the obtain was sent, not at once.
+	set := time.Now().Add(-interval)
+	if l.sent.After(set) {
+		set = l.sent
+	}
+	return l.keepAliveFrom(ctx, ttl, interval, set)
 }
 
-func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, obtained time.Time) (context.Context, func() error) {
+// keepAliveFrom starts the keep-alive of l, last set to expire ttl from
+// set (when that refresh or obtain was sent).
+func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set time.Time) (context.Context, func() error) {
 	work, cancel := context.WithCancelCause(ctx)
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		l.keepAlive(cancel, ttl, every, obtained.Add(ttl), quit)
+		l.keepAlive(cancel, ttl, every, set, quit)
 	}()
 	return work, func() error {
 		select {
@@ -138,21 +164,30 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, obta
 	}
 }
 
-// keepAlive refreshes l every interval until stop closes. validUntil is
-// when the lock expires if no refresh succeeds; it is measured from before
-// each refresh was sent, so it never overestimates. Work is cancelled a
-// margin before that moment, while the lock is still held, even if a
-// refresh is still waiting for its answer then: a client need not honour
-// the refresh's deadline (go-redis ignores context deadlines unless
-// ContextTimeoutEnabled is set and waits out its own ReadTimeout).
-func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duration, validUntil time.Time, stop <-chan struct{}) {
+// keepAlive refreshes l until stop closes, each refresh due every after
+// the send of the last one that succeeded (set: the obtain, or the refresh
+// the caller made), not after its answer: timed from the answers, a round
+// trip as long as a third of ttl would put each refresh a round trip
+// later, and the lock would be declared lost while the server still held
+// it. One refresh is in flight at a time; an answer that comes
+// after the next refresh was due sends that one at once.
+//
+// validUntil is when the lock expires if no refresh succeeds; it is
+// measured from before each refresh was sent, so it never overestimates.
+// Work is cancelled a margin before that moment, while the lock is still
+// held, even if a refresh is still waiting for its answer then: a client
+// need not honour the refresh's deadline (go-redis ignores context
+// deadlines unless ContextTimeoutEnabled is set and waits out its own
+// ReadTimeout).
+func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duration, set time.Time, stop <-chan struct{}) {
 	margin := min(ttl/10, 100*time.Millisecond)
+	validUntil := set.Add(ttl)
 	expiring := time.NewTimer(time.Until(validUntil.Add(-margin))) // fires at the cutoff
 	defer expiring.Stop()
-	timer := time.NewTimer(every)
+	timer := time.NewTimer(time.Until(set.Add(every))) // the next refresh is due; at once if past
 	defer timer.Stop()
 	var (
-		sent   time.Time
+		sent   time.Time  // when the refresh in flight, or the last one, was sent
 		result chan error // the refresh in flight; nil when none is
 	)
 	defer func() {
@@ -177,8 +212,11 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 			lose(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key), nil)
 			return
 		case <-timer.C:
-			sent = time.Now()
 			cutoff := validUntil.Add(-margin)
+			if !time.Now().Before(cutoff) {
+				continue // too late to help: expiring fires now
+			}
+			sent = time.Now()
 			result = make(chan error, 1)
 			go func(result chan<- error) {
 				ctx, done := context.WithDeadline(context.Background(), cutoff)
@@ -191,15 +229,16 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 			case err == nil:
 				validUntil = sent.Add(ttl)
 				expiring.Reset(time.Until(validUntil.Add(-margin)))
-				timer.Reset(every)
+				timer.Reset(time.Until(sent.Add(every)))
 				l.c.emitOwned(EventRefreshed, l.key, time.Since(l.sent), nil)
 			case errors.Is(err, ErrNotHeld):
 				lose(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key), err)
 				return
 			default:
-				// A transient failure: try again soon; expiring ends the
-				// attempts at the cutoff.
-				timer.Reset(max(time.Millisecond, min(every/4, time.Until(validUntil.Add(-margin)))))
+				// A transient failure: try again soon, timed from this
+				// attempt's send too (at once after one that hung);
+				// expiring ends the attempts at the cutoff.
+				timer.Reset(time.Until(sent.Add(every / 4)))
 				l.c.log(slog.LevelWarn, "refresh failed; retrying until the lock would expire", "key", l.key, "err", err)
 				l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), err)
 			}
