@@ -320,7 +320,9 @@ func (cn *Conn) ExpireIfEqual(ctx context.Context, key, value string, ttl time.D
 		cmd = []any{"SET", key, value, "IFDEQ", Digest(value), "PX", ms}
 	}
 	if cmd != nil {
-		err := cn.c.Do(ctx, cmd...).Err()
+		// With the concurrent calls of this Conn: many locks' writes and
+		// refreshes go out together.
+		err := cn.batched(ctx, cmd...).Err()
 		switch {
 		case err == nil:
 			return true, nil
@@ -450,7 +452,9 @@ func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.
 		cmd = []any{"SET", key, next, "IFEQ", old, "PX", ms}
 	}
 	if cmd != nil {
-		err := cn.c.Do(ctx, cmd...).Err()
+		// With the concurrent calls of this Conn: many locks' writes and
+		// refreshes go out together.
+		err := cn.batched(ctx, cmd...).Err()
 		switch {
 		case err == nil:
 			return true, nil
