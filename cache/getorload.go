@@ -123,8 +123,9 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 	if c.down() {
 		return nil
 	}
+	sent := time.Now() // no later than the GET, which waits for its joiners
 	r := c.read(ctx, k)
-	l.obs = observation{read: true, done: r.done}
+	l.obs = observation{read: true, sent: sent, done: r.done}
 	switch {
 	case r.err == nil:
 		rd := c.decide(r.raw, c.s.now())
@@ -202,8 +203,8 @@ func encoded[V any](c *Cache, key string, load loader.Func[V]) loader.Func[[]byt
 }
 
 // step reads the key once and decides what fill does next: answer with
-// what it found (or loaded, having replaced what it could not use), claim
-// the free key, read again, or wait for another process's rebuild.
+// what it found, claim the free key, replace what it cannot use, or wait
+// for another process's rebuild.
 func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte) verdict {
 	sent := time.Now() // outcome.seen of what this read finds
 	raw, err := c.rc.Get(ctx, k.value).Bytes()
@@ -226,8 +227,8 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		return answer(outcome{payload: rd.e.Payload, seen: sent}, nil)
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
-	// not decode: replace it.
-	return c.replaceUnusable(ctx, k, it, load, raw, sent)
+	// not decode: replace it (see Cache.claimAfter).
+	return verdict{next: replaceOld, old: raw, seen: sent}
 }
 
 // serverFailed decides what a failed server call during fill means for the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestGetOrLoad_missClaimsAtOnce(t *testing.T) {
 		if err != nil || v != 7 {
 			t.Fatalf("GetOrLoad = %d, %v; want 7", v, err)
 		}
-		if len(before) != 2 || before[0][0] != "get" || before[1][0] != "set" || !slices.Contains(before[1], "nx") {
+		if len(before) != 2 || before[0][0] != "get" || before[1][0] != "set" || !slices.ContainsFunc(before[1], func(a string) bool { return strings.EqualFold(a, "nx") }) {
 			t.Fatalf("before the load: %q; want a GET, then the claim (SET NX)", before)
 		}
 		for _, cmd := range before {

@@ -97,6 +97,61 @@ func (g *loadRuns) end(key string, r *loadRun, res outcome, err error) {
 	close(r.done)
 }
 
+// beginMany is begin(k.value, false) for each of ks: the runs of one
+// batch load, which later callers of each key join.
+func (g *loadRuns) beginMany(ks []keys) []*loadRun {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rs := make([]*loadRun, len(ks))
+	for i, k := range ks {
+		rs[i] = g.startLocked(k.value)
+	}
+	return rs
+}
+
+// beginIdle is begin(k.value, true) for each of ks: idle[i] says whether
+// ks[i] had no run in progress and so got one, rs those runs, in ks's
+// order (a background batch refresh leaves the others out).
+func (g *loadRuns) beginIdle(ks []keys) (idle []bool, rs []*loadRun) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	idle = make([]bool, len(ks))
+	for i, k := range ks {
+		if g.m[k.value] == nil {
+			idle[i] = true
+			rs = append(rs, g.startLocked(k.value))
+		}
+	}
+	return idle, rs
+}
+
+// joinedRun is a run of another caller that a batch's key joined.
+type joinedRun struct {
+	k keys
+	r *loadRun
+}
+
+// joinMany is join for each of ks: the keys with no run in progress get
+// one that the caller runs (lead, with their runs leadRuns); the others
+// join the run in progress (joined, by value key).
+func (g *loadRuns) joinMany(ks []keys) (lead []keys, leadRuns []*loadRun, joined map[string]joinedRun) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range ks {
+		if r := g.m[k.value]; r != nil {
+			r.joined++
+			if joined == nil {
+				joined = make(map[string]joinedRun)
+			}
+			joined[k.value] = joinedRun{k: k, r: r}
+			continue
+		}
+		lead = append(lead, k)
+		leadRuns = append(leadRuns, g.startLocked(k.value))
+	}
+	return lead, leadRuns, joined
+}
+
 // forget makes later fail-open loads of key run the loader again rather
 // than join the run in progress, whose result may predate a write.
 func (g *loadRuns) forget(key string) {

@@ -407,7 +407,7 @@ func (m *many[V]) flight(t todo, b *batch) func(context.Context) (outcome, error
 	case t.found:
 		// Stored but not usable (undecodable, of another type, an expired
 		// not-found): replaced under the rebuild lock.
-		return func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, foundUnknown) }
+		return func(ctx context.Context) (outcome, error) { return c.fill(ctx, t.k, m.it, single, t.bad, firstRead{}) }
 	}
 	return b.member(t.k, single, t.w, t.sent)
 }
@@ -464,19 +464,24 @@ func (m *many[V]) refreshStale(ctx context.Context) {
 
 // awaitClaim waits for the rebuild whose claim (token claim) a read sent
 // at sent found, on w, registered before that read; then, unless that
-// rebuild's announcement answered, continues as fill does.
+// rebuild's announcement answered, continues as fill does, on the same
+// waiter and watch: the rebuild's outcome stays its answer whenever it
+// arrives.
 func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, claim string, sent time.Time) (outcome, error) {
-	waitStart := time.Now()
+	wt := &watch{began: time.Now()}
+	wt.start = wt.began
+	wt.saw(claim, sent)
 	c.n.waits.Add(1)
 	n, err := c.await(ctx, k, w, min(it.wait, c.s.poll), sent)
-	c.ann.unregister(k.value, w)
 	if err != nil {
+		c.ann.unregister(k.value, w)
 		return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 	}
-	if h := c.heard(ctx, k, n, waitFor(claim, sent), waitStart); h.next == answered {
+	if h := c.heard(ctx, k, n, wt); h.next == answered {
+		c.ann.unregister(k.value, w)
 		return h.res, h.err
 	}
-	return c.fillFrom(ctx, k, it, load, nil, foundClaim, waitStart)
+	return c.fillOn(ctx, k, it, load, nil, false, wt, w)
 }
 
 // encodedOne is the loader of one key through a batch loader: the key

@@ -13,21 +13,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hotkv/stampede/internal/flight"
-	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
+	"github.com/hotkv/stampede/lock"
 )
 
 // GetOrLoadMany's loads. A batch is the missing keys one call leads (it
-// started their flights in this process): it claims them in one pipeline,
-// calls the loader once for the keys it claimed, writes each value in
-// place of its claim, and announces them in one pipeline. The claim is the
-// one claimMiss takes (a lock value of package lock, SET NX PX on the
-// value key, no fencing), and every write after the load is the same
-// conditional operation package lock makes on it (redisx.Conn's
-// SetIfEqual, ExpireIfEqual, DeleteIfEqual): a Delete or Set during the
-// load removes the claim, and the write becomes a no-op. Keys whose claim
-// another process took continue as GetOrLoad's fill (they wait for it).
+// started their flights in this process): it claims them together, calls
+// the loader once for the keys it claimed, writes each value in place of
+// its claim, and announces them in one pipeline. The claims are the ones
+// claimMiss takes, through package lock (Client.ObtainMany: SET NX PX GET
+// on the value key, one pipeline), and every write after the load is one
+// of the claim's own (Lock.Replace, KeepAlive, Release, whose concurrent
+// calls go out together): a Delete or Set during the load removes the
+// claim, and the write becomes a no-op. Keys whose claim another process
+// took continue as GetOrLoad's fill (they wait for it). Lock values are
+// written by package lock alone.
 //
 // The stale values a call served are refreshed the same way, under the
 // rebuild locks (stale.go), by refreshBatch.
@@ -80,7 +81,7 @@ func (b *batch) member(k keys, single loader.Func[[]byte], w *waiter, sent time.
 				c.ann.unregister(k.value, w)
 			}
 			if r.fill {
-				return c.fill(ctx, k, b.it, single, nil, foundUnknown)
+				return c.fill(ctx, k, b.it, single, nil, firstRead{})
 			}
 			return r.res, r.err
 		case <-ctx.Done():
@@ -140,12 +141,10 @@ func (b *batch) start(ctx context.Context) {
 	}()
 }
 
-// heldClaim is a claim the batch took: the value key holds value.
+// heldClaim is a claim (or rebuild lock) a batch holds on k.
 type heldClaim struct {
-	k     keys
-	key   string // the claimed server key
-	value string
-	token string
+	k keys
+	l *lock.Lock
 }
 
 // run claims the batch's keys, loads those it claimed in one loader call,
@@ -156,60 +155,58 @@ func (b *batch) run(ctx context.Context) {
 		return
 	}
 	claimed := time.Now() // outcome.seen of what the loads rest on
-	won, alone := b.claim(ctx, claimed)
+	won, alone := b.claim(ctx)
 	if len(won) == 0 && len(alone) == 0 {
 		return
 	}
 	b.loadClaimed(ctx, won, alone, claimed)
 }
 
-// claim claims the batch's keys in one pipeline (claims dated claimed). It
-// returns the claims it took (won) and the keys the server failed for
-// (alone: loaded without it), and sends every other key its result: wait
-// for what another process stored, or go on as fill.
-func (b *batch) claim(ctx context.Context, claimed time.Time) (won []heldClaim, alone []keys) {
+// claim claims the batch's keys together (lock.ObtainMany: one pipeline
+// of SET NX GET). It returns the claims it took (won) and the keys the
+// server failed for (alone: loaded without it), and sends every other key
+// its result: wait for what another process stored, or go on as fill.
+func (b *batch) claim(ctx context.Context) (won []heldClaim, alone []keys) {
 	c := b.c
-	pipe := c.rc.Pipeline()
-	type try struct {
-		cl  heldClaim
-		cmd *redis.Cmd
-	}
-	tries := make([]try, 0, len(b.order))
+	ks := make([]keys, 0, len(b.order))
+	names := make([]string, 0, len(b.order))
 	for _, k := range b.order {
 		if err := c.permitted(ctx, k, nil); err != nil {
 			b.send(k, batchResult{fill: true}) // fill reports it, as for GetOrLoad
 			continue
 		}
-		token := lockvalue.NewToken()
-		value := lockvalue.Encode(token, claimed, "")
-		// SET NX (the claim) with GET: where another process was first,
-		// the reply is what it stored, its claim or its value, so that
-		// this one need not read the key again.
-		cmd := pipe.Do(ctx, "SET", k.value, value, "PX", max(c.s.lockTTL.Milliseconds(), 1), "NX", "GET")
-		tries = append(tries, try{heldClaim{k: k, key: k.value, value: value, token: token}, cmd})
+		ks = append(ks, k)
+		names = append(names, k.value)
 	}
-	if len(tries) == 0 {
+	if len(ks) == 0 {
 		return nil, nil
 	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	for _, t := range tries {
-		old, err := t.cmd.Text()
+	sent := time.Now()
+	tries, err := c.locks.ObtainMany(ctx, names, c.s.lockTTL)
+	if err != nil { // the batch's context ended (Close)
+		for _, k := range ks {
+			b.send(k, batchResult{err: fmt.Errorf("cache: load %q: %w", k.user, ErrClosed)})
+		}
+		return nil, nil
+	}
+	for i, t := range tries {
+		k := ks[i]
 		switch {
-		case redisx.IsNil(err): // nothing was there: claimed
-			won = append(won, t.cl)
-		case err == nil:
+		case t.Lock != nil:
+			won = append(won, heldClaim{k: k, l: t.Lock})
+		case t.Err == nil:
 			// Another process was first: wait for its claim, or take
 			// what it stored.
 			c.n.contention.Add(1)
-			b.send(t.cl.k, c.foundInstead(t.cl.k, old, claimed))
+			b.send(k, c.foundInstead(k, t.Held, sent))
 		case ctx.Err() != nil:
-			b.send(t.cl.k, batchResult{err: fmt.Errorf("cache: load %q: %w", t.cl.k.user, ErrClosed)})
-		case redisx.IsReply(err):
+			b.send(k, batchResult{err: fmt.Errorf("cache: load %q: %w", k.user, ErrClosed)})
+		case redisx.IsReply(t.Err) || errors.Is(t.Err, ErrPermission):
 			// A refusal: fill meets it again and answers as GetOrLoad does.
-			b.send(t.cl.k, batchResult{fill: true})
+			b.send(k, batchResult{fill: true})
 		default:
-			c.serverError(t.cl.k.user, err)
-			alone = append(alone, t.cl.k)
+			c.serverError(k.user, t.Err)
+			alone = append(alone, k)
 		}
 	}
 	return won, alone
@@ -218,28 +215,55 @@ func (b *batch) claim(ctx context.Context, claimed time.Time) (won []heldClaim, 
 // loadClaimed calls the loader once for the keys of the claims won and
 // the keys alone (the server failed for them: fail open), keeping the
 // claims alive meanwhile, and sends each key its result: alone at once,
-// won once its value replaced its claim (writeBack).
+// won once its value replaced its claim (writeBack). The load is each
+// key's run in this process (loadRuns): a fail-open GetOrLoad of one of
+// them meanwhile joins it, and a key alone that another run of this
+// process loads already joins that run instead.
 func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, claimed time.Time) {
 	c := b.c
-	users := make([]string, 0, len(won)+len(alone))
-	for _, cl := range won {
-		users = append(users, cl.k.user)
-	}
-	for _, k := range alone {
+	lead, leadRuns, joined := c.runs.joinMany(alone)
+	for _, k := range lead {
 		c.emit(ctx, EventFailOpen, k.user, 0, nil)
-		users = append(users, k.user)
 	}
-	stop := c.keepClaims(ctx, won)
+	ks := make([]keys, 0, len(won)+len(lead))
+	for _, cl := range won {
+		ks = append(ks, cl.k)
+	}
+	rs := append(c.runs.beginMany(ks), leadRuns...)
+	ks = append(ks, lead...)
 	var ld loadedMany
-	ld.got, ld.it, ld.took, ld.err = c.runMany(ctx, b.it, users, b.load)
-	stop()
-	for _, k := range alone {
+	if len(ks) > 0 {
+		stop := c.keepAll(ctx, won)
+		ld = c.runManyAs(ctx, b.it, ks, rs, b.load)
+		stop()
+	}
+	for _, k := range lead {
 		res, err := c.resultOf(k, ld.got, ld.err)
 		b.send(k, batchResult{res: res, err: err})
 	}
 	results := c.writeBack(ctx, won, ld, claimed)
 	for i, cl := range won {
 		b.send(cl.k, results[i])
+	}
+	b.awaitRuns(ctx, joined)
+}
+
+// awaitRuns sends each key of joined the result of the run of this
+// process it joined (a refresh's, a rebuild's, another fail-open load's),
+// as loadAlone does for GetOrLoad.
+func (b *batch) awaitRuns(ctx context.Context, joined map[string]joinedRun) {
+	for _, j := range joined {
+		select {
+		case <-j.r.done:
+		case <-ctx.Done():
+			b.send(j.k, batchResult{err: fmt.Errorf("cache: load %q: %w", j.k.user, ErrClosed)})
+			continue
+		}
+		if errors.Is(j.r.err, context.Canceled) {
+			b.send(j.k, batchResult{fill: true}) // the run's callers left: go the way of GetOrLoad
+			continue
+		}
+		b.send(j.k, batchResult{res: outcome{payload: j.r.res.payload, notFound: j.r.res.notFound}, err: j.r.err})
 	}
 }
 
@@ -253,31 +277,21 @@ type loadedMany struct {
 
 // writeBack replaces each claim of won (taken at claimed) with its entry
 // from ld, or ends it where there is nothing to store, announces the
-// outcomes, and returns the result of each claim's key.
+// outcomes, then frees the claims that nothing replaced, and returns the
+// result of each claim's key.
 func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, claimed time.Time) []batchResult {
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	notes := make([]announcement, len(won))
 	results := make([]batchResult, len(won))
-	// The values replace their claims in one pipeline where the server
-	// has SET IFEQ; what is left ends one claim at a time (endClaim).
-	var ws []claimWrite
-	var rest []int
-	for i, cl := range won {
+	// The replaces of concurrent claims go out together (the lock
+	// Client's pipelines).
+	parallel(len(won), func(i int) {
+		cl := won[i]
 		res, err := c.resultOf(cl.k, ld.got, ld.err)
-		res.claim, res.seen = cl.token, claimed
+		res.claim, res.seen = cl.l.Token(), claimed
 		results[i] = batchResult{res: res, err: err}
-		if err != nil || res.notFound && ld.it.negative == 0 {
-			rest = append(rest, i)
-			continue
-		}
-		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
-		ws = append(ws, claimWrite{i: i, cl: cl, val: val, ttl: ttl})
-	}
-	rest = append(rest, c.writeClaims(wctx, ws, notes)...)
-	parallel(len(rest), func(j int) {
-		i := rest[j]
-		notes[i] = c.endClaim(wctx, won[i], ld.it, ld.took, results[i].res, results[i].err)
+		notes[i] = c.endClaim(wctx, cl, ld.it, ld.took, res, err)
 	})
 	c.announceAll(wctx, notes)
 	return results
@@ -299,19 +313,22 @@ func (c *Cache) foundInstead(k keys, old string, sent time.Time) batchResult {
 }
 
 // loadAlone loads ks in one loader call without the server (fail open):
-// nothing is stored.
+// nothing is stored. A key that a run of this process loads already (a
+// refresh, a rebuild, another fail-open load) takes that run's result.
 func (b *batch) loadAlone(ctx context.Context, ks []keys) {
 	c := b.c
-	users := make([]string, len(ks))
-	for i, k := range ks {
+	lead, rs, joined := c.runs.joinMany(ks)
+	for _, k := range lead {
 		c.emit(ctx, EventFailOpen, k.user, 0, nil)
-		users[i] = k.user
 	}
-	got, _, _, lerr := c.runMany(ctx, b.it, users, b.load)
-	for _, k := range ks {
-		res, err := c.resultOf(k, got, lerr)
-		b.send(k, batchResult{res: res, err: err})
+	if len(lead) > 0 {
+		ld := c.runManyAs(ctx, b.it, lead, rs, b.load)
+		for _, k := range lead {
+			res, err := c.resultOf(k, ld.got, ld.err)
+			b.send(k, batchResult{res: res, err: err})
+		}
 	}
+	b.awaitRuns(ctx, joined)
 }
 
 // resultOf is k's outcome of a batch load that returned got and lerr.
@@ -358,56 +375,21 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 	return got, it, took, nil
 }
 
-// claimWrite is the entry val (expiring after ttl) to replace the claim
-// cl, the i-th of a batch.
-type claimWrite struct {
-	i   int
-	cl  heldClaim
-	val string
-	ttl time.Duration
-}
-
-// writeClaims replaces claims with their entries in one pipeline of SET
-// … IFEQ claim, where the server has it (what redisx.Conn.SetIfEqual
-// sends there for one), and sets the announcement of each in notes. It
-// returns the indexes (claimWrite.i) it did not write: the server has no
-// SET IFEQ, or refused it; endClaim writes those one at a time.
-func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announcement) (left []int) {
-	if len(ws) == 0 {
-		return nil
-	}
-	caps, err := c.conn.CapabilitiesFor(ctx, ws[0].cl.key)
-	if err != nil || caps.Extend != redisx.ExtendSetIfEq || len(ws[0].cl.value) > c.s.digest {
-		for _, w := range ws {
-			left = append(left, w.i)
+// runManyAs is runMany for ks as the runs rs (rs[i] is ks[i]'s, see
+// loadRuns): each run ends with its key's result.
+func (c *Cache) runManyAs(ctx context.Context, it itemSettings, ks []keys, rs []*loadRun, load manyLoader) (ld loadedMany) {
+	defer func() {
+		for i, k := range ks {
+			res, err := c.resultOf(k, ld.got, ld.err)
+			c.runs.end(k.value, rs[i], res, err)
 		}
-		return left
+	}()
+	users := make([]string, len(ks))
+	for i, k := range ks {
+		users[i] = k.user
 	}
-	pipe := c.rc.Pipeline()
-	cmds := make([]*redis.Cmd, len(ws))
-	for j, w := range ws {
-		cmds[j] = pipe.Do(ctx, "SET", w.cl.key, w.val, "IFEQ", w.cl.value, "PX", max(w.ttl.Milliseconds(), 1))
-	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	for j, w := range ws {
-		err := cmds[j].Err()
-		switch {
-		case redisx.IsRefused(err):
-			left = append(left, w.i) // SetIfEqual downgrades and uses the script
-			continue
-		case redisx.IsNil(err):
-			c.noteWrite(w.cl.k, false, nil)
-		case err != nil:
-			err = redisx.Denied("conditional write", err, "")
-			c.noteWrite(w.cl.k, false, err)
-			if refused(err) {
-				notes[w.i] = announcement{k: w.cl.k, token: w.cl.token, kind: noticeError, text: err.Error(), free: &w.cl}
-				continue
-			}
-		}
-		notes[w.i] = written(w.cl, err == nil, w.val)
-	}
-	return left
+	ld.got, ld.it, ld.took, ld.err = c.runMany(ctx, it, users, load)
+	return ld
 }
 
 // endClaim replaces the claim cl with the entry for res, as loadClaimed
@@ -416,72 +398,55 @@ func (c *Cache) writeClaims(ctx context.Context, ws []claimWrite, notes []announ
 func (c *Cache) endClaim(ctx context.Context, cl heldClaim, it itemSettings, took time.Duration, res outcome, err error) announcement {
 	if err != nil || res.notFound && it.negative == 0 {
 		a := nothing(cl, err)
-		a.free = &cl
+		a.free = true
 		return a
 	}
 	val, ttl := c.entry(it, res.payload, res.notFound, took)
-	wrote, werr := c.conn.SetIfEqual(ctx, cl.key, cl.value, val, ttl)
+	werr := cl.l.Replace(ctx, val, ttl)
+	wrote := werr == nil
+	if errors.Is(werr, lock.ErrNotHeld) {
+		werr = nil
+	}
 	c.noteWrite(cl.k, wrote, werr)
 	if refused(werr) {
-		return announcement{k: cl.k, token: cl.token, kind: noticeError, text: werr.Error(), free: &cl}
+		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
 	}
 	return written(cl, wrote, val)
 }
 
-func (c *Cache) releaseClaim(ctx context.Context, cl heldClaim) {
-	if _, err := c.conn.DeleteIfEqual(ctx, cl.key, cl.value); err != nil {
-		c.serverError(cl.k.user, err)
+// keepAll keeps the locks of held alive (lock.KeepAlive, each refreshed
+// every LockTTL/3, the refreshes of concurrent locks going out together)
+// until stop is called. A lost lock is seen by the conditional write that
+// follows.
+func (c *Cache) keepAll(ctx context.Context, held []heldClaim) (stop func()) {
+	stops := make([]func() error, len(held))
+	for i, cl := range held {
+		_, stops[i] = cl.l.KeepAlive(ctx, c.s.lockTTL, 0)
 	}
-}
-
-// keepClaims keeps the claims cl alive, as lock.KeepAlive does for one,
-// with one refresh of each every LockTTL/3, until stop is called.
-func (c *Cache) keepClaims(ctx context.Context, cl []heldClaim) (stop func()) {
-	if len(cl) == 0 {
-		return func() {}
-	}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(max(c.s.lockTTL/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			parallel(len(cl), func(i int) {
-				// A lost claim is seen by the conditional write that follows.
-				if _, err := c.conn.ExpireIfEqual(ctx, cl[i].key, cl[i].value, c.s.lockTTL); err != nil && ctx.Err() == nil {
-					c.serverError(cl[i].k.user, err)
-				}
-			})
+	return func() {
+		for _, s := range stops {
+			_ = s()
 		}
-	}()
-	return func() { close(quit); <-done }
+	}
 }
 
 // announcement is one rebuild's outcome, to publish (see announce).
 type announcement struct {
-	k     keys
-	token string
-	kind  byte
-	text  string
-	free  *heldClaim // a claim to release once the outcome is published (see loadClaimed)
+	cl   heldClaim
+	kind byte
+	text string
+	free bool // release cl.l once the outcome is published (see loadClaimed)
 }
 
 func nothing(cl heldClaim, err error) announcement {
 	if err != nil {
-		return announcement{k: cl.k, token: cl.token, kind: noticeError, text: err.Error()}
+		return announcement{cl: cl, kind: noticeError, text: err.Error()}
 	}
-	return announcement{k: cl.k, token: cl.token, kind: noticeNotFound}
+	return announcement{cl: cl, kind: noticeNotFound}
 }
 
 func written(cl heldClaim, wrote bool, val string) announcement {
-	a := announcement{k: cl.k, token: cl.token, kind: noticeValue}
+	a := announcement{cl: cl, kind: noticeValue}
 	if wrote && len(val) <= inlineMax {
 		a.text = val
 	}
@@ -489,17 +454,19 @@ func written(cl heldClaim, wrote bool, val string) announcement {
 }
 
 // announceAll publishes notes in one pipeline, as announce does one by
-// one, then frees the claims the notes name.
+// one, then frees the locks the notes say to free: every path that frees
+// a claim announces first, so that a waiter whose read finds the claim
+// gone has the outcome already on its way.
 func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	for _, a := range notes {
-		c.nearDrop(a.k) // this process wrote, or found the key changed
+		c.nearDrop(a.cl.k) // this process wrote, or found the key changed
 	}
 	defer func() {
-		for _, a := range notes {
-			if a.free != nil {
-				c.releaseClaim(ctx, *a.free)
+		parallel(len(notes), func(i int) {
+			if a := notes[i]; a.free {
+				c.release(ctx, a.cl.k, a.cl.l)
 			}
-		}
+		})
 	}()
 	if c.down() || len(notes) == 0 {
 		return
@@ -507,13 +474,13 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	pipe := c.rc.Pipeline()
 	cmds := make([]*redis.IntCmd, len(notes))
 	for i, a := range notes {
-		cmds[i] = c.ann.publish(ctx, pipe, a.k.value, message(a.kind, a.k.value, a.token, a.text))
+		cmds[i] = c.ann.publish(ctx, pipe, a.cl.k.value, message(a.kind, a.cl.k.value, a.cl.l.Token(), a.text))
 	}
 	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			if !c.ann.published(err) {
-				c.serverError(notes[i].k.user, err)
+				c.serverError(notes[i].cl.k.user, err)
 			}
 			return
 		}
@@ -566,31 +533,51 @@ func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleK
 
 // refreshBatch replaces the stale values of stale whose rebuild lock this
 // process gets, with one loader call, as refreshStale does for one.
-// Nothing it meets is anyone's error.
+// Nothing it meets is anyone's error. A key that a run of this process
+// loads already (a fail-open load, which began while the server failed)
+// is left out, as refreshStale leaves it: the stale value goes on being
+// served, and a later read refreshes it.
 func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) {
 	held := c.stillStale(ctx, c.lockStale(ctx, stale))
 	if len(held) == 0 {
 		return
 	}
-	users := make([]string, len(held))
+	ks := make([]keys, len(held))
+	for i, t := range held {
+		ks[i] = t.cl.k
+	}
+	idle, rs := c.runs.beginIdle(ks)
+	kept := held[:0]
+	for i, t := range held {
+		if !idle[i] {
+			c.release(ctx, t.cl.k, t.cl.l)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	held = kept
+	if len(held) == 0 {
+		return
+	}
+	ks = ks[:0]
 	locks := make([]heldClaim, len(held))
 	for i, t := range held {
-		users[i], locks[i] = t.cl.k.user, t.cl
+		ks, locks[i] = append(ks, t.cl.k), t.cl
 		c.emit(ctx, EventRefresh, t.cl.k.user, 0, nil)
 	}
-	stop := c.keepClaims(ctx, locks)
-	got, it, took, lerr := c.runMany(ctx, it, users, load)
+	stop := c.keepAll(ctx, locks)
+	ld := c.runManyAs(ctx, it, ks, rs, load)
 	stop()
-	if lerr != nil {
-		c.log(slog.LevelWarn, "background batch refresh failed; serving stale", "keys", len(users), "err", lerr)
+	if ld.err != nil {
+		c.log(slog.LevelWarn, "background batch refresh failed; serving stale", "keys", len(ks), "err", ld.err)
 	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	notes := make([]announcement, len(held))
 	parallel(len(held), func(i int) {
 		t := held[i]
-		res, err := c.resultOf(t.cl.k, got, lerr)
-		notes[i] = c.endRefresh(wctx, t.cl, t.old, it, took, res, err)
+		res, err := c.resultOf(t.cl.k, ld.got, ld.err)
+		notes[i] = c.endRefresh(wctx, t.cl, t.old, ld.it, ld.took, res, err)
 	})
 	c.announceAll(wctx, notes)
 }
@@ -601,40 +588,36 @@ type staleLock struct {
 	old []byte
 }
 
-// lockStale takes, in one pipeline, the rebuild locks of the keys of stale
-// that no other process holds, and returns those it got.
+// lockStale takes the rebuild locks of the keys of stale that no other
+// process holds, together (lock.ObtainMany), and returns those it got.
 func (c *Cache) lockStale(ctx context.Context, stale []staleKey) []staleLock {
-	now := time.Now()
-	pipe := c.rc.Pipeline()
-	type try struct {
-		staleLock
-		cmd *redis.BoolCmd
-	}
-	tries := make([]try, 0, len(stale))
+	var ls []staleLock
+	var names []string
 	for _, s := range stale {
 		if err := c.permitted(ctx, s.k, s.old); err != nil {
 			c.serverError(s.k.user, err) // the stale value goes on being served
 			continue
 		}
-		token := lockvalue.NewToken()
-		value := lockvalue.Encode(token, now, "")
-		cl := heldClaim{k: s.k, key: s.k.lock(), value: value, token: token}
-		tries = append(tries, try{staleLock{cl, s.old}, pipe.SetNX(ctx, cl.key, value, c.s.lockTTL)})
+		ls = append(ls, staleLock{cl: heldClaim{k: s.k}, old: s.old})
+		names = append(names, s.k.lock())
 	}
-	if len(tries) == 0 {
+	if len(names) == 0 {
 		return nil
 	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
-	var held []staleLock
-	for _, t := range tries {
-		ok, err := t.cmd.Result()
+	tries, err := c.locks.ObtainMany(ctx, names, c.s.lockTTL)
+	if err != nil {
+		return nil // the refresh's context ended (Close)
+	}
+	held := ls[:0]
+	for i, t := range tries {
 		switch {
-		case err != nil:
-			c.serverError(t.cl.k.user, err)
-		case !ok:
+		case t.Err != nil:
+			c.serverError(ls[i].cl.k.user, t.Err)
+		case t.Lock == nil:
 			c.n.contention.Add(1)
 		default:
-			held = append(held, t.staleLock)
+			ls[i].cl.l = t.Lock
+			held = append(held, ls[i])
 		}
 	}
 	return held
@@ -659,7 +642,7 @@ func (c *Cache) stillStale(ctx context.Context, held []staleLock) []staleLock {
 	kept := held[:0]
 	for i, t := range held {
 		if !rs[i].found || !bytes.Equal(rs[i].raw, t.old) {
-			c.releaseClaim(ctx, t.cl)
+			c.release(ctx, t.cl.k, t.cl.l)
 			continue
 		}
 		kept = append(kept, t)
@@ -668,31 +651,32 @@ func (c *Cache) stillStale(ctx context.Context, held []staleLock) []staleLock {
 }
 
 // endRefresh ends the refresh of old under the rebuild lock cl with res,
-// as refreshStale and replaceOld do, and returns the announcement.
+// as refreshStale and replaceOld do, and returns the announcement, which
+// frees the lock once it is published.
 func (c *Cache) endRefresh(ctx context.Context, cl heldClaim, old []byte, it itemSettings, took time.Duration, res outcome, err error) announcement {
 	k := cl.k
 	switch {
 	case err != nil:
 		// Nobody retries for Expiry.RefreshBackoff: the lock stays that long.
-		if _, rerr := c.conn.ExpireIfEqual(ctx, cl.key, cl.value, c.s.backoff); rerr != nil {
+		if rerr := cl.l.Refresh(ctx, c.s.backoff); rerr != nil && !errors.Is(rerr, lock.ErrNotHeld) {
 			c.serverError(k.user, rerr)
 		}
 		return nothing(cl, err)
 	case res.notFound && it.negative == 0:
 		c.endOld(ctx, k, old) // the loader found nothing: end the old value
-		c.releaseClaim(ctx, cl)
-		return nothing(cl, nil)
+		a := nothing(cl, nil)
+		a.free = true
+		return a
 	}
 	val, ttl := c.entry(it, res.payload, res.notFound, took)
 	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
-	if _, rerr := c.conn.DeleteIfEqual(ctx, cl.key, cl.value); rerr != nil && werr == nil {
-		werr = rerr
-	}
 	c.noteWrite(k, wrote, werr)
 	if refused(werr) {
-		return announcement{k: k, token: cl.token, kind: noticeError, text: werr.Error()}
+		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
 	}
-	return written(cl, wrote, val)
+	a := written(cl, wrote, val)
+	a.free = true
+	return a
 }
 
 // parallel calls fn(0) … fn(n-1), at most writeFanout at a time, and

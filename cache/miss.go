@@ -21,8 +21,9 @@ import (
 
 // claimMiss decides what a caller that found nothing under the key does:
 // it claims the key and loads (the verdict is the load's outcome), or,
-// when another caller claimed it first, reads the key again (finding the
-// claim, or the value already).
+// when another caller claimed it first, waits for that claim (the claim's
+// reply names its holder), or reads the key again (finding the value
+// already).
 //
 // No claim is taken that could not be written or released (an ACL
 // refusing the scripts that needs): that refusal is the caller's answer.
@@ -31,13 +32,14 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 		return c.serverFailed(ctx, k, load, err)
 	}
 	claimed := time.Now()
-	l, err := c.locks.Obtain(ctx, k.value, c.s.lockTTL)
+	l, holder, err := c.claim(ctx, k.value)
 	switch {
-	case errors.Is(err, lock.ErrNotObtained):
-		c.n.contention.Add(1)
-		return verdict{next: readAgain}
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
+	case l == nil && holder != "":
+		return waitFor(holder, claimed)
+	case l == nil:
+		return verdict{next: readAgain}
 	}
 	res, err := c.loadClaimed(ctx, k, it, load, l)
 	// The result rests on this claim, taken after the read that found

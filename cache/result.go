@@ -17,8 +17,11 @@ const (
 	// next read finds its claim, or its value).
 	readAgain
 	// keyFree: nothing is stored under the key; claim it (see
-	// Cache.claimFree).
+	// Cache.claimAfter).
 	keyFree
+	// replaceOld: what is stored (old) cannot be served; take the rebuild
+	// lock and replace it (see Cache.claimAfter).
+	replaceOld
 	// waitRebuild: another process is rebuilding the key; wait for its
 	// announcement, or for the poll interval, then read again.
 	waitRebuild
@@ -26,20 +29,24 @@ const (
 
 // verdict is what one read of the key decided (see Cache.step).
 //
-// Invariant: res and err are set only when next is answered; claim and
-// seen only when next is waitRebuild.
+// Invariant: res and err are set only when next is answered; claim only
+// when next is waitRebuild; old only when next is replaceOld; seen for
+// both.
 type verdict struct {
 	next next
 	res  outcome
 	err  error
 
-	// claim is the token of the rebuild claim found on the value key, ""
-	// when the rebuild holds the separate rebuild lock instead: then no
-	// announcement can be matched to what this caller read, and any
-	// notice or poll sends it back to reading the key.
+	// claim is the token of the rebuild's claim on the value key, or of
+	// the rebuild lock it holds beside a value that must be replaced;
+	// "" when the holder could not be told (then no announcement can be
+	// matched to what this caller read, and any notice or poll sends it
+	// back to reading the key).
 	claim string
-	// seen is when the read that found the claim was sent: the outcome
-	// of that rebuild is at least that new (see outcome.accepts).
+	// old is the stored value to replace.
+	old []byte
+	// seen is when the read that found the claim (or old) was sent: the
+	// outcome of that rebuild is at least that new (see outcome.accepts).
 	seen time.Time
 }
 

@@ -25,19 +25,22 @@ import (
 // replaceUnusable decides what a caller does with a stored value it cannot
 // return (old): it takes the rebuild lock, loads and replaces old (the
 // verdict is the load's outcome); or, when another process holds the lock,
-// waits for it; or, when the key changed before the load began, reads it
-// again. sent is when the read that found old was sent.
+// waits for that rebuild's outcome (its lock's token is the claim the
+// waiter matches announcements with, as on a miss); or, when the key
+// changed before the load began, reads it again. sent is when the read
+// that found old was sent.
 func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte, sent time.Time) verdict {
 	if err := c.permitted(ctx, k, old); err != nil {
 		return c.serverFailed(ctx, k, load, err)
 	}
-	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL)
+	l, holder, err := c.claim(ctx, k.lock())
 	switch {
-	case errors.Is(err, lock.ErrNotObtained):
-		c.n.contention.Add(1)
-		return waitFor("", time.Time{})
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
+	case l == nil:
+		// Another process rebuilds it: wait for the outcome announced
+		// under its lock's token, which is this caller's answer too.
+		return waitFor(holder, sent)
 	}
 	if !c.stillHolds(ctx, k, l, old) {
 		return verdict{next: readAgain}
@@ -126,8 +129,10 @@ func (c *Cache) stillHolds(ctx context.Context, k keys, l *lock.Lock, old []byte
 
 // replaceOld ends the rebuild that holds the rebuild lock l over old, with
 // ld: it writes the new entry if the key still holds old, deletes old
-// when the loader found nothing and nothing is to be stored, frees l and
-// announces the outcome. ctx is the write context.
+// when the loader found nothing and nothing is to be stored, announces
+// the outcome and then frees l (in that order, as every claim: a waiter
+// that finds l free has the outcome on its way). ctx is the write
+// context.
 func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte, ld loaded) {
 	if !ld.storable() {
 		if ld.err == nil {
@@ -136,24 +141,23 @@ func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte
 			// and refreshed again and again.
 			c.endOld(ctx, k, old)
 		}
-		c.release(ctx, k, l)
 		c.announceNothing(ctx, k, l, ld.err)
+		c.release(ctx, k, l)
 		return
 	}
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
 	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
-	if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, lock.ErrNotHeld) && werr == nil {
-		werr = rerr
-	}
 	c.noteWrite(k, wrote, werr)
-	if refused(werr) {
+	switch {
+	case refused(werr):
 		c.announce(ctx, k, l, noticeError, werr.Error())
-		return
+	default:
+		if wrote && werr == nil {
+			ld.it.wrote()
+		}
+		c.announceWrite(ctx, k, l, wrote, val)
 	}
-	if wrote && werr == nil {
-		ld.it.wrote()
-	}
-	c.announceWrite(ctx, k, l, wrote, val)
+	c.release(ctx, k, l)
 }
 
 // endOld deletes the value key if it still holds old.

@@ -34,7 +34,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, load, bad, obs.found())
+		return c.fill(ctx, k, it, load, bad, obs.first())
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
@@ -45,115 +45,167 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 	return res, !shared || res.accepts(obs), nil
 }
 
+// firstRead is what the read that sent a caller to fill found, as fill
+// starts from it.
+type firstRead struct {
+	// nothing: nothing is stored under the key; fill claims it at once
+	// (the claim, SET NX, is the read, and a read before it would only
+	// cost the cluster's one rebuild a round trip).
+	nothing bool
+	// claim is the token of another process's rebuild the read found
+	// (with sent, when that read was sent): fill waits for it, subscribed
+	// before its next read (see announcer.prepare), and that rebuild's
+	// outcome is its answer whenever it arrives (see watch).
+	claim string
+	sent  time.Time
+}
+
+// watch is what one waiter has seen, carried from its first read to its
+// last: the claims of the rebuilds it found (a notice of the outcome of
+// any of them ends the wait: a value, a not-found, or ErrRemoteLoad), and
+// since when it waits. One watch serves one fill.
+type watch struct {
+	claims []seenClaim // oldest first
+	began  time.Time   // when fill began
+	start  time.Time   // when the wait began (counted in Stats.Waits); zero until then
+}
+
+// seenClaim is a rebuild's claim that a read sent at sent found.
+type seenClaim struct {
+	token string
+	sent  time.Time
+}
+
+// saw records the claim of a rebuild that a read sent at sent found ("":
+// none).
+func (wt *watch) saw(token string, sent time.Time) {
+	if token == "" || wt.knows(token) != nil {
+		return
+	}
+	wt.claims = append(wt.claims, seenClaim{token: token, sent: sent})
+}
+
+// knows returns the claim with token this waiter saw, or nil.
+func (wt *watch) knows(token string) *seenClaim {
+	for i := range wt.claims {
+		if wt.claims[i].token == token {
+			return &wt.claims[i]
+		}
+	}
+	return nil
+}
+
+// waited reports whether the waiter saw any rebuild's claim.
+func (wt *watch) waited() bool { return len(wt.claims) > 0 }
+
+// since is when the wait began, for EventWait's duration: the first
+// claim seen counts as its start when no wait was counted yet.
+func (wt *watch) since() time.Time {
+	if wt.start.IsZero() {
+		return wt.began
+	}
+	return wt.start
+}
+
 // fill gets a value for a key that had none usable: it claims the rebuild
 // and loads, or waits for the process that claimed it. It runs once per
 // key per process at a time, on a background context.
 //
 // bad is a stored value the caller found but could not decode: finding it
-// again means replacing it, not returning it. found is what the caller's
-// own read of the key found: another process's claim (the caller will
-// most likely wait, so it subscribes to the key's announcements before
-// reading, see announcer.prepare), or nothing (it claims the key at once:
-// the claim, SET NX, is the read, and a read before it would only cost
-// the cluster's one rebuild a round trip).
-func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, found foundKey) (outcome, error) {
-	return c.fillFrom(ctx, k, it, load, bad, found, time.Time{})
-}
-
-// foundKey is what a caller's read of a key found, as fill uses it.
-type foundKey uint8
-
-const (
-	foundUnknown foundKey = iota // no read, or something the caller could not use
-	foundClaim                   // another process's claim
-	foundNothing                 // nothing under the key
-)
-
-// fillFrom is fill for a caller that has been waiting since waitStart
-// already (zero if it has not): its wait goes on, counted once.
-func (c *Cache) fillFrom(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, found foundKey, waitStart time.Time) (outcome, error) {
-	// waitStart is zero until the first wait; WaitTimeout counts from it.
+// again means replacing it, not returning it. first is what the caller's
+// own read of the key found.
+func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, first firstRead) (outcome, error) {
+	wt := &watch{began: time.Now()}
+	wt.saw(first.claim, first.sent)
 	// Registered before the first read, so that an announcement sent
 	// between a read and the wait that follows is not missed (as far as
 	// the subscription reaches: see await).
-	w := c.ann.register(k.value)
+	return c.fillOn(ctx, k, it, load, bad, first.nothing, wt, c.ann.register(k.value))
+}
+
+// fillOn is fill for a waiter w that has seen wt already (nothing: its
+// read found the key free, and it claims it before reading again). It
+// unregisters w when it returns.
+func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, nothing bool, wt *watch, w *waiter) (outcome, error) {
 	defer c.ann.unregister(k.value, w)
-	if found == foundClaim && !c.down() {
+	if wt.waited() && !c.down() {
 		c.ann.prepare(ctx, k.value, w, c.s.poll)
 	}
-	var waited verdict // the rebuild this caller last waited for
 	for {
 		if c.down() {
 			return c.loadAlone(ctx, k, load)
 		}
 		// A notice that came since the last read is dropped: the read
-		// about to be made is newer. But not the outcome of the rebuild
-		// this caller waited for, which is its answer: that read would
-		// find the rebuild's claim gone (an error is announced, never
-		// stored) and load, as if it had not waited. It arrives here
-		// when the subscription's confirmation ended the wait first.
-		if n, ok := w.pending(); ok && waited.claim != "" {
-			if h := c.heard(ctx, k, n, waited, waitStart); h.next == answered {
+		// about to be made is newer. But not the outcome of a rebuild
+		// this caller saw claim the key, which is its answer: that read
+		// would find the rebuild's claim gone (an error is announced,
+		// never stored) and load, as if it had not waited.
+		if n, ok := w.pending(); ok && wt.waited() {
+			if h := c.heard(ctx, k, n, wt); h.next == answered {
 				return h.res, h.err
 			}
 		}
 		sent := time.Now()
 		v := verdict{next: keyFree}
-		if found == foundNothing {
-			found = foundUnknown // a claim that fails reads the key next time round
+		if nothing {
+			nothing = false // a claim that fails reads the key next time round
 		} else {
 			v = c.step(ctx, k, it, load, bad)
 		}
-		if v.next == keyFree {
-			v = c.claimFree(ctx, k, it, load, w, waited, waitStart)
+		if v.next == keyFree || v.next == replaceOld {
+			v = c.claimAfter(ctx, k, it, load, w, wt, v)
 		}
 		switch v.next {
 		case answered:
-			if !waitStart.IsZero() {
+			if !wt.start.IsZero() {
 				// The wait ended by reading the key (a value too large to
 				// come with the announcement, a lost announcement, a poll)
 				// or by taking over a dead claim: it is a wait all the same.
-				c.emit(ctx, EventWait, k.user, time.Since(waitStart), v.err)
+				c.emit(ctx, EventWait, k.user, time.Since(wt.start), v.err)
 			}
 			return v.res, v.err
 		case readAgain:
 			continue
 		}
-		if waitStart.IsZero() {
-			waitStart = time.Now()
+		wt.saw(v.claim, v.seen)
+		if wt.start.IsZero() {
+			wt.start = time.Now()
 			c.n.waits.Add(1)
 		}
-		left := it.wait - time.Since(waitStart)
+		left := it.wait - time.Since(wt.start)
 		if left <= 0 {
-			return c.waitTimedOut(ctx, k, it, load, v.claim, waitStart)
+			return c.waitTimedOut(ctx, k, it, load, v.claim, wt.start)
 		}
 		n, err := c.await(ctx, k, w, min(left, c.s.poll), sent)
 		if err != nil {
 			return outcome{}, fmt.Errorf("cache: load %q: %w", k.user, err)
 		}
-		if h := c.heard(ctx, k, n, v, waitStart); h.next == answered {
+		if h := c.heard(ctx, k, n, wt); h.next == answered {
 			return h.res, h.err
 		}
-		waited = v
 	}
 }
 
-// claimFree claims the key that a read found free, and loads. But a
-// caller that waited for the rebuild waited (and has not heard how it
-// ended) first makes sure that every announcement published before that
-// read has reached it: a rebuild that stored nothing announces its outcome
-// and only then frees its claim (loadClaimed), and the announcement may
-// still be on its way on the subscription's connection when the read's
-// reply arrives. If it is that rebuild's outcome, it is the answer; a
-// failed load is then not run again here.
-func (c *Cache) claimFree(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, waited verdict, waitStart time.Time) verdict {
-	if waited.claim != "" {
-		c.ann.settle(ctx, w, settleBound(c.s.poll, it.wait-time.Since(waitStart)))
+// claimAfter claims the key that a read found free (v.next keyFree), or
+// the rebuild of the value it must replace (replaceOld), and loads. But a
+// caller that saw a rebuild's claim (and has not heard how it ended) first
+// makes sure that every announcement published before that read has
+// reached it: a rebuild that stored nothing announces its outcome and
+// only then frees its claim (or its rebuild lock), and the announcement
+// may still be on its way on the subscription's connection when the
+// read's reply arrives. If it is that rebuild's outcome, it is the
+// answer; a failed load is then not run again here.
+func (c *Cache) claimAfter(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, wt *watch, v verdict) verdict {
+	if wt.waited() {
+		c.ann.settle(ctx, w, settleBound(c.s.poll, it.wait-time.Since(wt.since())))
 		if n, ok := w.pending(); ok {
-			if h := c.heard(ctx, k, n, waited, waitStart); h.next == answered {
+			if h := c.heard(ctx, k, n, wt); h.next == answered {
 				return h
 			}
 		}
+	}
+	if v.next == replaceOld {
+		return c.replaceUnusable(ctx, k, it, load, v.old, v.seen)
 	}
 	return c.claimMiss(ctx, k, it, load)
 }
@@ -210,13 +262,16 @@ func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, s
 	}
 }
 
-// heard decides whether the notice n (zero after a poll) ends the wait for
-// the rebuild that v found: it does only when n is that very rebuild's
-// outcome, matched by its claim's token. The verdict is then the outcome
-// (a value, a not-found, or the rebuild's error), or else to read the key
-// again.
-func (c *Cache) heard(ctx context.Context, k keys, n notice, v verdict, waitStart time.Time) verdict {
-	if v.claim == "" || n.token != v.claim {
+// heard decides whether the notice n (zero after a poll) ends the wait of
+// wt: it does only when n is the outcome of a rebuild whose claim wt saw,
+// matched by the claim's token. The verdict is then the outcome (a value,
+// a not-found, or the rebuild's error), or else to read the key again.
+func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict {
+	var cl *seenClaim
+	if n.token != "" {
+		cl = wt.knows(n.token)
+	}
+	if cl == nil {
 		// A poll, a Set, or news of a rebuild this caller did not see
 		// claim the key (it may predate a Delete): read the key again.
 		return verdict{next: readAgain}
@@ -229,12 +284,12 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, v verdict, waitStar
 		// The rebuild's own write, whatever its freshness now (a waiter
 		// takes what it waited for); not a claim, nor bytes it cannot read.
 		if rd := c.decide([]byte(n.text), c.s.now()); rd.use != useWait && !rd.corrupt() {
-			c.emit(ctx, EventWait, k.user, time.Since(waitStart), nil)
-			return answer(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: v.claim, seen: v.seen}, nil)
+			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
+			return answer(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent}, nil)
 		}
 	case noticeNotFound:
-		c.emit(ctx, EventWait, k.user, time.Since(waitStart), nil)
-		return answer(outcome{notFound: true, claim: v.claim, seen: v.seen}, nil)
+		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
+		return answer(outcome{notFound: true, claim: cl.token, seen: cl.sent}, nil)
 	case noticeError:
 		err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
 		if strings.Contains(n.text, ErrPermission.Error()) {
@@ -242,7 +297,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, v verdict, waitStar
 			// this caller's be; tell it so.
 			err = remotePermission{err}
 		}
-		c.emit(ctx, EventWait, k.user, time.Since(waitStart), err)
+		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), err)
 		return answer(outcome{}, err)
 	}
 	return verdict{next: readAgain}
@@ -270,18 +325,13 @@ type observation struct {
 	read  bool      // the caller read the key (not while failing open)
 	free  bool      // the read found nothing under the key
 	claim string    // the token of the rebuild claim it found, if any
+	sent  time.Time // when the read was sent
 	done  time.Time // when the read's reply arrived
 }
 
-// found is what fill needs to know of the read.
-func (o observation) found() foundKey {
-	switch {
-	case o.claim != "":
-		return foundClaim
-	case o.free:
-		return foundNothing
-	}
-	return foundUnknown
+// first is what fill needs to know of the read.
+func (o observation) first() firstRead {
+	return firstRead{nothing: o.free && o.claim == "", claim: o.claim, sent: o.sent}
 }
 
 // accepts reports whether a caller that read the key (obs) and then joined

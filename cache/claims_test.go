@@ -1,0 +1,300 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/loader"
+)
+
+// The windows of issue 37 between a rebuild's outcome and a waiter's
+// next step: each test below failed on the code before the one claim
+// protocol (its note quotes how).
+
+// TestGetOrLoad_replaceWaiterHearsFailure: a process waiting for another
+// process's rebuild of an entry that must be replaced rather than served
+// (here a remembered not-found past its freshness) learns that the
+// rebuild failed, as a waiter on a miss does, and runs no loader of its
+// own against the failing backend. (Before: it waited with no claim to
+// match, so the failure notice was ignored; the rebuild freed its lock
+// before announcing; the waiter read the key again, took the lock and
+// loaded.)
+func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		clk := newClock()
+		exp := cache.ExpiryPolicy{TTL: time.Minute, Negative: time.Minute}
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
+		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
+			PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
+		if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
+			t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
+		}
+		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+
+		started := make(chan struct{})
+		fail, open := gate(t)
+		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+			close(started)
+			<-fail
+			return "", errors.New("upstream answered 503")
+		})
+		redistest.Recv(t, ctx, started, "cache a to take the rebuild lock and load")
+		var calls atomic.Int32
+		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+		redistest.WaitFor(t, ctx, "cache b to wait, subscribed", func() bool { return cache.CoveredWaits(b) > 0 })
+		open()
+
+		if r := redistest.Recv(t, ctx, holder, "cache a"); r.err == nil || !strings.Contains(r.err.Error(), "upstream answered 503") {
+			t.Errorf("cache a: %q, %v; want its loader's error", r.v, r.err)
+		}
+		r := redistest.Recv(t, ctx, waiter, "cache b")
+		if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "upstream answered 503") || calls.Load() != 0 {
+			t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad with a's error and no load", r.v, r.err, calls.Load())
+		}
+	})
+}
+
+// blockNthGet makes the n-th GET of key sent on rec's client wait, after
+// it is sent to the hook and before it goes to the server, until the
+// returned gate opens; reached receives when it waits.
+func blockNthGet(t *testing.T, rec *recorder, key string, n int32) (reached <-chan struct{}, open func()) {
+	t.Helper()
+	ch := make(chan struct{}, 1)
+	release, open := gate(t)
+	var seen atomic.Int32
+	rec.onBefore(func(args []string) {
+		if len(args) == 2 && args[0] == "get" && args[1] == key && seen.Add(1) == n {
+			ch <- struct{}{}
+			<-release
+		}
+	})
+	return ch, open
+}
+
+// TestGetOrLoad_waiterKeepsFirstClaim: a caller whose first read found
+// another process's claim, and whose next read is in flight when that
+// rebuild fails (its notice arrives meanwhile, and the read finds the key
+// free), gets ErrRemoteLoad and runs no loader. (Before: the claim its
+// first read found was forgotten, the notice dropped as older than the
+// read, and the caller claimed the free key and loaded.)
+func TestGetOrLoad_waiterKeepsFirstClaim(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		rcb := s.Client(t)
+		recb := record(rcb)
+		b := newCacheOn(t, rcb, &cache.Options{Namespace: ns, PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
+
+		started := make(chan struct{})
+		fail, open := gate(t)
+		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+			close(started)
+			<-fail
+			return "", errors.New("upstream answered 503")
+		})
+		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
+		// b's first GET finds a's claim; its second waits here.
+		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), 2)
+		var calls atomic.Int32
+		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+		redistest.Recv(t, ctx, reached, "cache b's second read")
+		open()
+		redistest.Recv(t, ctx, holder, "cache a (announced, then freed its claim)")
+		let()
+		r := redistest.Recv(t, ctx, waiter, "cache b")
+		if !errors.Is(r.err, cache.ErrRemoteLoad) || calls.Load() != 0 {
+			t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad and no load", r.v, r.err, calls.Load())
+		}
+	})
+}
+
+// TestGetOrLoadMany_waiterKeepsFirstClaim is the same window for a key of
+// GetOrLoadMany whose read (MGET) found another process's claim: the
+// GET after its subscription was confirmed is in flight when the rebuild
+// fails.
+func TestGetOrLoadMany_waiterKeepsFirstClaim(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		rcb := s.Client(t)
+		recb := record(rcb)
+		b := newCacheOn(t, rcb, &cache.Options{Namespace: ns, PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
+
+		started := make(chan struct{})
+		fail, open := gate(t)
+		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+			close(started)
+			<-fail
+			return "", errors.New("upstream answered 503")
+		})
+		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
+		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), 1)
+		var calls atomic.Int32
+		type res struct {
+			m   map[string]string
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			m, err := cache.GetOrLoadMany(ctx, b, []string{"k"}, func(_ context.Context, keys []string) (map[string]string, error) {
+				calls.Add(1)
+				return nil, errors.New("cache b loaded")
+			})
+			got <- res{m, err}
+		}()
+		redistest.Recv(t, ctx, reached, "cache b's read after its subscription")
+		open()
+		redistest.Recv(t, ctx, holder, "cache a (announced, then freed its claim)")
+		let()
+		r := redistest.Recv(t, ctx, got, "cache b")
+		if !errors.Is(r.err, cache.ErrRemoteLoad) || calls.Load() != 0 {
+			t.Errorf("cache b: %v, %v, %d loads of its own; want ErrRemoteLoad for k and no load", r.m, r.err, calls.Load())
+		}
+	})
+}
+
+// TestGetOrLoadMany_failOpenJoinsRefresh: GetOrLoadMany failing open
+// takes the result of a background refresh that is loading one of its
+// keys in the process, and loads only the others. (Before: it ran its
+// loader for every key, beside the refresh.)
+func TestGetOrLoadMany_failOpenJoinsRefresh(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8) // killed: not shared
+	ctx := testCtx(t)
+	var clock atomic.Int64 // offset from the real time, ns
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute)) // "old" is stale
+
+	entered := make(chan struct{}, 1)
+	release, open := gate(t)
+	refresh := func(ctx context.Context) (string, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return "new", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	if v, err := cache.GetOrLoad(ctx, c, "k", refresh); err != nil || v != "old" {
+		t.Fatalf("GetOrLoad = %q, %v; want the stale value", v, err)
+	}
+	redistest.Recv(t, ctx, entered, "the refresh to start its load")
+	s.Kill()
+
+	var asked atomic.Pointer[[]string]
+	got := make(chan map[string]string, 1)
+	go func() {
+		m, err := cache.GetOrLoadMany(ctx, c, []string{"k", "j"}, func(_ context.Context, keys []string) (map[string]string, error) {
+			asked.Store(&keys)
+			return map[string]string{"k": "batch", "j": "j"}, nil
+		})
+		if err != nil {
+			t.Errorf("GetOrLoadMany: %v", err)
+		}
+		got <- m
+	}()
+	redistest.WaitFor(t, ctx, "the fail-open batch to join the refresh's load, or load k itself",
+		func() bool { return cache.LoadJoiners(c, "k") > 0 || asked.Load() != nil && slices.Contains(*asked.Load(), "k") })
+	open()
+	m := redistest.Recv(t, ctx, got, "GetOrLoadMany")
+	if p := asked.Load(); p == nil || !slices.Equal(*p, []string{"j"}) {
+		t.Errorf("the batch loader was asked for %v; want [j] alone: k is loaded by the refresh in progress", p)
+	}
+	if m["k"] != "new" || m["j"] != "j" {
+		t.Errorf("GetOrLoadMany = %v; want k from the refresh (new) and j from the batch", m)
+	}
+}
+
+// TestGetOrLoad_failOpenJoinsBatchRefresh: a GetOrLoad failing open takes
+// the result of GetOrLoadMany's background batch refresh loading its key.
+// (Before: batch loads were not registered as the key's loader run, and
+// the loader ran beside it.)
+func TestGetOrLoad_failOpenJoinsBatchRefresh(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8) // killed: not shared
+	ctx := testCtx(t)
+	var clock atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute))
+
+	entered := make(chan struct{}, 1)
+	release, open := gate(t)
+	m, err := cache.GetOrLoadMany(ctx, c, []string{"k"}, func(ctx context.Context, keys []string) (map[string]string, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return map[string]string{"k": "new"}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	if err != nil || m["k"] != "old" {
+		t.Fatalf("GetOrLoadMany = %v, %v; want the stale value", m, err)
+	}
+	redistest.Recv(t, ctx, entered, "the batch refresh to start its load")
+	s.Kill()
+
+	var runs atomic.Int32
+	got := goGetOrLoad(ctx, c, "k", func(context.Context) (string, error) { runs.Add(1); return "single", nil })
+	redistest.WaitFor(t, ctx, "the fail-open call to join the batch refresh, or load itself",
+		func() bool { return cache.LoadJoiners(c, "k") > 0 || runs.Load() > 0 })
+	open()
+	r := redistest.Recv(t, ctx, got, "the fail-open GetOrLoad")
+	if runs.Load() != 0 || r.err != nil || r.v != "new" {
+		t.Errorf("fail-open GetOrLoad: %q, %v, its loader ran %d times; want the batch refresh's value (new) and no run of its own", r.v, r.err, runs.Load())
+	}
+}
+
+// TestGetOrLoadMany_refreshBesideFailOpen: while a load of a key runs in
+// the process (a fail-open one), GetOrLoadMany's background refresh of
+// that key's stale value does not load it beside; a later one does.
+func TestGetOrLoadMany_refreshBesideFailOpen(t *testing.T) {
+	s := redistest.Start(t, redistest.Redis8)
+	ctx := testCtx(t)
+	var clock atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute))
+	var asked atomic.Int32
+	load := func(_ context.Context, keys []string) (map[string]string, error) {
+		asked.Add(1)
+		return map[string]string{"k": "new"}, nil
+	}
+	end := cache.BeginLoad(c, "k")
+	if m, err := cache.GetOrLoadMany(ctx, c, []string{"k"}, load); err != nil || m["k"] != "old" {
+		t.Fatalf("GetOrLoadMany = %v, %v; want the stale value", m, err)
+	}
+	redistest.WaitFor(t, ctx, "the batch refresh to end", func() bool { return !cache.RefreshRunning(c, "k") })
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the batch refresh ran the loader %d times beside the load in progress; want none", n)
+	}
+	end()
+	if m, err := cache.GetOrLoadMany(ctx, c, []string{"k"}, load); err != nil || m["k"] != "old" {
+		t.Fatalf("GetOrLoadMany = %v, %v; want the stale value", m, err)
+	}
+	redistest.WaitFor(t, ctx, "the batch refresh to end", func() bool { return !cache.RefreshRunning(c, "k") })
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the batch refresh after the load ended ran the loader %d times; want once", n)
+	}
+}
