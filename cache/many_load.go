@@ -34,7 +34,11 @@ import (
 // rebuild locks (stale.go), by refreshBatch.
 
 // writeFanout bounds the conditional writes of a batch in flight at once.
-const writeFanout = 16
+// They are calls of package lock (and redisx.Conn), whose concurrent
+// calls share pipelines: a batch's writes go out in two or three round
+// trips whatever their number up to this bound, not one round trip per
+// key.
+const writeFanout = 256
 
 // batchResult is what a batch hands one key's flight.
 type batchResult struct {

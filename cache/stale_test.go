@@ -154,12 +154,17 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 			t.Fatalf("cache 1 while stale: %d, %v", v, err)
 		}
 		redistest.Recv(t, ctx, atLock, "cache 1's refresh to reach the lock")
-		// Cache 0 serves stale too and refreshes the value completely.
+		// Cache 0 serves stale too and refreshes the value completely: it
+		// writes, announces, and then frees the lock.
 		announced := signalAnnounced(rec0, opts.Namespace, "k")
 		if v, err := cache.GetOrLoad(ctx, c0, "k", load); err != nil || v != 1 {
 			t.Fatalf("cache 0 while stale: %d, %v", v, err)
 		}
 		redistest.Recv(t, ctx, announced, "cache 0's refresh to finish")
+		redistest.WaitFor(t, ctx, "cache 0's refresh to free the lock", func() bool {
+			n, err := rc0.Exists(ctx, lockKey).Result()
+			return err == nil && n == 0
+		})
 		// Now cache 1 gets the free lock, for a value that is fresh again.
 		// Its refresh ends by freeing the lock (DELEX, DELIFEQ or a script,
 		// all naming the key).
