@@ -38,6 +38,18 @@ import (
 // the claim the waiter saw on the key: a message from an older rebuild,
 // published after a Delete or Set, only makes it read the key again. A
 // lost message costs a waiter one poll interval, never correctness.
+//
+// Which of SPUBLISH and PUBLISH the server has is learnt by a probe
+// (keysub.Probe), whose answer may be "not known yet" (it met BUSY,
+// LOADING, a timeout). Nobody acts on a guess, since the other processes
+// may know: a waiter then subscribes nothing, reads the key again after a
+// short re-probe step (keysub.Reprobe: 10ms doubling to 500ms, not its
+// poll) and probes again, so that it subscribes in the server's mode
+// within a step and a round trip of the server answering (see subscribe);
+// a writer publishes in both modes, so that every waiter hears it
+// whichever mode it subscribed in (see publish). A subscription is only
+// ever made in a mode the server said it has, so none in the wrong mode
+// is kept.
 const (
 	noticeValue    = 'v'
 	noticeNotFound = 'n'
@@ -59,11 +71,14 @@ const announceLinger = 10 * time.Second
 
 // waiter receives the next notice for one key. Its subscription is taken
 // when it starts to wait (subscribe, prepare), not when it registers: most
-// callers that register find a value and never wait.
+// callers that register find a value and never wait. It is used by one
+// goroutine at a time: the flight that waits with it.
 type waiter struct {
-	ch   chan notice
-	sub  *keysub.Sub // nil until subscribe
-	dead bool        // nothing could be subscribed: only the poll helps
+	ch    chan notice
+	sub   *keysub.Sub // nil until subscribe, and while the probe does not know the mode
+	dead  bool        // nothing could be subscribed: only the poll helps
+	tries int         // subscribes that found the mode unknown, and so subscribed nothing
+	step  *time.Timer // closes the channel of the last re-probe step (see reprobe); stopped by unregister
 }
 
 // pending takes the notice received and not yet taken, if any.
@@ -92,7 +107,7 @@ type announcer struct {
 	// since. Refusals of subscribing are the hub's.
 	pubRefused atomic.Pointer[string]
 
-	rechecks atomic.Uint64 // waits that read the key again once subscribed (see Cache.await), for tests
+	rechecks atomic.Uint64 // waits that read the key again once subscribed, or after a re-probe step (see Cache.await, subscribe), for tests
 	covered  atomic.Uint64 // waits that began subscribed before their read (every notice reaches them), for tests
 
 	// beforeSubscribe, set only by tests before the Cache is used, runs
@@ -139,23 +154,36 @@ func startAnnouncer(rc RedisClient, ns string, broadcast bool, denied func(op st
 func (a *announcer) wholeChannel() string { return a.ns + ":announce" }
 
 // channel returns the channel of the stored value key value (NS:{tag}),
-// and whether it is a shard channel.
-func (a *announcer) channel(ctx context.Context, value string) (string, bool) {
+// and whether it is a shard channel, a classic one, or not known yet
+// (keysub.Unknown: see the top of this file).
+func (a *announcer) channel(ctx context.Context, value string) (string, keysub.Mode) {
 	if a.broadcast {
-		return a.wholeChannel(), false
+		return a.wholeChannel(), keysub.Classic
 	}
 	// The probe's empty message goes to a channel nobody subscribes to.
-	return value + ":ann", a.probe.Sharded(ctx, a.rc, a.ns+":probe")
+	return value + ":ann", a.probe.Mode(ctx, a.rc, a.ns+":probe")
 }
 
 // publish queues the announcement msg about the value key value on pipe
-// (SPUBLISH or PUBLISH) and returns its command.
+// (SPUBLISH or PUBLISH) and returns its command. Where the probe does not
+// know which the server has, it queues both, SPUBLISH first, and returns
+// the SPUBLISH: on a server with sharded pub/sub, the one its outcome is
+// reported of (a user may be granted SPUBLISH alone, see
+// docs/permissions.md, so a refused PUBLISH beside it says nothing); on a
+// server without, its unknown command is no failure (see published), the
+// PUBLISH beside it having gone out. A subscriber hears one of the two:
+// the one it subscribed in (see subscribe).
 func (a *announcer) publish(ctx context.Context, pipe redis.Pipeliner, value, msg string) *redis.IntCmd {
-	ch, sharded := a.channel(ctx, value)
-	if sharded {
-		return pipe.SPublish(ctx, ch, msg)
+	ch, mode := a.channel(ctx, value)
+	switch mode {
+	case keysub.Classic:
+		return pipe.Publish(ctx, ch, msg)
+	case keysub.Unknown:
+		spub := pipe.SPublish(ctx, ch, msg)
+		pipe.Publish(ctx, ch, msg)
+		return spub
 	}
-	return pipe.Publish(ctx, ch, msg)
+	return pipe.SPublish(ctx, ch, msg)
 }
 
 // shardPublisher is what publishOne prefers of a client; every go-redis
@@ -164,11 +192,20 @@ type shardPublisher interface {
 	SPublish(ctx context.Context, channel string, message any) *redis.IntCmd
 }
 
-// publishOne sends the announcement msg about the value key value.
+// publishOne sends the announcement msg about the value key value; where
+// the probe does not know the server's mode, in both modes in one
+// pipeline, returning the SPUBLISH's error as publish does.
 func (a *announcer) publishOne(ctx context.Context, value, msg string) error {
-	ch, sharded := a.channel(ctx, value)
-	if !sharded {
+	ch, mode := a.channel(ctx, value)
+	switch mode {
+	case keysub.Classic:
 		return a.rc.Publish(ctx, ch, msg).Err()
+	case keysub.Unknown:
+		pipe := a.rc.Pipeline()
+		spub := pipe.SPublish(ctx, ch, msg)
+		pipe.Publish(ctx, ch, msg)
+		_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+		return spub.Err()
 	}
 	if sp, ok := a.rc.(shardPublisher); ok {
 		return sp.SPublish(ctx, ch, msg).Err()
@@ -176,19 +213,26 @@ func (a *announcer) publishOne(ctx context.Context, value, msg string) error {
 	return a.rc.Do(ctx, "spublish", ch, msg).Err()
 }
 
-// pubOp names the publishing command, for reports. It is called after a
-// publish, when the probe has answered.
+// pubOp names the publishing command whose outcome a publish reported,
+// for reports. It asks the server nothing: a publish made while the mode
+// was not known reported its SPUBLISH's.
 func (a *announcer) pubOp() string {
-	if !a.broadcast && a.probe.Sharded(context.Background(), a.rc, a.ns+":probe") {
-		return "SPUBLISH"
+	if a.broadcast || a.probe.Known() == keysub.Classic {
+		return "PUBLISH"
 	}
-	return "PUBLISH"
+	return "SPUBLISH"
 }
 
 // published records the outcome of a publish: a refusal is counted and
-// reported (refusal reports whether err was one).
+// reported (refusal reports whether err was one). An unknown command is a
+// refusal too, but one no grant cures and nobody is told of: the SPUBLISH
+// of an announcement sent in both modes, while the probe did not know, to
+// a server without sharded pub/sub (the PUBLISH beside it went out; the
+// probe learns the rest at its next call).
 func (a *announcer) published(err error) (refusal bool) {
 	switch {
+	case redisx.IsUnknownCommand(err):
+		return true
 	case redisx.IsNoPerm(err):
 		msg := err.Error()
 		first := a.pubRefused.Swap(&msg) == nil
@@ -271,19 +315,19 @@ func (a *announcer) register(key string) *waiter {
 //     w (unless the connection fails; the poll covers that);
 //   - nil too where nothing can be subscribed (the client cannot, or the
 //     server refuses): only the poll helps;
-//   - otherwise a channel closed once the server confirms the
-//     subscription: an announcement published between the read and that
-//     moment reached nobody here, so the waiter must read the key once
-//     more then (see Cache.await).
+//   - a channel closed once the server confirms the subscription, if it
+//     had not before the read: an announcement published between the
+//     read and that moment reached nobody here, so the waiter must read
+//     the key once more then (see Cache.await);
+//   - a channel closed after a re-probe step (reprobe) when the probe does
+//     not know yet which mode the server has: nothing is subscribed, as a
+//     subscription in a guessed mode would hear nothing of writers that
+//     know; the waiter reads the key again then, and comes back here,
+//     which asks again. Its wait is paced by these steps (at most
+//     keysub.ReprobeMax), not by its poll, until the server answers.
 func (a *announcer) subscribe(ctx context.Context, key string, w *waiter, sent time.Time) <-chan struct{} {
-	if w.sub == nil && !w.dead {
-		if a.beforeSubscribe != nil {
-			a.beforeSubscribe(key)
-		}
-		ch, sharded := a.channel(ctx, key)
-		var live bool
-		w.sub, _, live = a.hub.Add(ctx, ch, sharded)
-		w.dead = !live
+	if !a.join(ctx, key, w) {
+		return w.reprobe()
 	}
 	if w.dead {
 		return nil
@@ -295,13 +339,53 @@ func (a *announcer) subscribe(ctx context.Context, key string, w *waiter, sent t
 	return ready
 }
 
+// join subscribes this process to the channel of w's key, the value key,
+// in the mode the server has, unless w has done so (or found that nothing
+// can be subscribed). It reports false, having subscribed nothing, when
+// the probe does not know the mode yet.
+func (a *announcer) join(ctx context.Context, key string, w *waiter) bool {
+	if w.sub != nil || w.dead {
+		return true
+	}
+	if a.beforeSubscribe != nil {
+		a.beforeSubscribe(key)
+	}
+	ch, mode := a.channel(ctx, key)
+	if mode == keysub.Unknown {
+		return false
+	}
+	var live bool
+	w.sub, _, live = a.hub.Add(ctx, ch, mode == keysub.Sharded)
+	w.dead = !live
+	return true
+}
+
+// reprobe returns a channel closed after w's next re-probe step
+// (keysub.Reprobe: each step twice the last, up to keysub.ReprobeMax).
+// Its timer's function only closes the channel; unregister stops it.
+func (w *waiter) reprobe() <-chan struct{} {
+	ch := make(chan struct{})
+	if w.step != nil {
+		w.step.Stop()
+	}
+	w.step = time.AfterFunc(keysub.Reprobe(w.tries), func() { close(ch) })
+	w.tries++
+	return ch
+}
+
 // prepare subscribes w before its first read, for a caller that found
 // another process's claim on the key and so will most likely wait, and
 // waits at most d (or until ctx ends) for the server to confirm it. Then
 // every announcement of the rebuild reaches w, which matters for those the
 // key keeps no trace of: a failed load ('e'), whose waiters would
 // otherwise find the key free on their next read and load themselves.
+// Where the probe does not know the server's mode yet, it subscribes
+// nothing and returns at once: the read that follows is needed anyway,
+// and the wait after it asks again (see subscribe).
 func (a *announcer) prepare(ctx context.Context, key string, w *waiter, d time.Duration) {
+	if !a.join(ctx, key, w) {
+		return
+	}
 	ready := a.subscribe(ctx, key, w, time.Now())
 	if ready == nil {
 		return
@@ -336,6 +420,10 @@ func (a *announcer) unregister(key string, w *waiter) {
 		}
 	}
 	a.mu.Unlock()
+	if w.step != nil {
+		w.step.Stop()
+		w.step = nil
+	}
 	if w.sub != nil {
 		a.hub.Remove(w.sub)
 		w.sub = nil

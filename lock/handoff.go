@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotkv/stampede/internal/keysub"
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
@@ -21,6 +22,20 @@ import (
 // safety net: it refreshes the waiter's entry, finds a lock handed to it
 // whose notification was lost, and hands a lock found free (expired, or
 // released without hand-off) to the first live waiter. See handoff.lua.
+//
+// The channel is a shard channel (SPUBLISH, SSUBSCRIBE) where the server
+// has sharded pub/sub, a classic one elsewhere, as the Client's probe
+// (keysub.Probe) learns; its answer may be "not known yet" (it met BUSY,
+// LOADING, a timeout), and nobody acts on a guess, since other Clients may
+// know. A waiter that does not know subscribes nothing and does not join
+// the queue, where a hand-off to it would go unheard: its attempts take
+// the lock only if it is free, and it asks again at each re-probe step
+// (keysub.Reprobe: 10ms doubling to 500ms), woken for them whatever its
+// RetryStrategy, until the server answers; then it subscribes in the mode
+// the server has and, once the subscription is confirmed, queues (see
+// wakerListen). A release, or a waiter's step that hands the lock on,
+// publishes in both modes while its Client does not know (see
+// handoffReply): every waiter listens in one of them.
 //
 // Why hand the lock over rather than have newcomers queue behind waiters:
 // an uncontended Obtain stays one SET NX (a newcomer needs no script to
@@ -39,7 +54,11 @@ var handoffSrc string
 type handoffKeys struct {
 	keys    []string // lock, queue, entries, fence counter
 	channel string
-	sharded bool // published with SPUBLISH, subscribed with SSUBSCRIBE
+	// sharded is the channel's mode as the probe knew it when the Obtain
+	// began: keysub.Sharded (SPUBLISH, SSUBSCRIBE), keysub.Classic
+	// (PUBLISH, SUBSCRIBE), or keysub.Unknown, which every use asks the
+	// probe about again (pubsub, wakerListen).
+	sharded keysub.Mode
 }
 
 // handoffKeysFor returns key's hand-off keys; ok is false for keys that
@@ -115,22 +134,32 @@ func (c *Client) handoffUsable(ctx context.Context, key string) (handoffKeys, bo
 		c.handoffRefused(caps.ScriptsDenied, true)
 		return handoffKeys{}, false
 	}
-	hk.sharded = c.shardedPubSub(ctx, hk.channel)
+	hk.sharded = c.pubsubMode(ctx, hk.channel)
 	return hk, true
 }
 
-// shardedPubSub reports whether the server has sharded pub/sub (SPUBLISH,
+// pubsubMode reports whether the server has sharded pub/sub (SPUBLISH,
 // Redis and Valkey >= 7), learnt once per Client with an SPUBLISH of an
-// empty message, which no waiter takes for a token. Hand-offs then go out
-// with SPUBLISH and waiters subscribe with SSUBSCRIBE: on a Redis Cluster
-// a message stays on the shard that owns the lock's key instead of being
-// broadcast to every node. Every Client of one server learns the same, so
-// releasers and waiters agree. An error other than a refusal leaves the
-// question open and answers false this time.
-func (c *Client) shardedPubSub(ctx context.Context, channel string) bool {
+// empty message on channel, which no waiter takes for a token; or that it
+// has not said yet (keysub.Unknown: the probe met a transient reply, and
+// the next call asks again). Hand-offs go out with SPUBLISH and waiters
+// subscribe with SSUBSCRIBE where it has: on a Redis Cluster a message
+// stays on the shard that owns the lock's key instead of being broadcast
+// to every node. Every Client of one server learns the same, so releasers
+// and waiters agree, as neither acts on Unknown as if it were an answer.
+func (c *Client) pubsubMode(ctx context.Context, channel string) keysub.Mode {
 	// A refused SPUBLISH still says the server has it; the warning about
 	// the refused channel follows on the first hand-off.
-	return c.sharded.Sharded(ctx, c.conn.Client(), channel)
+	return c.sharded.Mode(ctx, c.conn.Client(), channel)
+}
+
+// pubsub returns the mode hand-offs on hk's channel go out in: hk's, or,
+// where the probe did not know it when hk was made, its answer now.
+func (c *Client) pubsub(ctx context.Context, hk handoffKeys) keysub.Mode {
+	if hk.sharded != keysub.Unknown {
+		return hk.sharded
+	}
+	return c.pubsubMode(ctx, hk.channel)
 }
 
 // refusal is a definite refusal by the server (redisx.IsRefusal), kept
@@ -203,10 +232,15 @@ func scriptUnusable(err error) bool {
 
 // handoffReply runs the hand-off script and returns its reply's code (the
 // reply itself or its first element) and its second element, an integer
-// or a string.
+// or a string. A hand-off the script makes is published in the channel's
+// mode (pubsub), or, where the probe still does not know it, in both: a
+// waiter listens in one of them, the one its own probe learnt.
 func (c *Client) handoffReply(ctx context.Context, hk handoffKeys, mode string, args ...any) (code int64, n int64, s string, err error) {
-	if hk.sharded {
+	switch c.pubsub(ctx, hk) {
+	case keysub.Sharded:
 		mode += "s"
+	case keysub.Unknown:
+		mode += "b"
 	}
 	all := make([]any, 0, 2+len(args))
 	all = append(append(all, mode, hk.channel), args...)
@@ -267,8 +301,27 @@ const (
 
 // waitStep makes one attempt of a queued waiter: take the lock if it is
 // free and nobody live waits ahead, claim it if it was handed here, or
-// join or refresh the queue with an entry living life.
+// join or refresh the queue with an entry living life. A waiter that
+// cannot hear a hand-off yet (wakerListen: the probe does not know the
+// channel's mode, or the subscription in it is not confirmed) only takes
+// the lock if it is free, the plain way, and stays out of the queue
+// (waitQueued then means held by another, not queued); it is woken for
+// its next step.
 func (c *Client) waitStep(ctx context.Context, hk handoffKeys, value, token string, ttl time.Duration, fencing bool, life time.Duration) (waitResult, int64, error) {
+	if !c.wakerListen(ctx, hk.channel, token) {
+		if err := ctx.Err(); err != nil {
+			return waitQueued, 0, err // no attempt on an ended context
+		}
+		fenceKey := ""
+		if fencing {
+			fenceKey = hk.keys[3]
+		}
+		fence, ok, err := c.try(ctx, hk.keys[0], fenceKey, value, ttl)
+		if ok {
+			return waitTook, fence, nil
+		}
+		return waitQueued, 0, err
+	}
 	f := "0"
 	if fencing {
 		f = "1"

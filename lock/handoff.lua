@@ -3,7 +3,9 @@
 -- share the lock key's cluster slot.
 -- ARGV[1]=mode, followed by 's' when the hand-off is published with SPUBLISH
 -- (sharded pub/sub, on a Redis Cluster: the message stays on the key's shard)
--- rather than PUBLISH; ARGV[2]=channel the hand-off is published on.
+-- rather than PUBLISH, or by 'b' when it is published with both (the client
+-- does not know yet which the server has; each waiter listens in one);
+-- ARGV[2]=channel the hand-off is published on.
 --   'r' release:  ARGV[3]=expected value, or its SHA-1 hex when ARGV[4]=='sha1'
 --   'w' wait:     ARGV[3]=value; ARGV[4]=token; ARGV[5]=ttl ms; ARGV[6]='1' if fenced;
 --                 ARGV[7]=entry life ms (how long the entry lives unless refreshed)
@@ -35,8 +37,27 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local mode = string.sub(ARGV[1], 1, 1)
-local publish = 'PUBLISH'
-if string.sub(ARGV[1], 2, 2) == 's' then publish = 'SPUBLISH' end
+local publish = {'PUBLISH'}
+if string.sub(ARGV[1], 2, 2) == 's' then publish = {'SPUBLISH'} end
+if string.sub(ARGV[1], 2, 2) == 'b' then publish = {'SPUBLISH', 'PUBLISH'} end
+
+-- announce publishes tok on the channel with each command of publish and
+-- returns '', or the first refusal when none of them went out (pcall: a
+-- refused channel, an ACL without it, or a server without SPUBLISH, must not
+-- undo the hand-off; the waiter then learns of it by its poll).
+local function announce(tok)
+  local refused, sent = '', false
+  for _, cmd in ipairs(publish) do
+    local r = redis.pcall(cmd, ARGV[2], tok)
+    if type(r) == 'table' and r.err then
+      if refused == '' then refused = tostring(r.err) end
+    else
+      sent = true
+    end
+  end
+  if sent then return '' end
+  return refused
+end
 
 -- fenceOK returns the counter (false when missing), or nil when it holds
 -- something that is not an integer below 2^53.
@@ -86,11 +107,7 @@ local function handoff(t)
       redis.call('SET', KEYS[1], value, 'PX', claim)
       if fenced == '1' then draw(cur, t) end
       drop(tok)
-      -- pcall: a refused channel (an ACL without it) must not undo the
-      -- hand-off; the waiter then learns of it by its poll.
-      local r = redis.pcall(publish, ARGV[2], tok)
-      if type(r) == 'table' and r.err then return tok, tostring(r.err) end
-      return tok, ''
+      return tok, announce(tok)
     end
     drop(tok) -- expired (the waiter died or gave up unheard), or unusable
   end

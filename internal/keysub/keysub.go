@@ -5,10 +5,14 @@
 //
 // A Hub holds one pub/sub connection per subscription target: the client
 // itself, or, with sharded pub/sub on a Redis Cluster, each master that
-// owns a wanted channel's slot (SSUBSCRIBE must go to the slot's owner).
-// Channels are reference-counted: the first Add subscribes, the last
-// Remove unsubscribes, at once or after Config.Linger. A connection without
-// channels is closed after Config.Idle. The Hub tells the caller when the
+// owns a wanted channel's slot (SSUBSCRIBE must go to the slot's owner);
+// classic and sharded subscriptions never share a connection. A channel
+// wanted in both modes has a subscription in each: the mode is part of
+// what is subscribed, never taken from whoever subscribed first (Probe
+// tells callers which mode the server has, or that it has not said yet).
+// Subscriptions are reference-counted: the first Add subscribes, the last
+// Remove unsubscribes, at once or after Config.Linger. A connection
+// without channels is closed after Config.Idle. The Hub tells the caller when the
 // server has confirmed a subscription (a message published after that
 // reaches it), pings a silent connection, replaces a broken one with back-off
 // and reports refusals (ACL) once per change.
@@ -83,7 +87,7 @@ type Hub struct {
 	cfg Config
 
 	mu       sync.Mutex          // guards the fields below and those of every session and Sub; never held while calling out of the Hub
-	subs     map[string]*Sub     // channel -> its current subscription
+	subs     map[subKey]*Sub     // channel and mode -> its current subscription
 	sessions map[string]*session // target name -> its connection
 	denied   bool                // the last (S)SUBSCRIBE was refused; cleared by a confirmation
 	refusal  string              // the last refusal's text, "" once one worked since
@@ -94,10 +98,11 @@ type Hub struct {
 	pings                 uint64 // Syncs so far: each PING's payload
 }
 
-// Sub is one channel's subscription, shared by everybody in the process
-// who wants that channel.
+// Sub is one channel's subscription in one mode, shared by everybody in
+// the process who wants that channel in that mode.
 type Sub struct {
 	channel string
+	sharded bool     // SSUBSCRIBE rather than SUBSCRIBE; fixed at the first Add
 	s       *session // nil when not subscribed anywhere (the client cannot)
 	refs    int      // Adds not yet Removed
 	ready   chan struct{}
@@ -108,9 +113,18 @@ type Sub struct {
 	gone    bool   // no longer the Hub's subscription of the channel
 }
 
+// subKey names a Sub in Hub.subs: a channel in one mode.
+type subKey struct {
+	channel string
+	sharded bool
+}
+
+func (sub *Sub) key() subKey { return subKey{sub.channel, sub.sharded} }
+
 // target says where a channel is subscribed: name identifies the
-// connection ("" for the client itself, a master's address on a cluster
-// with sharded pub/sub), open opens it.
+// connection ("" for the client itself, "s:" for its sharded connection,
+// "s:" and a master's address on a cluster with sharded pub/sub), open
+// opens it.
 type target struct {
 	name    string
 	open    func(ctx context.Context, channels ...string) *redis.PubSub
@@ -139,18 +153,19 @@ func New(cfg Config) *Hub {
 	if cfg.Idle <= 0 {
 		cfg.Idle = Idle
 	}
-	return &Hub{cfg: cfg, subs: map[string]*Sub{}, sessions: map[string]*session{}}
+	return &Hub{cfg: cfg, subs: map[subKey]*Sub{}, sessions: map[string]*session{}}
 }
 
 // targetFor returns where channel is to be subscribed; ok is false when
-// the client cannot subscribe.
+// the client cannot subscribe. Sharded targets' names start with "s:",
+// so that a classic and a sharded connection never share a session.
 func (h *Hub) targetFor(ctx context.Context, channel string, sharded bool) (target, bool) {
 	rc := h.cfg.Client
 	if r, ok := rc.(*redis.Ring); ok {
 		// A ring subscribes a connection on the shard of its first
 		// channel: one connection per channel.
 		if sharded {
-			return target{name: "ring:" + channel, open: r.SSubscribe, sharded: true}, true
+			return target{name: "s:ring:" + channel, open: r.SSubscribe, sharded: true}, true
 		}
 		return target{name: "ring:" + channel, open: r.Subscribe}, true
 	}
@@ -166,26 +181,33 @@ func (h *Hub) targetFor(ctx context.Context, channel string, sharded bool) (targ
 		if err != nil {
 			return target{}, false
 		}
-		return target{name: node.Options().Addr, open: node.SSubscribe, sharded: true}, true
+		return target{name: "s:" + node.Options().Addr, open: node.SSubscribe, sharded: true}, true
 	}
 	sub, ok := rc.(shardSubscriber)
 	if !ok {
 		return target{}, false
 	}
-	return target{open: sub.SSubscribe, sharded: true}, true
+	return target{name: "s:", open: sub.SSubscribe, sharded: true}, true
 }
 
-// Add subscribes to channel (SSUBSCRIBE if sharded), or joins its
-// subscription, and returns it with a channel that is closed once the
-// server has confirmed the subscription: a message published after that
-// reaches this process (unless the connection fails). ready is closed at
-// once where the Hub cannot subscribe (the client cannot, the Hub is
-// closed, or the server refused the last subscription): then only a poll
-// finds what was published, and live is false. Every Add needs one
-// Remove.
+// Add subscribes to channel (SSUBSCRIBE if sharded, SUBSCRIBE otherwise),
+// or joins its subscription in that mode, and returns it with a channel
+// that is closed once the server has confirmed the subscription: a
+// message published after that in that mode reaches this process (unless
+// the connection fails). A subscription of the channel in the other mode
+// is not joined: the two are apart, each with its own connection (and
+// both deliver). ready is closed at once where the Hub cannot subscribe
+// (the client cannot, the Hub is closed, or the server refused the last
+// subscription): then only a poll finds what was published, and live is
+// false. Every Add needs one Remove.
+//
+// NOTE: sharded must be what the server has (Probe.Mode answered Sharded
+// or Classic), never a guess: a subscription in the wrong mode hears
+// nothing, for as long as it is wanted and lingers.
 func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, ready <-chan struct{}, live bool) {
+	k := subKey{channel, sharded}
 	h.mu.Lock()
-	sub = h.subs[channel]
+	sub = h.subs[k]
 	h.mu.Unlock()
 	var (
 		t  target
@@ -197,8 +219,8 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if sub = h.subs[channel]; sub == nil {
-		sub = &Sub{channel: channel, ready: make(chan struct{})}
+	if sub = h.subs[k]; sub == nil {
+		sub = &Sub{channel: channel, sharded: sharded, ready: make(chan struct{})}
 		if !ok || h.closed {
 			sub.ready = closed
 		} else {
@@ -224,7 +246,7 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 				h.enqueueLocked(s, channel, false)
 			}
 		}
-		h.subs[channel] = sub
+		h.subs[k] = sub
 	}
 	sub.refs++
 	sub.gen++
@@ -332,8 +354,8 @@ func (h *Hub) drop(sub *Sub) {
 		sub.linger.Stop()
 		sub.linger = nil
 	}
-	if h.subs[sub.channel] == sub {
-		delete(h.subs, sub.channel)
+	if h.subs[sub.key()] == sub {
+		delete(h.subs, sub.key())
 	}
 	s := sub.s
 	if s == nil || s.subs[sub.channel] != sub {
@@ -765,8 +787,8 @@ func (h *Hub) unsubscribed(s *session, channel string) {
 		// now poll; the next Add subscribes where the slot is now.
 		sub.gone = true
 		delete(s.subs, channel)
-		if h.subs[channel] == sub {
-			delete(h.subs, channel)
+		if h.subs[sub.key()] == sub {
+			delete(h.subs, sub.key())
 		}
 	}
 }
@@ -779,10 +801,10 @@ func (h *Hub) endLocked(s *session) {
 	if h.sessions[s.t.name] == s {
 		delete(h.sessions, s.t.name)
 	}
-	for ch, sub := range s.subs {
+	for _, sub := range s.subs {
 		sub.gone = true
-		if h.subs[ch] == sub {
-			delete(h.subs, ch)
+		if h.subs[sub.key()] == sub {
+			delete(h.subs, sub.key())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,29 @@ func shardSubs(tb testing.TB, ctx context.Context, rc redis.UniversalClient, cha
 	}
 	n, _ := r[1].(int64)
 	return n
+}
+
+// classicSubs returns how many classic subscribers channel has, added up
+// over the masters of a cluster.
+func classicSubs(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string) int64 {
+	tb.Helper()
+	cc, ok := rc.(*redis.ClusterClient)
+	if !ok {
+		n, err := rc.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			tb.Fatalf("PUBSUB NUMSUB: %v", err)
+		}
+		return n[channel]
+	}
+	var total atomic.Int64
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		m, err := n.PubSubNumSub(ctx, channel).Result()
+		total.Add(m[channel])
+		return err
+	}); err != nil {
+		tb.Fatalf("PUBSUB NUMSUB: %v", err)
+	}
+	return total.Load()
 }
 
 // TestHub_shareLingerDeliver: two Adds of a channel share one
@@ -283,4 +307,57 @@ func TestHub_addWhileRedialing(t *testing.T) {
 		}
 		h.Remove(b.sub)
 	}, redistest.Redis8)
+}
+
+// TestHub_modesApart: a channel subscribed classic (SUBSCRIBE) and then
+// wanted sharded (SSUBSCRIBE) gets a subscription of each kind, each
+// confirmed on its own connection: the second Add does not join the
+// first, whose mode a publisher that knows the server would not use. A
+// message published with SPUBLISH reaches the sharded one, one published
+// with PUBLISH the classic one; removing one leaves the other. (The
+// second Add used to join the classic subscription, and every later one
+// too while it lingered: a waiter wanting the sharded channel heard
+// nothing.)
+func TestHub_modesApart(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		rc := s.Client(t)
+		got := make(chan string, 4)
+		h := keysub.New(keysub.Config{Client: rc, Deliver: func(_, payload string) { got <- payload }})
+		defer h.Close()
+		const ch = "keysub:{modes}:ann"
+		classic, readyC, liveC := h.Add(ctx, ch, false)
+		sharded, readyS, liveS := h.Add(ctx, ch, true)
+		if !liveC || !liveS {
+			t.Fatalf("live %v, %v", liveC, liveS)
+		}
+		if classic == sharded {
+			t.Fatal("a sharded Add joined the classic subscription of its channel")
+		}
+		redistest.Recv(t, ctx, readyC, "the classic confirmation")
+		redistest.Recv(t, ctx, readyS, "the sharded confirmation")
+		if n := shardSubs(t, ctx, rc, ch); n != 1 {
+			t.Errorf("%d shard subscribers, want 1", n)
+		}
+		if n := classicSubs(t, ctx, rc, ch); n != 1 {
+			t.Errorf("%d classic subscribers, want 1", n)
+		}
+		for _, pub := range []string{"SPUBLISH", "PUBLISH"} {
+			if err := rc.Do(ctx, pub, ch, pub).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if m := redistest.Recv(t, ctx, got, "the message"); m != pub {
+				t.Fatalf("got %q, want %q", m, pub)
+			}
+		}
+		h.Remove(classic)
+		redistest.WaitFor(t, ctx, "the classic channel to be unsubscribed", func() bool {
+			return classicSubs(t, ctx, rc, ch) == 0
+		})
+		if n := shardSubs(t, ctx, rc, ch); n != 1 {
+			t.Errorf("%d shard subscribers after the classic one was removed, want 1", n)
+		}
+		h.Remove(sharded)
+	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
