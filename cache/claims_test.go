@@ -209,7 +209,9 @@ func TestGetOrLoadMany_failOpenJoinsRefresh(t *testing.T) {
 		got <- m
 	}()
 	redistest.WaitFor(t, ctx, "the fail-open batch to join the refresh's load, or load k itself",
-		func() bool { return cache.LoadJoiners(c, "k") > 0 || asked.Load() != nil && slices.Contains(*asked.Load(), "k") })
+		func() bool {
+			return cache.LoadJoiners(c, "k") > 0 || asked.Load() != nil && slices.Contains(*asked.Load(), "k")
+		})
 	open()
 	m := redistest.Recv(t, ctx, got, "GetOrLoadMany")
 	if p := asked.Load(); p == nil || !slices.Equal(*p, []string{"j"}) {

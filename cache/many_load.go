@@ -24,8 +24,8 @@ import (
 // its claim, and announces them in one pipeline. The claims are the ones
 // claimMiss takes, through package lock (Client.ObtainMany: SET NX PX GET
 // on the value key, one pipeline), and every write after the load is one
-// of the claim's own (Lock.Replace, KeepAlive, Release, whose concurrent
-// calls go out together): a Delete or Set during the load removes the
+// of the claims' own (KeepAliveMany, ReplaceMany, Release; each round one
+// pipeline): a Delete or Set during the load removes the
 // claim, and the write becomes a no-op. Keys whose claim another process
 // took continue as GetOrLoad's fill (they wait for it). Lock values are
 // written by package lock alone.
@@ -33,12 +33,10 @@ import (
 // The stale values a call served are refreshed the same way, under the
 // rebuild locks (stale.go), by refreshBatch.
 
-// writeFanout bounds the conditional writes of a batch in flight at once.
-// They are calls of package lock (and redisx.Conn), whose concurrent
-// calls share pipelines: a batch's writes go out in two or three round
-// trips whatever their number up to this bound, not one round trip per
-// key.
-const writeFanout = 256
+// writeFanout bounds the conditional writes of a batch in flight at once
+// where they go one by one (a refresh's, the releases): calls of package
+// lock and redisx.Conn, whose concurrent calls share pipelines.
+const writeFanout = 64
 
 // batchResult is what a batch hands one key's flight.
 type batchResult struct {
@@ -280,25 +278,56 @@ type loadedMany struct {
 }
 
 // writeBack replaces each claim of won (taken at claimed) with its entry
-// from ld, or ends it where there is nothing to store, announces the
-// outcomes, then frees the claims that nothing replaced, and returns the
-// result of each claim's key.
+// from ld, together (lock.Client.ReplaceMany: one pipeline), or ends it
+// where there is nothing to store, announces the outcomes, then frees the
+// claims that nothing replaced, and returns the result of each claim's
+// key.
 func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, claimed time.Time) []batchResult {
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	notes := make([]announcement, len(won))
 	results := make([]batchResult, len(won))
-	// The replaces of concurrent claims go out together (the lock
-	// Client's pipelines).
-	parallel(len(won), func(i int) {
-		cl := won[i]
+	vals := make([]string, len(won))
+	var rs []lock.Replacement
+	var at []int // the index in won of each of rs
+	for i, cl := range won {
 		res, err := c.resultOf(cl.k, ld.got, ld.err)
 		res.claim, res.seen = cl.l.Token(), claimed
 		results[i] = batchResult{res: res, err: err}
-		notes[i] = c.endClaim(wctx, cl, ld.it, ld.took, res, err)
-	})
+		if err != nil || res.notFound && ld.it.negative == 0 {
+			notes[i] = nothing(cl, err)
+			notes[i].free = true
+			continue
+		}
+		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
+		vals[i] = val
+		rs = append(rs, lock.Replacement{Lock: cl.l, Value: val, TTL: ttl})
+		at = append(at, i)
+	}
+	if len(rs) > 0 {
+		errs := c.locks.ReplaceMany(wctx, rs)
+		for j, i := range at {
+			notes[i] = c.replacedClaim(won[i], vals[i], errs[j])
+		}
+	}
 	c.announceAll(wctx, notes)
 	return results
+}
+
+// replacedClaim is the announcement of the claim cl after its Replace by
+// val returned werr: a write that found the claim gone is no error (the
+// key moved on: waiters read it again); one the ACL refused is announced
+// as an error, and frees the claim if the server lets it.
+func (c *Cache) replacedClaim(cl heldClaim, val string, werr error) announcement {
+	wrote := werr == nil
+	if errors.Is(werr, lock.ErrNotHeld) {
+		werr = nil
+	}
+	c.noteWrite(cl.k, wrote, werr)
+	if refused(werr) {
+		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
+	}
+	return written(cl, wrote, val)
 }
 
 // foundInstead is what a key's flight does with old, found stored where
@@ -396,42 +425,15 @@ func (c *Cache) runManyAs(ctx context.Context, it itemSettings, ks []keys, rs []
 	return ld
 }
 
-// endClaim replaces the claim cl with the entry for res, as loadClaimed
-// does, and returns the announcement of the outcome; where there is
-// nothing to store, the announcement frees the claim once it is published.
-func (c *Cache) endClaim(ctx context.Context, cl heldClaim, it itemSettings, took time.Duration, res outcome, err error) announcement {
-	if err != nil || res.notFound && it.negative == 0 {
-		a := nothing(cl, err)
-		a.free = true
-		return a
-	}
-	val, ttl := c.entry(it, res.payload, res.notFound, took)
-	werr := cl.l.Replace(ctx, val, ttl)
-	wrote := werr == nil
-	if errors.Is(werr, lock.ErrNotHeld) {
-		werr = nil
-	}
-	c.noteWrite(cl.k, wrote, werr)
-	if refused(werr) {
-		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
-	}
-	return written(cl, wrote, val)
-}
-
-// keepAll keeps the locks of held alive (lock.KeepAlive, each refreshed
-// every LockTTL/3, the refreshes of concurrent locks going out together)
-// until stop is called. A lost lock is seen by the conditional write that
-// follows.
+// keepAll keeps the locks of held alive together (lock.Client.
+// KeepAliveMany: one pipeline of refreshes every LockTTL/3) until stop is
+// called. A lost lock is seen by the conditional write that follows.
 func (c *Cache) keepAll(ctx context.Context, held []heldClaim) (stop func()) {
-	stops := make([]func() error, len(held))
+	locks := make([]*lock.Lock, len(held))
 	for i, cl := range held {
-		_, stops[i] = cl.l.KeepAlive(ctx, c.s.lockTTL, 0)
+		locks[i] = cl.l
 	}
-	return func() {
-		for _, s := range stops {
-			_ = s()
-		}
-	}
+	return c.locks.KeepAliveMany(ctx, c.s.lockTTL, 0, locks)
 }
 
 // announcement is one rebuild's outcome, to publish (see announce).

@@ -334,6 +334,12 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 		return invalid("replace ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	ok, err := l.c.conn.SetIfEqual(ctx, l.key, l.value, value, ttl)
+	return l.replaced(ctx, ok, err)
+}
+
+// replaced reports a Replace (or one of ReplaceMany) whose conditional
+// write returned ok and err, and returns its error.
+func (l *Lock) replaced(ctx context.Context, ok bool, err error) error {
 	d := time.Since(l.sent)
 	switch {
 	case err != nil:

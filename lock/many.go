@@ -105,3 +105,113 @@ func (c *Client) ObtainMany(ctx context.Context, keys []string, ttl time.Duratio
 	}
 	return out, nil
 }
+
+// Replacement is one Replace of ReplaceMany: Lock is replaced by Value,
+// expiring after TTL.
+type Replacement struct {
+	Lock  *Lock
+	Value string
+	TTL   time.Duration
+}
+
+// ReplaceMany is Lock.Replace for each of rs, together: where the server
+// has SET … IFEQ the writes go out in one pipeline (one per node on a
+// Redis Cluster), the others one at a time as Replace sends them. errs[i]
+// is rs[i]'s: nil, ErrNotHeld (the key no longer holds that acquisition;
+// nothing changed), a failed server call, or ErrInvalid (a TTL below 1ms,
+// or a lock of another Client). Each is reported as Replace reports one.
+func (c *Client) ReplaceMany(ctx context.Context, rs []Replacement) (errs []error) {
+	errs = make([]error, len(rs))
+	ops := make([]redisx.CondSet, 0, len(rs))
+	idx := make([]int, 0, len(rs))
+	for i, r := range rs {
+		switch {
+		case r.Lock == nil || r.Lock.c != c:
+			errs[i] = invalid("ReplaceMany: replacement %d is not a lock of this Client", i)
+		case r.TTL < time.Millisecond:
+			errs[i] = invalid("replace ttl %v for key %q is below 1ms", r.TTL, r.Lock.key)
+		default:
+			ops = append(ops, redisx.CondSet{Key: r.Lock.key, Old: r.Lock.value, Next: r.Value, TTL: r.TTL})
+			idx = append(idx, i)
+		}
+	}
+	ok, cerrs := c.conn.SetIfEqualMany(ctx, ops)
+	for j, i := range idx {
+		errs[i] = rs[i].Lock.replaced(ctx, ok[j], cerrs[j])
+	}
+	return errs
+}
+
+// KeepAliveMany keeps locks (of c) alive together, as KeepAlive keeps one:
+// every interval (a third of ttl when interval is 0 or not below ttl) one
+// pipeline sets each lock still held back to ttl, each round timed from
+// the send of the previous one, until stop is called; stop waits for a
+// round in flight. A lock found taken or expired is not refreshed again,
+// and a failed round is tried again at the next. There is no context to
+// cancel on a loss: the Replace or Release that follows finds the lock
+// gone (ErrNotHeld). Each refresh is reported to Options.Observer as
+// KeepAlive's are, from the keep-alive's own goroutine.
+func (c *Client) KeepAliveMany(ctx context.Context, ttl, interval time.Duration, locks []*Lock) (stop func()) {
+	if len(locks) == 0 {
+		return func() {}
+	}
+	if interval <= 0 || interval >= ttl {
+		interval = max(ttl/3, time.Millisecond)
+	}
+	held := make([]*Lock, 0, len(locks))
+	for _, l := range locks {
+		if l != nil && l.c == c {
+			held = append(held, l)
+		}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(interval)
+		defer t.Stop()
+		for len(held) > 0 {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sent := time.Now()
+			held = c.refreshAll(ctx, held, ttl)
+			t.Reset(max(0, interval-time.Since(sent)))
+		}
+	}()
+	return func() {
+		select {
+		case <-quit:
+		default:
+			close(quit)
+		}
+		<-done
+	}
+}
+
+// refreshAll sets each of held back to ttl in one pipeline and returns
+// those still held (a failed refresh keeps its lock for the next round).
+func (c *Client) refreshAll(ctx context.Context, held []*Lock, ttl time.Duration) []*Lock {
+	ops := make([]redisx.CondSet, len(held))
+	for i, l := range held {
+		ops[i] = redisx.CondSet{Key: l.key, Old: l.value, Next: l.value, TTL: ttl}
+	}
+	ok, errs := c.conn.SetIfEqualMany(ctx, ops)
+	kept := held[:0]
+	for i, l := range held {
+		switch {
+		case errs[i] != nil:
+			c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), fmt.Errorf("lock: refresh %q: %w", l.key, errs[i]))
+			kept = append(kept, l)
+		case !ok[i]:
+			c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), ErrNotHeld)
+		default:
+			c.emitOwned(EventRefreshed, l.key, time.Since(l.sent), nil)
+			kept = append(kept, l)
+		}
+	}
+	return kept
+}
