@@ -20,9 +20,12 @@ package keysub
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,6 +99,7 @@ type Hub struct {
 
 	delivered, subscribes uint64 // counts, for tests (Counts)
 	pings                 uint64 // Syncs so far: each PING's payload
+	id                    string // random: names this Hub's Sync markers
 }
 
 // Sub is one channel's subscription in one mode, shared by everybody in
@@ -153,7 +157,9 @@ func New(cfg Config) *Hub {
 	if cfg.Idle <= 0 {
 		cfg.Idle = Idle
 	}
-	return &Hub{cfg: cfg, subs: map[subKey]*Sub{}, sessions: map[string]*session{}}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+	return &Hub{cfg: cfg, subs: map[subKey]*Sub{}, sessions: map[string]*session{}, id: hex.EncodeToString(id[:])}
 }
 
 // targetFor returns where channel is to be subscribed; ok is false when
@@ -276,8 +282,14 @@ func (h *Hub) State(sub *Sub) (ready <-chan struct{}, at time.Time) {
 // Sync waits until the messages published on sub's channel before Sync
 // was called have been delivered, and reports whether it knows they have:
 // it sends a PING on sub's connection, which the server answers after
-// every message it sent there before, and waits for the answer until ctx
-// ends. It is false at once when sub is not confirmed on a connection.
+// every message it sent there before, and publishes a marker on sub's
+// channel (in sub's mode), which reaches sub after every message
+// published there before; it waits for both until ctx ends. The marker
+// is the barrier on a server that answers a PING ahead of messages it has
+// queued (miniredis does); the PING stands alone where the marker could
+// not be published. Other subscribers of the channel drop the marker (any
+// Hub does, see syncPrefix). It is false at once when sub is not
+// confirmed on a connection.
 //
 // A message can be published, and then the change it announces made,
 // before a read on another connection finds that change: the read's
@@ -294,26 +306,56 @@ func (h *Hub) Sync(ctx context.Context, sub *Sub) bool {
 	ps := s.ps
 	h.pings++
 	id := "keysub:" + strconv.FormatUint(h.pings, 10)
-	pong := make(chan struct{})
+	marker := syncPrefix + h.id + ":" + strconv.FormatUint(h.pings, 10)
+	pong, marked := make(chan struct{}), make(chan struct{})
 	if s.pongs == nil {
 		s.pongs = map[string]chan struct{}{}
 	}
-	s.pongs[id] = pong
+	s.pongs[id], s.pongs[marker] = pong, marked
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		delete(s.pongs, id)
+		delete(s.pongs, marker)
 		h.mu.Unlock()
 	}()
 	if err := ps.Ping(ctx, id); err != nil {
 		return false
 	}
-	select {
-	case <-pong:
-		return true
-	case <-ctx.Done():
+	if !h.publish(ctx, sub, marker) {
+		marked = nil // only the PING tells
+	}
+	for pong != nil || marked != nil {
+		select {
+		case <-pong:
+			pong = nil
+		case <-marked:
+			marked = nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// syncPrefix begins every Sync's marker message (followed by the Hub's
+// random id and a count): a Hub never delivers such a message.
+const syncPrefix = "\x00keysub:sync:"
+
+// publish publishes payload on sub's channel in sub's mode, with the
+// Hub's client, and reports whether the server took it.
+func (h *Hub) publish(ctx context.Context, sub *Sub, payload string) bool {
+	c, ok := h.cfg.Client.(interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	})
+	if !ok {
 		return false
 	}
+	op := "PUBLISH"
+	if sub.sharded {
+		op = "SPUBLISH"
+	}
+	return c.Do(ctx, op, sub.channel, payload).Err() == nil
 }
 
 // ponged takes the server's answer to a PING sent on s with payload.
@@ -708,6 +750,10 @@ func (h *Hub) session(s *session, ps *redis.PubSub) (confirmed bool, err error) 
 				h.unsubscribed(s, m.Channel)
 			}
 		case *redis.Message:
+			if strings.HasPrefix(m.Payload, syncPrefix) {
+				h.ponged(s, m.Payload) // a Sync's marker, this Hub's or another's
+				continue
+			}
 			h.mu.Lock()
 			h.delivered++
 			h.mu.Unlock()
