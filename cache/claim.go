@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/lock"
 )
@@ -30,7 +31,7 @@ func (c *Cache) claim(ctx context.Context, name string) (l *lock.Lock, holder st
 		return t.Lock, "", t.Err
 	}
 	c.n.contention.Add(1)
-	if v, ok := lockvalue.Decode(t.Held); ok {
+	if v, ok := lockvalue.Decode(t.Held); ok && !codec.IsEntry([]byte(t.Held)) { // as decide tells them apart
 		return nil, v.Token, nil
 	}
 	return nil, "", nil
