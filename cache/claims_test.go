@@ -87,34 +87,10 @@ func blockNthGet(t *testing.T, rec *recorder, key string, n int32) (reached <-ch
 // first read found was forgotten, the notice dropped as older than the
 // read, and the caller claimed the free key and loaded.)
 func TestGetOrLoad_waiterKeepsFirstClaim(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx := testCtx(t)
-		ns := namespace(t)
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
-		rcb := s.Client(t)
-		recb := record(rcb)
-		b := newCacheOn(t, rcb, &cache.Options{Namespace: ns, PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
-
-		started := make(chan struct{})
-		fail, open := gate(t)
-		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
-			close(started)
-			<-fail
-			return "", errors.New("upstream answered 503")
-		})
-		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
-		// b's first GET finds a's claim; its second waits here.
-		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), 2)
-		var calls atomic.Int32
-		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
-		redistest.Recv(t, ctx, reached, "cache b's second read")
-		open()
-		redistest.Recv(t, ctx, holder, "cache a (announced, then freed its claim)")
-		let()
-		r := redistest.Recv(t, ctx, waiter, "cache b")
-		if !errors.Is(r.err, cache.ErrRemoteLoad) || calls.Load() != 0 {
-			t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad and no load", r.v, r.err, calls.Load())
-		}
+	// b's first GET finds a's claim; its second waits.
+	testWaiterKeepsFirstClaim(t, 2, func(ctx context.Context, b *cache.Cache, calls *atomic.Int32) error {
+		_, err := cache.GetOrLoad(ctx, b, "k", neverLoad[string](calls))
+		return err
 	})
 }
 
@@ -123,6 +99,21 @@ func TestGetOrLoad_waiterKeepsFirstClaim(t *testing.T) {
 // GET after its subscription was confirmed is in flight when the rebuild
 // fails.
 func TestGetOrLoadMany_waiterKeepsFirstClaim(t *testing.T) {
+	testWaiterKeepsFirstClaim(t, 1, func(ctx context.Context, b *cache.Cache, calls *atomic.Int32) error {
+		_, err := cache.GetOrLoadMany(ctx, b, []string{"k"}, func(_ context.Context, keys []string) (map[string]string, error) {
+			calls.Add(1)
+			return nil, errors.New("cache b loaded")
+		})
+		return err
+	})
+}
+
+// testWaiterKeepsFirstClaim runs the window of the waiterKeepsFirstClaim
+// tests on every server: cache a claims k and loads; cache b calls get,
+// whose nth GET of k waits until a's load has failed and a has announced
+// it and freed its claim; b must get ErrRemoteLoad with no load of its
+// own (calls, which get's loader counts).
+func testWaiterKeepsFirstClaim(t *testing.T, nth int32, get func(ctx context.Context, b *cache.Cache, calls *atomic.Int32) error) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		ns := namespace(t)
@@ -139,27 +130,17 @@ func TestGetOrLoadMany_waiterKeepsFirstClaim(t *testing.T) {
 			return "", errors.New("upstream answered 503")
 		})
 		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
-		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), 1)
+		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), nth)
 		var calls atomic.Int32
-		type res struct {
-			m   map[string]string
-			err error
-		}
-		got := make(chan res, 1)
-		go func() {
-			m, err := cache.GetOrLoadMany(ctx, b, []string{"k"}, func(_ context.Context, keys []string) (map[string]string, error) {
-				calls.Add(1)
-				return nil, errors.New("cache b loaded")
-			})
-			got <- res{m, err}
-		}()
-		redistest.Recv(t, ctx, reached, "cache b's read after its subscription")
+		got := make(chan error, 1)
+		go func() { got <- get(ctx, b, &calls) }()
+		redistest.Recv(t, ctx, reached, "cache b's read after it saw a's claim")
 		open()
 		redistest.Recv(t, ctx, holder, "cache a (announced, then freed its claim)")
 		let()
-		r := redistest.Recv(t, ctx, got, "cache b")
-		if !errors.Is(r.err, cache.ErrRemoteLoad) || calls.Load() != 0 {
-			t.Errorf("cache b: %v, %v, %d loads of its own; want ErrRemoteLoad for k and no load", r.m, r.err, calls.Load())
+		err := redistest.Recv(t, ctx, got, "cache b")
+		if !errors.Is(err, cache.ErrRemoteLoad) || calls.Load() != 0 {
+			t.Errorf("cache b: %v, %d loads of its own; want ErrRemoteLoad and no load", err, calls.Load())
 		}
 	})
 }
