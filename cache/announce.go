@@ -107,8 +107,9 @@ type announcer struct {
 	// since. Refusals of subscribing are the hub's.
 	pubRefused atomic.Pointer[string]
 
-	rechecks atomic.Uint64 // waits that read the key again once subscribed, or after a re-probe step (see Cache.await, subscribe), for tests
-	covered  atomic.Uint64 // waits that began subscribed before their read (every notice reaches them), for tests
+	rechecks  atomic.Uint64 // waits that read the key again once subscribed, or after a re-probe step (see Cache.await, subscribe), for tests
+	covered   atomic.Uint64 // waits that began subscribed before their read (every notice reaches them), for tests
+	lostWaits atomic.Uint64 // covered waits ended because their subscription's connection failed, for tests
 
 	// beforeSubscribe, set only by tests before the Cache is used, runs
 	// when a waiter is about to subscribe, after its read of the key.
@@ -312,7 +313,10 @@ func (a *announcer) register(key string) *waiter {
 //
 //   - nil if the server had confirmed the subscription before that read
 //     was sent: every announcement of a write the read did not see reaches
-//     w (unless the connection fails; the poll covers that);
+//     w, as long as that confirmation stands; lost closes when it ends
+//     (the connection failed: what was published until the next
+//     confirmation reached nobody here), and the waiter must then read
+//     the key again, and wait for the next confirmation;
 //   - nil too where nothing can be subscribed (the client cannot, or the
 //     server refuses): only the poll helps;
 //   - a channel closed once the server confirms the subscription, if it
@@ -325,18 +329,21 @@ func (a *announcer) register(key string) *waiter {
 //     know; the waiter reads the key again then, and comes back here,
 //     which asks again. Its wait is paced by these steps (at most
 //     keysub.ReprobeMax), not by its poll, until the server answers.
-func (a *announcer) subscribe(ctx context.Context, key string, w *waiter, sent time.Time) <-chan struct{} {
+func (a *announcer) subscribe(ctx context.Context, key string, w *waiter, sent time.Time) (ready, lost <-chan struct{}) {
 	if !a.join(ctx, key, w) {
-		return w.reprobe()
+		return w.reprobe(), nil
 	}
 	if w.dead {
-		return nil
+		return nil, nil
 	}
-	ready, at := a.hub.State(w.sub)
-	if ready == nil || !at.IsZero() && at.Before(sent) {
-		return nil
+	ready, at, lost := a.hub.State(w.sub)
+	switch {
+	case ready == nil:
+		return nil, nil
+	case !at.IsZero() && at.Before(sent):
+		return nil, lost
 	}
-	return ready
+	return ready, nil
 }
 
 // join subscribes this process to the channel of w's key, the value key,
@@ -386,7 +393,7 @@ func (a *announcer) prepare(ctx context.Context, key string, w *waiter, d time.D
 	if !a.join(ctx, key, w) {
 		return
 	}
-	ready := a.subscribe(ctx, key, w, time.Now())
+	ready, _ := a.subscribe(ctx, key, w, time.Now())
 	if ready == nil {
 		return
 	}

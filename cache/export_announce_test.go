@@ -18,3 +18,7 @@ func BeforeSubscribe(c *Cache, fn func(valueKey string)) { c.ann.beforeSubscribe
 // server confirmed before the read that found the rebuild to wait for: a
 // notice of that rebuild's outcome reaches them (see Cache.await).
 func CoveredWaits(c *Cache) uint64 { return c.ann.covered.Load() }
+
+// LostWaits returns how many covered waits of c ended because their
+// subscription's connection failed (see Cache.await).
+func LostWaits(c *Cache) uint64 { return c.ann.lostWaits.Load() }

@@ -241,9 +241,11 @@ func settleBound(poll, left time.Duration) time.Duration {
 // is announced to w (both on the key's own server: its shard with sharded
 // pub/sub, which is where the key is read). So a write is never learnt
 // later than one confirmation's round trip after it, whatever the poll;
-// the poll remains for lost messages (a broken connection, a failover).
+// the poll remains for lost messages (a failover); a broken subscription
+// connection ends the wait at once (lost), for a read and a wait for the
+// next confirmation.
 func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, sent time.Time) (notice, error) {
-	ready := c.ann.subscribe(ctx, k.value, w, sent)
+	ready, lost := c.ann.subscribe(ctx, k.value, w, sent)
 	if ready == nil && !w.dead {
 		c.ann.covered.Add(1)
 	}
@@ -255,6 +257,13 @@ func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, s
 	case <-ready: // nil when covered, or when nothing can be subscribed (poll only)
 		c.ann.rechecks.Add(1)
 		return notice{}, nil // subscribed after the read: read again
+	case <-lost: // nil unless covered
+		// The confirmation this wait counted on ended (its connection
+		// failed): an announcement published until the next one
+		// reaches nobody here. Read again; the next wait waits for the
+		// next confirmation, then reads once more.
+		c.ann.lostWaits.Add(1)
+		return notice{}, nil
 	case <-t.C:
 		return notice{}, nil // poll: read again
 	case <-ctx.Done():

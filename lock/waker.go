@@ -112,7 +112,7 @@ func (c *Client) wakerListen(ctx context.Context, channel, token string) bool {
 	}
 	// Nothing to wait for where the subscription is gone or refused: the
 	// waiter's poll finds a hand-off, as for a refusal at wakerAdd.
-	if ready, _ := hub.State(ww.sub); ready != nil && hub.Refusal() == "" {
+	if ready, _, _ := hub.State(ww.sub); ready != nil && hub.Refusal() == "" {
 		t := time.NewTimer(keysub.Reprobe(ww.tries))
 		defer t.Stop()
 		select {

@@ -110,8 +110,9 @@ type Sub struct {
 	s       *session // nil when not subscribed anywhere (the client cannot)
 	refs    int      // Adds not yet Removed
 	ready   chan struct{}
-	at      time.Time // when ready was closed by a confirmation; zero while unconfirmed
-	pending int       // (S)SUBSCRIBEs sent on s.ps and not yet confirmed
+	at      time.Time     // when ready was closed by a confirmation; zero while unconfirmed
+	lost    chan struct{} // closed when a confirmation that ready announced ends (see Lost)
+	pending int           // (S)SUBSCRIBEs sent on s.ps and not yet confirmed
 	linger  *time.Timer
 	gen     uint64 // counts Adds, so that a linger timer knows it is stale
 	gone    bool   // no longer the Hub's subscription of the channel
@@ -226,7 +227,7 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if sub = h.subs[k]; sub == nil {
-		sub = &Sub{channel: channel, sharded: sharded, ready: make(chan struct{})}
+		sub = &Sub{channel: channel, sharded: sharded, ready: make(chan struct{}), lost: make(chan struct{})}
 		if !ok || h.closed {
 			sub.ready = closed
 		} else {
@@ -267,16 +268,36 @@ func (h *Hub) Add(ctx context.Context, channel string, sharded bool) (sub *Sub, 
 }
 
 // State returns sub's current confirmation signal (a new one after its
-// connection failed) and when the confirmation arrived, zero if it has
-// not; ready is nil when sub no longer subscribes anything (its slot moved,
-// its connection ended for good): only a poll helps then.
-func (h *Hub) State(sub *Sub) (ready <-chan struct{}, at time.Time) {
+// connection failed), when the confirmation arrived (zero if it has
+// not), and lost, closed when that confirmation ends: its connection
+// failed (messages published until the next confirmation reach nobody
+// here), or sub no longer subscribes anything. Whoever counted on the
+// confirmation (at before its read) and waits for a message must read
+// again when lost closes, and wait for the next confirmation: a message
+// published meanwhile is lost, not late. ready is nil when sub no longer
+// subscribes anything (its slot moved, its connection ended for good):
+// only a poll helps then.
+func (h *Hub) State(sub *Sub) (ready <-chan struct{}, at time.Time, lost <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if sub.gone || sub.s == nil {
-		return nil, time.Time{}
+		return nil, time.Time{}, sub.lost
 	}
-	return sub.ready, sub.at
+	return sub.ready, sub.at, sub.lost
+}
+
+// loseLocked ends sub's current confirmation: Lost's channel closes, and
+// a new one stands for the next confirmation, unless sub is gone. h.mu
+// must be held.
+func (h *Hub) loseLocked(sub *Sub) {
+	select {
+	case <-sub.lost:
+	default:
+		close(sub.lost)
+	}
+	if !sub.gone {
+		sub.lost = make(chan struct{})
+	}
 }
 
 // Sync waits until the messages published on sub's channel before Sync
@@ -392,6 +413,7 @@ func (h *Hub) Remove(sub *Sub) {
 // drop unsubscribes sub, under mu.
 func (h *Hub) drop(sub *Sub) {
 	sub.gone = true
+	h.loseLocked(sub)
 	if sub.linger != nil {
 		sub.linger.Stop()
 		sub.linger = nil
@@ -444,6 +466,7 @@ func (h *Hub) Close() {
 			sub.linger = nil
 		}
 		sub.gone = true
+		h.loseLocked(sub)
 	}
 	clear(h.subs)
 	for _, s := range h.sessions {
@@ -648,6 +671,7 @@ func (h *Hub) renewLocked(s *session) map[string]*Sub {
 			// Confirmed on a connection that is gone: whoever Adds
 			// from now on waits for this one's confirmation.
 			sub.ready, sub.at = make(chan struct{}), time.Time{}
+			h.loseLocked(sub)
 		default:
 		}
 	}
@@ -693,6 +717,7 @@ func (h *Hub) disconnect(s *session, ps *redis.PubSub, err error) (done bool) {
 			// Confirmed on the connection that is gone: messages are
 			// lost until the next one is confirmed.
 			sub.ready, sub.at = make(chan struct{}), time.Time{}
+			h.loseLocked(sub)
 		default:
 		}
 	}
@@ -832,6 +857,7 @@ func (h *Hub) unsubscribed(s *session, channel string) {
 		// Not asked for: the slot moved to another master. Those waiting
 		// now poll; the next Add subscribes where the slot is now.
 		sub.gone = true
+		h.loseLocked(sub)
 		delete(s.subs, channel)
 		if h.subs[sub.key()] == sub {
 			delete(h.subs, sub.key())
@@ -849,6 +875,7 @@ func (h *Hub) endLocked(s *session) {
 	}
 	for _, sub := range s.subs {
 		sub.gone = true
+		h.loseLocked(sub)
 		if h.subs[sub.key()] == sub {
 			delete(h.subs, sub.key())
 		}

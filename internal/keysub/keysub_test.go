@@ -98,7 +98,7 @@ func TestHub_shareLingerDeliver(t *testing.T) {
 		default:
 			t.Fatal("a lingering subscription is not ready at once")
 		}
-		if _, at := h.State(c); at.IsZero() {
+		if _, at, _ := h.State(c); at.IsZero() {
 			t.Fatal("State: no confirmation time")
 		}
 		h.Remove(c)
@@ -132,7 +132,7 @@ func TestHub_confirmedBeforeWoken(t *testing.T) {
 		}
 		redistest.Recv(t, ctx, ready, "the confirmation")
 		woken := time.Now()
-		_, at := h.State(sub)
+		_, at, _ := h.State(sub)
 		h.Close()
 		if at.IsZero() || at.After(woken) {
 			t.Fatalf("round %d: confirmed at %v, %v after the caller it woke read the clock", i, at, at.Sub(woken))
@@ -365,4 +365,41 @@ func TestHub_modesApart(t *testing.T) {
 		}
 		h.Remove(sharded)
 	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+}
+
+// TestHub_lostWhenConnectionFails: the lost channel of a confirmed
+// subscription closes when its connection fails; the subscription is
+// confirmed again on a new connection, with a new lost channel, open.
+func TestHub_lostWhenConnectionFails(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		rc := s.Client(t)
+		h := keysub.New(keysub.Config{Client: rc})
+		defer h.Close()
+		sub, ready, live := h.Add(ctx, "keysub:{lost}:ann", true)
+		if !live {
+			t.Fatal("not live")
+		}
+		redistest.Recv(t, ctx, ready, "the confirmation")
+		_, at, lost := h.State(sub)
+		if at.IsZero() {
+			t.Fatal("confirmed, but State says it is not")
+		}
+		if err := s.Client(t).Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+			t.Fatal(err)
+		}
+		redistest.Recv(t, ctx, lost, "lost to close with the connection")
+		redistest.WaitFor(t, ctx, "the subscription to be confirmed again", func() bool {
+			_, at, _ := h.State(sub)
+			return !at.IsZero()
+		})
+		_, _, again := h.State(sub)
+		select {
+		case <-again:
+			t.Error("the new confirmation's lost channel is closed")
+		default:
+		}
+		h.Remove(sub)
+	}, redistest.Redis8, redistest.Valkey)
 }
