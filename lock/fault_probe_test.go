@@ -2,9 +2,6 @@ package lock_test
 
 import (
 	"context"
-	"errors"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,88 +19,6 @@ import (
 // while releasers that knew published with SPUBLISH) was handed the lock
 // unheard and took it only by its poll; a releaser that guessed published
 // where nobody listened.
-
-// probeFault is a client hook on the probe of sharded pub/sub, an
-// SPUBLISH of an empty message (no token is empty). With busy set, the
-// first probe is held back (at receives it) until the test has made the
-// server answer BUSY, and once it has its reply, until the test has made
-// the server answer again: the probe meets a real BUSY and nothing else
-// does. With lost set, every probe fails with a timeout before it is sent,
-// as a probe whose reply was lost.
-type probeFault struct {
-	busy, lost atomic.Bool
-	at         chan *busyProbe // the held probe, while busy
-	lostCalls  atomic.Int64    // probes failed while lost
-}
-
-// busyProbe is one probe held back by a probeFault.
-type busyProbe struct {
-	channel string        // the channel it publishes on (its slot is the server's to make busy)
-	send    chan struct{} // closed by the test: the server answers BUSY, send it
-	replied chan error    // the probe's reply
-	resume  chan struct{} // closed by the test: the server answers again, go on
-}
-
-func faultProbes(rc redis.UniversalClient) *probeFault {
-	f := &probeFault{at: make(chan *busyProbe, 1)}
-	rc.AddHook(f)
-	return f
-}
-
-func (f *probeFault) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *probeFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) != 3 || !strings.EqualFold(cmd.Name(), "spublish") || args[2] != "" {
-			return next(ctx, cmd)
-		}
-		if f.lost.Load() {
-			f.lostCalls.Add(1)
-			err := errors.New("i/o timeout (the test lost the probe's reply)")
-			cmd.SetErr(err)
-			return err
-		}
-		if !f.busy.CompareAndSwap(true, false) {
-			return next(ctx, cmd)
-		}
-		ch, _ := args[1].(string)
-		p := &busyProbe{channel: ch, send: make(chan struct{}), replied: make(chan error, 1), resume: make(chan struct{})}
-		f.at <- p
-		<-p.send
-		err := next(ctx, cmd)
-		p.replied <- err
-		<-p.resume
-		return err
-	}
-}
-
-func (f *probeFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// makeBusy makes the server of s that owns the held probe's channel answer
-// BUSY while the probe is sent, and answer again before the prober goes
-// on; it fails the test unless the probe met BUSY.
-func makeBusy(tb testing.TB, ctx context.Context, s *redistest.Server, rc redis.UniversalClient, p *busyProbe) {
-	tb.Helper()
-	addr := s.Addrs()[0]
-	if cc, ok := rc.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, p.channel)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		addr = n.Options().Addr
-	}
-	stop := redistest.Busy(tb, addr)
-	close(p.send)
-	err := redistest.Recv(tb, ctx, p.replied, "the probe's reply")
-	stop()
-	close(p.resume)
-	if err == nil || !strings.HasPrefix(err.Error(), "BUSY") {
-		tb.Fatalf("the probe got %v, want BUSY", err)
-	}
-}
 
 // handoffSubs returns how many classic and shard subscribers channel has
 // on the servers of s, added up over the masters of a cluster.
@@ -141,6 +56,53 @@ func wakeBound(stalls *redistest.Stalls, from, to time.Time, took time.Duration)
 	return 2*keysub.ReprobeMax + 20*took + stalls.Within(from, to)
 }
 
+// handOver releases h, which the waiter's Obtain (got) waits for, and
+// returns the lock the waiter took; the caller releases it. It fails tb
+// unless the waiter had the lock within wakeBound of the release, and its
+// Client (w) reported woken wake-ups (0: the lock was free, not handed)
+// and no missed one.
+func handOver(tb testing.TB, ctx context.Context, stalls *redistest.Stalls, h *lock.Lock, got <-chan obtained, w *wakeCounter, woken int64) *lock.Lock {
+	tb.Helper()
+	from := time.Now()
+	if err := h.Release(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	took := time.Since(from)
+	r := redistest.Recv(tb, ctx, got, "the waiter")
+	if r.err != nil {
+		tb.Fatal(r.err)
+	}
+	to := time.Now()
+	if d, bound := to.Sub(from), wakeBound(stalls, from, to, took); d > bound {
+		tb.Errorf("the waiter had the lock %v after the release (which took %v), want at most %v: it took it by its poll", d, took, bound)
+	}
+	if n, missed := w.woken.Load(), w.missed.Load(); n != woken || missed != 0 {
+		tb.Errorf("woken %d, missed %d; want %d, 0", n, missed, woken)
+	}
+	return r.l
+}
+
+// holdWithWaiter makes a holder's Client on rcH and a waiter's on rcW,
+// whose events the returned wakeCounter counts, and obtains key with the
+// holder's. Either client may carry a ProbeFault.
+func holdWithWaiter(tb testing.TB, ctx context.Context, rcH, rcW redis.UniversalClient, key string) (h *lock.Lock, waiter *lock.Client, w *wakeCounter) {
+	tb.Helper()
+	holder, err := lock.New(rcH, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w = new(wakeCounter)
+	waiter, err = lock.New(rcW, &lock.Options{Observer: w.observe})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h, err = holder.Obtain(ctx, key, time.Minute, never)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return h, waiter, w
+}
+
 // TestHandoff_waiterProbeBusy: a waiter whose probe of sharded pub/sub met
 // BUSY does not subscribe in a mode guessed from it, nor queue where a
 // hand-off would not reach it: it probes again soon, subscribes with
@@ -150,51 +112,22 @@ func wakeBound(stalls *redistest.Stalls, from, to time.Time, took time.Duration)
 // (The waiter used to subscribe with SUBSCRIBE and take the lock handed to
 // it only at its next poll.)
 func TestHandoff_waiterProbeBusy(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		s = redistest.Start(t, s.Kind) // made busy: not shared
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		stalls := redistest.MeasureStalls(t)
+	redistest.ForEachProbe(t, true, func(t *testing.T, ctx context.Context, s *redistest.Server, stalls *redistest.Stalls) {
 		key := redistest.Key(t, "k")
 		ch, _ := lock.HandoffChannel(key)
-		holder, rc := newClient(t, s, nil)
-		rcW := s.Client(t)
-		fault := faultProbes(rcW)
-		var w wakeCounter
-		waiter, err := lock.New(rcW, &lock.Options{Observer: w.observe})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := holder.Obtain(ctx, key, time.Minute, never)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fault.busy.Store(true)
+		rc, rcW := s.Client(t), s.Client(t)
+		fault := redistest.FaultProbes(rcW)
+		h, waiter, w := holdWithWaiter(t, ctx, rc, rcW, key)
+		fault.HoldNext()
 		got := obtainAsync(ctx, waiter, key, time.Minute, slowPoll)
-		makeBusy(t, ctx, s, rcW, redistest.Recv(t, ctx, fault.at, "the waiter's probe"))
+		fault.MakeBusy(t, ctx, s, "the waiter's probe")
 		waitQueued(t, ctx, rc, key, 1)
 		if classic, shard := handoffSubs(t, ctx, s, ch); classic != 0 || shard != 1 {
 			t.Errorf("%s: %d classic and %d shard subscribers while the waiter is queued, want 0 and 1", ch, classic, shard)
 		}
 
-		from := time.Now()
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(from)
-		r := redistest.Recv(t, ctx, got, "the waiter")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		to := time.Now()
-		defer r.l.Release(ctx)
-		if d, bound := to.Sub(from), wakeBound(stalls, from, to, took); d > bound {
-			t.Errorf("the waiter had the lock %v after the release (which took %v), want at most %v: it took it by its poll", d, took, bound)
-		}
-		if woken, missed := w.woken.Load(), w.missed.Load(); woken != 1 || missed != 0 {
-			t.Errorf("woken %d, missed %d; want 1, 0", woken, missed)
-		}
-	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+		handOver(t, ctx, stalls, h, got, w, 1).Release(ctx)
+	})
 }
 
 // TestHandoff_releaserProbeLost: a holder whose probe of sharded pub/sub
@@ -203,44 +136,16 @@ func TestHandoff_waiterProbeBusy(t *testing.T) {
 // answered) is woken at once, not by its back-off (30s). (The release
 // used to publish with PUBLISH alone, to nobody.)
 func TestHandoff_releaserProbeLost(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		stalls := redistest.MeasureStalls(t)
+	redistest.ForEachProbe(t, false, func(t *testing.T, ctx context.Context, s *redistest.Server, stalls *redistest.Stalls) {
 		key := redistest.Key(t, "k")
-		rcH := s.Client(t)
-		faultProbes(rcH).lost.Store(true)
-		holder, err := lock.New(rcH, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var w wakeCounter
-		waiter, rc := newClient(t, s, &lock.Options{Observer: w.observe})
-		h, err := holder.Obtain(ctx, key, time.Minute, never)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rcH, rc := s.Client(t), s.Client(t)
+		redistest.FaultProbes(rcH).Lose()
+		h, waiter, w := holdWithWaiter(t, ctx, rcH, rc, key)
 		got := obtainAsync(ctx, waiter, key, time.Minute, slowPoll)
 		waitQueued(t, ctx, rc, key, 1)
 
-		from := time.Now()
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(from)
-		r := redistest.Recv(t, ctx, got, "the waiter")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		to := time.Now()
-		defer r.l.Release(ctx)
-		if d, bound := to.Sub(from), wakeBound(stalls, from, to, took); d > bound {
-			t.Errorf("the waiter had the lock %v after the release (which took %v), want at most %v: it took it by its poll", d, took, bound)
-		}
-		if woken, missed := w.woken.Load(), w.missed.Load(); woken != 1 || missed != 0 {
-			t.Errorf("woken %d, missed %d; want 1, 0", woken, missed)
-		}
-	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+		handOver(t, ctx, stalls, h, got, w, 1).Release(ctx)
+	})
 }
 
 // TestHandoff_waiterProbeLost: a waiter whose probe never answers (every
@@ -250,28 +155,16 @@ func TestHandoff_releaserProbeLost(t *testing.T) {
 // lock released by a holder who handed it to nobody within a step, not at
 // its back-off (30s).
 func TestHandoff_waiterProbeLost(t *testing.T) {
-	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		stalls := redistest.MeasureStalls(t)
+	redistest.ForEachProbe(t, false, func(t *testing.T, ctx context.Context, s *redistest.Server, stalls *redistest.Stalls) {
 		key := redistest.Key(t, "k")
 		ch, _ := lock.HandoffChannel(key)
-		holder, rc := newClient(t, s, nil)
-		rcW := s.Client(t)
-		fault := faultProbes(rcW)
-		fault.lost.Store(true)
-		var w wakeCounter
-		waiter, err := lock.New(rcW, &lock.Options{Observer: w.observe})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := holder.Obtain(ctx, key, time.Minute, never)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rc, rcW := s.Client(t), s.Client(t)
+		fault := redistest.FaultProbes(rcW)
+		fault.Lose()
+		h, waiter, w := holdWithWaiter(t, ctx, rc, rcW, key)
 		got := obtainAsync(ctx, waiter, key, time.Minute, slowPoll)
 		// The waiter has probed as it began, and again at a step.
-		redistest.WaitFor(t, ctx, "the waiter to probe again", func() bool { return fault.lostCalls.Load() >= 2 })
+		redistest.WaitFor(t, ctx, "the waiter to probe again", func() bool { return fault.Lost() >= 2 })
 		q, _ := lock.QueueKey(key)
 		if n, err := rc.ZCard(ctx, q).Result(); err != nil || n != 0 {
 			t.Errorf("queue length %d, %v while the waiter's probe does not answer, want 0", n, err)
@@ -280,22 +173,6 @@ func TestHandoff_waiterProbeLost(t *testing.T) {
 			t.Errorf("%s: %d classic and %d shard subscribers while the waiter's probe does not answer, want none", ch, classic, shard)
 		}
 
-		from := time.Now()
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(from)
-		r := redistest.Recv(t, ctx, got, "the waiter")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		to := time.Now()
-		defer r.l.Release(ctx)
-		if d, bound := to.Sub(from), wakeBound(stalls, from, to, took); d > bound {
-			t.Errorf("the waiter had the lock %v after the release (which took %v), want at most %v: it took it by its poll", d, took, bound)
-		}
-		if woken, missed := w.woken.Load(), w.missed.Load(); woken != 0 || missed != 0 {
-			t.Errorf("woken %d, missed %d; want 0, 0 (the lock was free, not handed)", woken, missed)
-		}
-	}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+		handOver(t, ctx, stalls, h, got, w, 0).Release(ctx) // the lock was free, not handed
+	})
 }
