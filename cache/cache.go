@@ -115,7 +115,8 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
-	c.conn.Close() // after the background work, which may start a re-probe
+	c.conn.Close()  // after the background work, which may start a re-probe
+	c.locks.Close() // its claims' re-probe, as the Cache's own
 	c.ann.close()
 	if c.near != nil {
 		c.track.close()

@@ -106,3 +106,14 @@ const (
 // tried again a minute later; with NearDenied, the near cache stays off
 // and asks again a minute later.
 type Capabilities = redisx.Capabilities
+
+// Close ends the Client's background work and waits for it: the
+// capability re-probe it may run beside a call (see Capabilities), and
+// the pub/sub connections its waiting Obtains share (WithRetry). Calls
+// after Close still work, with what was learnt of the server, but start
+// no background work: waiters poll. It does not close the Redis client,
+// which is the caller's. Calling it again does nothing.
+func (c *Client) Close() {
+	c.conn.Close()
+	c.wakeHub().Close() // made if it was not: later waiters subscribe nothing
+}
