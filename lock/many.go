@@ -12,14 +12,14 @@ import (
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// Attempt is one key's result of ObtainMany: the lock taken (Lock), or
-// what the key held where another was first (Held), or why the server
-// could not say (Err). Exactly one of the three is set.
+// Attempt is one key's result of ObtainMany: the lock taken (Lock set),
+// or the key found taken by another (Lock and Err nil; Held says what it
+// held), or why the server could not say (Err set).
 type Attempt struct {
 	Lock *Lock
 	// Held is what the key held when the attempt found it taken, as the
-	// server returned it: another holder's lock value (read its token
-	// with ParseHeld), or any other value stored under the key.
+	// server returned it: another holder's lock value (Inspect reads one
+	// apart), or any other value stored under the key.
 	Held string
 	Err  error
 }
