@@ -33,9 +33,9 @@ import (
 // The stale values a call served are refreshed the same way, under the
 // rebuild locks (stale.go), by refreshBatch.
 
-// writeFanout bounds the conditional writes of a batch in flight at once
-// where they go one by one (a refresh's, the releases): calls of package
-// lock and redisx.Conn, whose concurrent calls share pipelines.
+// writeFanout bounds the releases of a batch's claims in flight at once
+// (announceAll): calls of package lock, whose concurrent calls share
+// pipelines.
 const writeFanout = 64
 
 // batchResult is what a batch hands one key's flight.
@@ -316,13 +316,20 @@ func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, c
 
 // replacedClaim is the announcement of the claim cl after its Replace by
 // val returned werr: a write that found the claim gone is no error (the
-// key moved on: waiters read it again); one the ACL refused is announced
-// as an error, and frees the claim if the server lets it.
+// key moved on: waiters read it again).
 func (c *Cache) replacedClaim(cl heldClaim, val string, werr error) announcement {
 	wrote := werr == nil
 	if errors.Is(werr, lock.ErrNotHeld) {
 		werr = nil
 	}
+	return c.wroteNote(cl, val, wrote, werr)
+}
+
+// wroteNote counts a rebuild's conditional write of val (wrote, werr) and
+// returns its announcement: val where it was written (and small enough),
+// "read the key again" where the key had moved on, and an error where the
+// ACL refused the write, which frees cl if the server lets it.
+func (c *Cache) wroteNote(cl heldClaim, val string, wrote bool, werr error) announcement {
 	c.noteWrite(cl.k, wrote, werr)
 	if refused(werr) {
 		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
@@ -580,11 +587,30 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	notes := make([]announcement, len(held))
-	parallel(len(held), func(i int) {
-		t := held[i]
+	vals := make([]string, len(held))
+	var ops []redisx.CondSet
+	var at []int // the index in held of each of ops
+	for i, t := range held {
 		res, err := c.resultOf(t.cl.k, ld.got, ld.err)
-		notes[i] = c.endRefresh(wctx, t.cl, t.old, ld.it, ld.took, res, err)
-	})
+		if a, done := c.endRefresh(wctx, t.cl, t.old, ld.it, res, err); done {
+			notes[i] = a
+			continue
+		}
+		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
+		vals[i] = val
+		ops = append(ops, redisx.CondSet{Key: t.cl.k.value, Old: string(t.old), Next: val, TTL: ttl})
+		at = append(at, i)
+	}
+	// The new values replace the stale ones together (one pipeline where
+	// the server has SET IFEQ), each only if its key still holds what was
+	// refreshed.
+	if len(ops) > 0 {
+		wrote, errs := c.conn.SetIfEqualMany(wctx, ops)
+		for j, i := range at {
+			notes[i] = c.wroteNote(held[i].cl, vals[i], wrote[j], errs[j])
+			notes[i].free = true
+		}
+	}
 	c.announceAll(wctx, notes)
 }
 
@@ -656,33 +682,24 @@ func (c *Cache) stillStale(ctx context.Context, held []staleLock) []staleLock {
 	return kept
 }
 
-// endRefresh ends the refresh of old under the rebuild lock cl with res,
-// as refreshStale and replaceOld do, and returns the announcement, which
-// frees the lock once it is published.
-func (c *Cache) endRefresh(ctx context.Context, cl heldClaim, old []byte, it itemSettings, took time.Duration, res outcome, err error) announcement {
-	k := cl.k
+// endRefresh ends the refresh of old under the rebuild lock cl when res
+// (or err) leaves nothing to write, as refreshStale and replaceOld do, and
+// returns the announcement (done); otherwise the caller writes res.
+func (c *Cache) endRefresh(ctx context.Context, cl heldClaim, old []byte, it itemSettings, res outcome, err error) (a announcement, done bool) {
 	switch {
 	case err != nil:
 		// Nobody retries for Expiry.RefreshBackoff: the lock stays that long.
 		if rerr := cl.l.Refresh(ctx, c.s.backoff); rerr != nil && !errors.Is(rerr, lock.ErrNotHeld) {
-			c.serverError(k.user, rerr)
+			c.serverError(cl.k.user, rerr)
 		}
-		return nothing(cl, err)
+		return nothing(cl, err), true
 	case res.notFound && it.negative == 0:
-		c.endOld(ctx, k, old) // the loader found nothing: end the old value
-		a := nothing(cl, nil)
+		c.endOld(ctx, cl.k, old) // the loader found nothing: end the old value
+		a = nothing(cl, nil)
 		a.free = true
-		return a
+		return a, true
 	}
-	val, ttl := c.entry(it, res.payload, res.notFound, took)
-	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
-	c.noteWrite(k, wrote, werr)
-	if refused(werr) {
-		return announcement{cl: cl, kind: noticeError, text: werr.Error(), free: true}
-	}
-	a := written(cl, wrote, val)
-	a.free = true
-	return a
+	return announcement{}, false
 }
 
 // parallel calls fn(0) … fn(n-1), at most writeFanout at a time, and
