@@ -40,14 +40,7 @@ func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
 		}
 		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
 
-		started := make(chan struct{})
-		fail, open := gate(t)
-		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
-			close(started)
-			<-fail
-			return "", errors.New("upstream answered 503")
-		})
-		redistest.Recv(t, ctx, started, "cache a to take the rebuild lock and load")
+		holder, open := failingLoad(t, ctx, a, "cache a to take the rebuild lock and load")
 		var calls atomic.Int32
 		waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
 		redistest.WaitFor(t, ctx, "cache b to wait, subscribed", func() bool { return cache.CoveredWaits(b) > 0 })
@@ -122,14 +115,7 @@ func testWaiterKeepsFirstClaim(t *testing.T, nth int32, get func(ctx context.Con
 		recb := record(rcb)
 		b := newCacheOn(t, rcb, &cache.Options{Namespace: ns, PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
 
-		started := make(chan struct{})
-		fail, open := gate(t)
-		holder := goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
-			close(started)
-			<-fail
-			return "", errors.New("upstream answered 503")
-		})
-		redistest.Recv(t, ctx, started, "cache a to claim the key and load")
+		holder, open := failingLoad(t, ctx, a, "cache a to claim the key and load")
 		reached, let := blockNthGet(t, recb, valueKey(ns, "k"), nth)
 		var calls atomic.Int32
 		got := make(chan error, 1)
@@ -152,13 +138,7 @@ func testWaiterKeepsFirstClaim(t *testing.T, nth int32, get func(ctx context.Con
 func TestGetOrLoadMany_failOpenJoinsRefresh(t *testing.T) {
 	s := redistest.Start(t, redistest.Redis8) // killed: not shared
 	ctx := testCtx(t)
-	var clock atomic.Int64 // offset from the real time, ns
-	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
-	if err := cache.Set(ctx, c, "k", "old"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Store(int64(2 * time.Minute)) // "old" is stale
+	c := staleCache(t, ctx, s)
 
 	entered := make(chan struct{}, 1)
 	release, open := gate(t)
@@ -210,13 +190,7 @@ func TestGetOrLoadMany_failOpenJoinsRefresh(t *testing.T) {
 func TestGetOrLoad_failOpenJoinsBatchRefresh(t *testing.T) {
 	s := redistest.Start(t, redistest.Redis8) // killed: not shared
 	ctx := testCtx(t)
-	var clock atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
-	if err := cache.Set(ctx, c, "k", "old"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Store(int64(2 * time.Minute))
+	c := staleCache(t, ctx, s)
 
 	entered := make(chan struct{}, 1)
 	release, open := gate(t)
@@ -252,13 +226,7 @@ func TestGetOrLoad_failOpenJoinsBatchRefresh(t *testing.T) {
 func TestGetOrLoadMany_refreshBesideFailOpen(t *testing.T) {
 	s := redistest.Start(t, redistest.Redis8)
 	ctx := testCtx(t)
-	var clock atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
-	if err := cache.Set(ctx, c, "k", "old"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Store(int64(2 * time.Minute))
+	c := staleCache(t, ctx, s)
 	var asked atomic.Int32
 	load := func(_ context.Context, keys []string) (map[string]string, error) {
 		asked.Add(1)
@@ -280,4 +248,34 @@ func TestGetOrLoadMany_refreshBesideFailOpen(t *testing.T) {
 	if n := asked.Load(); n != 1 {
 		t.Errorf("the batch refresh after the load ended ran the loader %d times; want once", n)
 	}
+}
+
+// failingLoad starts a GetOrLoad of k on a whose loader fails (with
+// "upstream answered 503") once open is called, and returns when the
+// loader runs (what names that moment); holder delivers a's result.
+func failingLoad(t *testing.T, ctx context.Context, a *cache.Cache, what string) (holder <-chan result[string], open func()) {
+	t.Helper()
+	started := make(chan struct{})
+	fail, open := gate(t)
+	holder = goGetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+		close(started)
+		<-fail
+		return "", errors.New("upstream answered 503")
+	})
+	redistest.Recv(t, ctx, started, what)
+	return holder, open
+}
+
+// staleCache returns a Cache on s (TTL a minute, Stale an hour) whose
+// key k holds "old", which its clock already finds stale.
+func staleCache(t *testing.T, ctx context.Context, s *redistest.Server) *cache.Cache {
+	t.Helper()
+	var clock atomic.Int64 // offset from the real time, ns
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
+	if err := cache.Set(ctx, c, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(int64(2 * time.Minute)) // "old" is stale
+	return c
 }

@@ -103,15 +103,8 @@ func TestFailOpen_said(t *testing.T) {
 // holds while failing open too.
 func TestGetOrLoad_failOpenJoinsRefresh(t *testing.T) {
 	s := redistest.Start(t, redistest.Redis8) // killed: not shared
-	rc := s.Client(t)
 	ctx := testCtx(t)
-	var clock atomic.Int64 // offset from the real time, ns
-	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, rc, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
-	if err := cache.Set(ctx, c, "k", "old"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Store(int64(2 * time.Minute)) // "old" is stale
+	c := staleCache(t, ctx, s)
 
 	var runs, running, most atomic.Int32
 	entered := make(chan struct{}, 2)
@@ -182,13 +175,7 @@ func TestGetOrLoad_failOpenJoinsRefresh(t *testing.T) {
 func TestGetOrLoad_refreshBesideFailOpen(t *testing.T) {
 	s := redistest.Start(t, redistest.Redis8)
 	ctx := testCtx(t)
-	var clock atomic.Int64 // offset from the real time, ns
-	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
-	if err := cache.Set(ctx, c, "k", "old"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Store(int64(2 * time.Minute)) // "old" is stale
+	c := staleCache(t, ctx, s)
 	var runs atomic.Int32
 	load := func(context.Context) (string, error) { runs.Add(1); return "new", nil }
 

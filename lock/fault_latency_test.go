@@ -55,22 +55,11 @@ type slowHolder struct {
 
 func newSlowHolder(tb testing.TB, s *redistest.Server) *slowHolder {
 	tb.Helper()
-	set, err := faultproxy.StartSet(s.Addrs()...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = set.Close() })
 	// No retries: a command the client sent twice would take two round
 	// trips and hide what the keep-alive did.
-	var rc redis.UniversalClient
-	if s.Kind == redistest.Cluster {
-		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer(),
-			MaxRetries: -1, DisableIdentity: true})
-	} else {
-		rc = redis.NewClient(&redis.Options{Addr: set.For(s.Addrs()[0]).Addr(), MaxRetries: -1, DisableIdentity: true})
-	}
-	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxies close
+	rc, set := proxiedClient(tb, s, &redis.Options{MaxRetries: -1, DisableIdentity: true})
 	h := &slowHolder{faults: set.All(), refreshed: make(chan struct{}, 64)}
+	var err error
 	h.c, err = lock.New(rc, &lock.Options{Observer: func(e lock.Event) {
 		if e.Kind == lock.EventRefreshed && e.Context == context.Background() { // the keep-alive's
 			select {

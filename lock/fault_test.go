@@ -56,21 +56,7 @@ func shortTimeouts() *redis.Options {
 // proxies are closed in tb.Cleanup.
 func faultClient(tb testing.TB, s *redistest.Server, opts *redis.Options) (*lock.Client, faultproxy.Faults) {
 	tb.Helper()
-	set, err := faultproxy.StartSet(s.Addrs()...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = set.Close() })
-	var rc redis.UniversalClient
-	if s.Kind == redistest.Cluster {
-		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer(),
-			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolTimeout: opts.PoolTimeout, PoolSize: opts.PoolSize, MaxRetries: opts.MaxRetries})
-	} else {
-		opts.Addr = set.For(s.Addrs()[0]).Addr()
-		rc = redis.NewClient(opts)
-	}
-	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxies close
+	rc, set := proxiedClient(tb, s, opts)
 	lc, err := lock.New(rc, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -86,6 +72,31 @@ func faultClient(tb testing.TB, s *redistest.Server, opts *redis.Options) (*lock
 		tb.Fatalf("the client reached the server without its proxies: %+v", st)
 	}
 	return lc, set.All()
+}
+
+// proxiedClient returns a go-redis client with opts (its timeouts, pool,
+// retries and identity; the address is the proxy's) whose connections all
+// go through fault proxies in front of s, as faultClient says, and the
+// proxies. Both are closed in tb.Cleanup, the client first.
+func proxiedClient(tb testing.TB, s *redistest.Server, opts *redis.Options) (redis.UniversalClient, *faultproxy.Set) {
+	tb.Helper()
+	set, err := faultproxy.StartSet(s.Addrs()...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = set.Close() })
+	var rc redis.UniversalClient
+	if s.Kind == redistest.Cluster {
+		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs(), Dialer: set.Dialer(),
+			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
+			PoolTimeout: opts.PoolTimeout, PoolSize: opts.PoolSize, MaxRetries: opts.MaxRetries,
+			DisableIdentity: opts.DisableIdentity})
+	} else {
+		opts.Addr = set.For(s.Addrs()[0]).Addr()
+		rc = redis.NewClient(opts)
+	}
+	tb.Cleanup(func() { _ = rc.Close() }) // runs before the proxies close
+	return rc, set
 }
 
 // fenceMode says how much fencing the store does.
