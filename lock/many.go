@@ -144,13 +144,15 @@ func (c *Client) ReplaceMany(ctx context.Context, rs []Replacement) (errs []erro
 
 // KeepAliveMany keeps locks (of c) alive together, as KeepAlive keeps one:
 // every interval (a third of ttl when interval is 0 or not below ttl) one
-// pipeline sets each lock still held back to ttl, each round timed from
-// the send of the previous one, until stop is called; stop waits for a
-// round in flight. A lock found taken or expired is not refreshed again,
-// and a failed round is tried again at the next. There is no context to
-// cancel on a loss: the Replace or Release that follows finds the lock
-// gone (ErrNotHeld). Each refresh is reported to Options.Observer as
-// KeepAlive's are, from the keep-alive's own goroutine.
+// pipeline sets each lock still held back to ttl, the first round timed
+// from the earliest obtain, each later one from the send of the previous
+// one, until stop is called; the locks must have been obtained with ttl.
+// stop waits for a round in flight. A lock found taken or expired is not
+// refreshed again, and a failed round is tried again at the next. There
+// is no context to cancel on a loss: the Replace or Release that follows
+// finds the lock gone (ErrNotHeld). Each refresh is reported to
+// Options.Observer as KeepAlive's are, from the keep-alive's own
+// goroutine.
 func (c *Client) KeepAliveMany(ctx context.Context, ttl, interval time.Duration, locks []*Lock) (stop func()) {
 	if len(locks) == 0 {
 		return func() {}
@@ -159,15 +161,19 @@ func (c *Client) KeepAliveMany(ctx context.Context, ttl, interval time.Duration,
 		interval = max(ttl/3, time.Millisecond)
 	}
 	held := make([]*Lock, 0, len(locks))
+	first := time.Now() // the earliest obtain of held: the first round is due interval after it
 	for _, l := range locks {
 		if l != nil && l.c == c {
 			held = append(held, l)
+			if l.sent.Before(first) {
+				first = l.sent
+			}
 		}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(interval)
+		t := time.NewTimer(max(0, interval-time.Since(first)))
 		defer t.Stop()
 		for len(held) > 0 {
 			select {
