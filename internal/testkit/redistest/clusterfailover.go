@@ -130,7 +130,7 @@ func (s *Server) KillNode(i int) {
 
 // PauseNode stops process i of the server (in Addrs order) with SIGSTOP:
 // it holds its connections and answers nothing, as a hung host does.
-// KillNode ends it.
+// ResumeNode continues it; KillNode ends it.
 func (s *Server) PauseNode(i int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -139,6 +139,18 @@ func (s *Server) PauseNode(i int) error {
 		return fmt.Errorf("redistest: %s is not running", nd.addr())
 	}
 	return nd.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// ResumeNode continues process i of the server (in Addrs order) after
+// PauseNode, with SIGCONT: it answers what it was sent meanwhile.
+func (s *Server) ResumeNode(i int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nd := s.nodes[i]
+	if nd.cmd == nil {
+		return fmt.Errorf("redistest: %s is not running", nd.addr())
+	}
+	return nd.cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // WaitMaster waits until process i of a Cluster says it is a master (a

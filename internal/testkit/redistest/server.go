@@ -90,9 +90,28 @@ func Start(tb testing.TB, kind Kind) *Server {
 	return s
 }
 
+// StartWith is Start with extra server arguments, appended to every
+// process's command line after this package's own (so they override
+// them), e.g. "--appendonly", "yes". They also apply after Restart.
+func StartWith(tb testing.TB, kind Kind, extra ...string) *Server {
+	tb.Helper()
+	s, err := start(kind, tb.TempDir(), extra...)
+	if err != nil {
+		missing(tb, err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // Launch starts a server of the given kind outside a test (for tools such
 // as bench/fleet), its files under dir; Stop ends it.
 func Launch(kind Kind, dir string) (*Server, error) { return start(kind, dir) }
+
+// LaunchWith is Launch with extra server arguments, as StartWith takes
+// them. Miniredis takes none.
+func LaunchWith(kind Kind, dir string, extra ...string) (*Server, error) {
+	return start(kind, dir, extra...)
+}
 
 // errMissing marks a server binary that is not installed.
 var errMissing = errors.New("not installed")
@@ -105,10 +124,13 @@ func missing(tb testing.TB, err error) {
 	tb.Fatalf("redistest: %v", err)
 }
 
-func start(kind Kind, dir string) (*Server, error) {
+func start(kind Kind, dir string, extra ...string) (*Server, error) {
 	s := &Server{Kind: kind}
 	switch kind {
 	case Miniredis:
+		if len(extra) > 0 {
+			return nil, errors.New("redistest: miniredis takes no server arguments")
+		}
 		m, err := embedded.Start()
 		if err != nil {
 			return nil, err
@@ -128,7 +150,7 @@ func start(kind Kind, dir string) (*Server, error) {
 		n = 3
 	}
 	for i := range n {
-		nd := &node{bin: bin, dir: filepath.Join(dir, strconv.Itoa(i))}
+		nd := &node{bin: bin, dir: filepath.Join(dir, strconv.Itoa(i)), extra: extra}
 		if err := os.MkdirAll(nd.dir, 0o755); err != nil {
 			s.Stop()
 			return nil, err
