@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
@@ -323,6 +324,8 @@ func (c *Cache) announceNothing(ctx context.Context, k keys, l *lock.Lock, err e
 // announce publishes the outcome of the rebuild holding l. A failed
 // publish costs the waiters a poll interval, not their answer.
 func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {
+	// The point fires as announce returns, published or not.
+	defer failpoint.Inject(ctx, failpoint.CacheAnnounced)
 	c.nearDrop(k) // this process wrote, or found the key changed
 	if c.down() {
 		// The write just failed on the connection, or another call's did:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -472,6 +473,7 @@ func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load lo
 	wt.start = wt.began
 	wt.saw(claim, sent)
 	c.n.waits.Add(1)
+	failpoint.Inject(ctx, failpoint.CacheWait)
 	n, err := c.await(ctx, k, w, min(it.wait, c.s.poll), sent)
 	if err != nil {
 		c.ann.unregister(k.value, w)

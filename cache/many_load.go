@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
@@ -234,6 +235,9 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 	rs := append(c.runs.beginMany(ks), leadRuns...)
 	ks = append(ks, lead...)
 	var ld loadedMany
+	if len(won) > 0 {
+		failpoint.Inject(ctx, failpoint.CacheClaimed)
+	}
 	if len(ks) > 0 {
 		stop := c.keepAll(ctx, won)
 		ld = c.runManyAs(ctx, b.it, ks, rs, b.load)
@@ -283,8 +287,12 @@ type loadedMany struct {
 // claims that nothing replaced, and returns the result of each claim's
 // key.
 func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, claimed time.Time) []batchResult {
+	if len(won) == 0 {
+		return nil // the batch's keys were loaded without the server, or by others
+	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	failpoint.Inject(wctx, failpoint.CacheLoaded)
 	notes := make([]announcement, len(won))
 	results := make([]batchResult, len(won))
 	vals := make([]string, len(won))
@@ -306,6 +314,7 @@ func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, c
 	}
 	if len(rs) > 0 {
 		errs := c.locks.ReplaceMany(wctx, rs)
+		failpoint.Inject(wctx, failpoint.CacheWritten)
 		for j, i := range at {
 			notes[i] = c.replacedClaim(won[i], vals[i], errs[j])
 		}
@@ -475,6 +484,7 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 		c.nearDrop(a.cl.k) // this process wrote, or found the key changed
 	}
 	defer func() {
+		failpoint.Inject(ctx, failpoint.CacheAnnounced) // published or not
 		parallel(len(notes), func(i int) {
 			if a := notes[i]; a.free {
 				c.release(ctx, a.cl.k, a.cl.l)
@@ -578,6 +588,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 		ks, locks[i] = append(ks, t.cl.k), t.cl
 		c.emit(ctx, EventRefresh, t.cl.k.user, 0, nil)
 	}
+	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	stop := c.keepAll(ctx, locks)
 	ld := c.runManyAs(ctx, it, ks, rs, load)
 	stop()
@@ -586,6 +597,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	failpoint.Inject(wctx, failpoint.CacheRefreshLoaded)
 	notes := make([]announcement, len(held))
 	vals := make([]string, len(held))
 	var ops []redisx.CondSet
@@ -606,6 +618,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	// refreshed.
 	if len(ops) > 0 {
 		wrote, errs := c.conn.SetIfEqualMany(wctx, ops)
+		failpoint.Inject(wctx, failpoint.CacheWritten)
 		for j, i := range at {
 			notes[i] = c.wroteNote(held[i].cl, vals[i], wrote[j], errs[j])
 			notes[i].free = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
 )
@@ -41,6 +42,7 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 	case l == nil:
 		return verdict{next: readAgain}
 	}
+	failpoint.Inject(ctx, failpoint.CacheClaimed)
 	res, err := c.loadClaimed(ctx, k, it, load, l)
 	// The result rests on this claim, taken after the read that found
 	// nothing: callers that found the claim may take it (outcome.accepts).
@@ -62,6 +64,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	ld := c.loadHolding(ctx, k, it, load, l)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	failpoint.Inject(wctx, failpoint.CacheLoaded)
 	if !ld.storable() {
 		c.announceNothing(wctx, k, l, ld.err)
 		c.release(wctx, k, l)
@@ -71,6 +74,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	// Replace writes only while the claim is still there: a claim that is
 	// gone (a Delete or Set, or it expired) means the key moved on.
 	werr := l.Replace(wctx, val, ttl)
+	failpoint.Inject(wctx, failpoint.CacheWritten)
 	wrote := werr == nil
 	if errors.Is(werr, lock.ErrNotHeld) {
 		werr = nil

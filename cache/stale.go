@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
@@ -45,9 +46,11 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 	if !c.stillHolds(ctx, k, l, old) {
 		return verdict{next: readAgain}
 	}
+	failpoint.Inject(ctx, failpoint.CacheClaimed)
 	ld := c.loadHolding(ctx, k, it, load, l)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	failpoint.Inject(wctx, failpoint.CacheLoaded)
 	c.replaceOld(wctx, k, l, old, ld)
 	ld.res.seen = sent
 	return answer(ld.res, ld.err)
@@ -97,10 +100,12 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 		c.release(ctx, k, l)
 		return
 	}
+	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	c.emit(ctx, EventRefresh, k.user, 0, nil)
 	ld := c.loadHoldingAs(ctx, k, it, load, l, r)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	failpoint.Inject(wctx, failpoint.CacheRefreshLoaded)
 	if ld.err != nil {
 		err := l.Refresh(wctx, c.s.backoff)
 		c.log(slog.LevelWarn, "background refresh failed; serving stale", "key", k.user, "err", ld.err)
@@ -147,6 +152,7 @@ func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte
 	}
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
 	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
+	failpoint.Inject(ctx, failpoint.CacheWritten)
 	c.noteWrite(k, wrote, werr)
 	switch {
 	case refused(werr):

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/loader"
 )
 
@@ -171,6 +172,7 @@ func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader
 		if wt.start.IsZero() {
 			wt.start = time.Now()
 			c.n.waits.Add(1)
+			failpoint.Inject(ctx, failpoint.CacheWait)
 		}
 		left := it.wait - time.Since(wt.start)
 		if left <= 0 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/hotkv/stampede/internal/failpoint"
 )
 
 // releaseTimeout bounds the release that follows the work, which runs on a
@@ -146,7 +148,7 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set 
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		l.keepAlive(cancel, ttl, every, set, quit)
+		l.keepAlive(ctx, cancel, ttl, every, set, quit)
 	}()
 	return work, func() error {
 		select {
@@ -179,7 +181,10 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set 
 // need not honour the refresh's deadline (go-redis ignores context
 // deadlines unless ContextTimeoutEnabled is set and waits out its own
 // ReadTimeout).
-func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duration, set time.Time, stop <-chan struct{}) {
+//
+// ctx is the keep-alive's caller's, for its values only (the failpoint's):
+// the refreshes run on contexts of their own, bounded by the cutoff.
+func (l *Lock) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, ttl, every time.Duration, set time.Time, stop <-chan struct{}) {
 	margin := min(ttl/10, 100*time.Millisecond)
 	validUntil := set.Add(ttl)
 	expiring := time.NewTimer(time.Until(validUntil.Add(-margin))) // fires at the cutoff
@@ -219,6 +224,7 @@ func (l *Lock) keepAlive(cancel context.CancelCauseFunc, ttl, every time.Duratio
 			sent = time.Now()
 			result = make(chan error, 1)
 			go func(result chan<- error) {
+				failpoint.Inject(ctx, failpoint.LockRefresh)
 				ctx, done := context.WithDeadline(context.Background(), cutoff)
 				defer done()
 				result <- l.extend(ctx, ttl) // reported below, not on this goroutine

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/keysub"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
@@ -164,6 +165,7 @@ func (c *Client) obtainWith(ctx context.Context, key string, ttl time.Duration, 
 	switch {
 	case err == nil:
 		c.emit(ctx, EventObtained, key, d, nil)
+		failpoint.Inject(ctx, failpoint.LockObtained)
 	case errors.Is(err, ErrNotObtained):
 		c.emit(ctx, EventNotObtained, key, d, err)
 	default:
@@ -202,6 +204,7 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, true) 
 // release is Release; warnNotHeld says whether finding the lock not held
 // is logged here (Do and RunOnce log it once, as a lost lock).
 func (l *Lock) release(ctx context.Context, warnNotHeld bool) error {
+	failpoint.Inject(ctx, failpoint.LockRelease)
 	var ok, done bool
 	var err error
 	if l.handoff != nil && l.c.handoffOn() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 )
@@ -201,6 +202,7 @@ func (c *Client) KeepAliveMany(ctx context.Context, ttl, interval time.Duration,
 // refreshAll sets each of held back to ttl in one pipeline and returns
 // those still held (a failed refresh keeps its lock for the next round).
 func (c *Client) refreshAll(ctx context.Context, held []*Lock, ttl time.Duration) []*Lock {
+	failpoint.Inject(ctx, failpoint.LockRefresh)
 	ops := make([]redisx.CondSet, len(held))
 	for i, l := range held {
 		ops[i] = redisx.CondSet{Key: l.key, Old: l.value, Next: l.value, TTL: ttl}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/hotkv/stampede/internal/failpoint"
 )
 
 // This file holds purging by URL (PurgeURL) and the PURGE method
@@ -62,6 +64,7 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 	if !ok {
 		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
 	}
+	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	if err := m.c.Delete(ctx, base); err != nil {
 		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
 	}
@@ -104,6 +107,7 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 		answer(http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
 	}
+	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	if err := m.c.Delete(ctx, base); err != nil {
 		answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}

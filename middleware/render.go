@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/failpoint"
 )
 
 // render runs next for r through a recorder. With w set, a response that
@@ -75,6 +76,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	res := m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
 	res.resp.Tags = tags
 	res.status = rec.status
+	failpoint.Inject(r.Context(), failpoint.MiddlewareRendered)
 	return res
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
+	"github.com/hotkv/stampede/internal/failpoint"
 )
 
 // This file holds purging by tag (Options.Tags, PurgeTag).
@@ -170,6 +171,7 @@ func (m *Middleware) PurgeTag(ctx context.Context, tags ...string) error {
 	}
 	var errs []error
 	now := m.now().UnixMilli()
+	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	for _, t := range tags {
 		st := tagStamp{Epoch: rand.Uint64(), PurgedAt: now}
 		if err := cache.Set(ctx, m.c, tagKey(t), st, cache.WithTTL(m.tagLife)); err != nil {
