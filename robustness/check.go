@@ -1,0 +1,545 @@
+// This file holds the checker: every validator a history must pass, each
+// a promise the docs make, and what each counts (checked, excused by a
+// window the docs name, violated).
+
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// violation is one broken promise, with the records that show it.
+type violation struct {
+	Check   string    `json:"check"`
+	Known   string    `json:"known,omitzero"` // the open issue that names this window, if any
+	Message string    `json:"message"`
+	Records []*Record `json:"records"`
+}
+
+// result is what the checker found.
+type result struct {
+	Checked    map[string]int `json:"checked"` // per check, the cases it looked at
+	Excused    map[string]int `json:"excused"` // per check and reason, the cases a documented window excuses
+	Violations []violation    `json:"violations"`
+	Lin        []linFailure   `json:"-"`
+}
+
+func (res *result) violate(check string, msg string, recs ...*Record) {
+	res.Violations = append(res.Violations, violation{Check: check, Message: msg, Records: recs})
+}
+
+// failures are the violations no open issue names: those fail a run.
+func (res *result) failures() []violation {
+	var out []violation
+	for _, v := range res.Violations {
+		if v.Known == "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (res *result) excuse(check, why string) { res.Excused[check+": "+why]++ }
+
+// checkOptions are the bounds the checks allow.
+type checkOptions struct {
+	nearBound  time.Duration // how long a process's near cache may serve a value another process changed
+	linTimeout time.Duration // Porcupine's budget per key
+	skip       []string      // validators left out (proof that the others catch what they should not)
+}
+
+// check runs every validator on h.
+func check(h *history, o checkOptions) *result {
+	res := &result{Checked: map[string]int{}, Excused: map[string]int{}}
+	validators := []struct {
+		name string
+		fn   func(*history, checkOptions, *result)
+	}{
+		{"linearizable", checkLinearizable},
+		{"read-your-writes", checkReadYourWrites},
+		{"one-load", checkOneLoad},
+		{"remote-failure", checkRemoteFailure},
+		{"values", checkValues},
+		{"fencing", checkFencing},
+		{"run-once", checkRunOnce},
+		{"purge", checkPurge},
+		{"leaks", checkLeaks},
+	}
+	for _, v := range validators {
+		skip := false
+		for _, s := range o.skip {
+			skip = skip || s == v.name
+		}
+		if !skip {
+			v.fn(h, o, res)
+		}
+	}
+	return res
+}
+
+// faulted says whether any fault or failpoint pause of the processes
+// given (the server's faults count for all) overlaps [from, to].
+func (h *history) faulted(from, to int64, procs ...string) bool {
+	for _, list := range [][]*Record{h.faults, h.failpoints} {
+		for _, f := range list {
+			end := f.Return
+			if end == 0 {
+				end = math.MaxInt64
+			}
+			if f.Call > to || end < from {
+				continue
+			}
+			if f.Proc == "coord" {
+				return true
+			}
+			for _, p := range procs {
+				if f.Proc == p {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// writes returns the successful Sets and Deletes of every key of ns,
+// sorted by return, with the running maximum of their calls.
+type writeIndex struct {
+	byReturn []*Record
+	maxCall  []int64 // maxCall[i]: the latest call among byReturn[:i+1]
+	argMax   []*Record
+}
+
+func indexWrites(ws []*Record) writeIndex {
+	sort.Slice(ws, func(i, j int) bool { return ws[i].Return < ws[j].Return })
+	ix := writeIndex{byReturn: ws, maxCall: make([]int64, len(ws)), argMax: make([]*Record, len(ws))}
+	var best *Record
+	for i, w := range ws {
+		if best == nil || w.Call > best.Call {
+			best = w
+		}
+		ix.maxCall[i], ix.argMax[i] = best.Call, best
+	}
+	return ix
+}
+
+// latestBefore returns, of the writes that returned before t, the one
+// called last.
+func (ix writeIndex) latestBefore(t int64) *Record {
+	i := sort.Search(len(ix.byReturn), func(i int) bool { return ix.byReturn[i].Return >= t })
+	if i == 0 {
+		return nil
+	}
+	return ix.argMax[i-1]
+}
+
+// checkReadYourWrites: once a Set or Delete of a key has returned, no read
+// that starts afterwards returns a value whose making began before that
+// write was called (a Set's value, or a load's: a stale set, a late
+// announcement, a joined flight) — at once in the writer's process and
+// without near caches, within the near cache's bound in the others.
+// Reads made while failing open are excused (counted).
+func checkReadYourWrites(h *history, o checkOptions, res *result) {
+	const name = "read-your-writes"
+	writes := map[string][]*Record{} // ns/key
+	for _, r := range h.ops {
+		if (r.Kind == kSet || r.Kind == kDelete) && r.Return != 0 && r.Err == "" {
+			writes[r.NS+"/"+r.Key] = append(writes[r.NS+"/"+r.Key], r)
+		}
+	}
+	ix := map[string]writeIndex{}
+	for k, ws := range writes {
+		ix[k] = indexWrites(ws)
+	}
+	for _, r := range h.ops {
+		reads(r, func(key, v string) {
+			or, ok := h.originOf(v)
+			if !ok {
+				return
+			}
+			res.Checked[name]++
+			wix := ix[r.NS+"/"+key]
+			w := wix.latestBefore(r.Call)
+			if w == nil || w.Call <= or.from || (or.set != nil && w == or.set) {
+				return
+			}
+			// w was called after v's making began and returned before r
+			// was called. Allow the near cache's bound across processes.
+			if r.Near && w.Proc != r.Proc {
+				if w2 := wix.latestBefore(r.Call - int64(o.nearBound)); w2 == nil || w2.Call <= or.from {
+					res.excuse(name, "within the near cache's bound")
+					return
+				}
+			}
+			if flagged(r, key, "failopen") || flagged(r, "*", "servererror") || (or.load != nil && h.failOpen(or.load)) {
+				res.excuse(name, "read while failing open")
+				return
+			}
+			src := or.set
+			if src == nil {
+				src = or.load
+			}
+			res.violate(name, fmt.Sprintf("%s of %s/%s returned %s, made before a %s that returned %s before the read began",
+				r.Kind, r.NS, key, v, w.Kind, time.Duration(r.Call-w.Return)), r, w, src)
+		})
+	}
+}
+
+// checkOneLoad: one loader run per key at a time across the fleet (and in
+// a process), and no second run while the first's value is fresh and
+// nobody wrote the key. Runs that overlap a fault or a failpoint pause of
+// either process, or the server's, are excused and counted (a claim can be
+// lost then: the docs name the window), and so are fail-open runs.
+func checkOneLoad(h *history, o checkOptions, res *result) {
+	const name = "one-load"
+	type run struct {
+		l   *Record
+		key string
+	}
+	byKey := map[string][]run{}
+	opByID := map[string]*Record{}
+	for _, r := range h.ops {
+		opByID[fmt.Sprint(r.Proc, "/", r.ID)] = r
+	}
+	failOpen := func(l *Record, key string) bool {
+		op := opByID[fmt.Sprint(l.Proc, "/", l.Op)]
+		return op == nil || flagged(op, key, "failopen")
+	}
+	for _, l := range h.loads {
+		for _, k := range l.Keys {
+			byKey[l.NS+"/"+k] = append(byKey[l.NS+"/"+k], run{l, k})
+		}
+	}
+	writes := map[string][]*Record{}
+	for _, r := range h.ops {
+		if r.Kind == kSet || r.Kind == kDelete {
+			writes[r.NS+"/"+r.Key] = append(writes[r.NS+"/"+r.Key], r)
+		}
+	}
+	wroteBetween := func(nsKey string, from, to int64) bool {
+		for _, w := range writes[nsKey] {
+			end := w.Return
+			if end == 0 {
+				end = math.MaxInt64
+			}
+			if w.Call < to && end > from {
+				return true
+			}
+		}
+		return false
+	}
+	for nsKey, runs := range byKey {
+		ns, _, _ := strings.Cut(nsKey, "/")
+		fresh := int64(math.MaxInt64)
+		if ns == "exp" {
+			fresh = int64(expTTL)
+		}
+		for i, a := range runs {
+			res.Checked[name]++
+			aEnd := a.l.Return
+			if aEnd == 0 {
+				aEnd = h.last
+			}
+			for _, b := range runs[i+1:] {
+				if b.l == a.l {
+					continue
+				}
+				overlap := b.l.Call < aEnd
+				// A second run while a's value was fresh and nobody wrote.
+				again := !overlap && a.l.Err == "" && a.l.Values[a.key] != "" && b.l.Call-aEnd < fresh &&
+					!wroteBetween(nsKey, a.l.Call, b.l.Call)
+				if !overlap && !again {
+					if b.l.Call-aEnd > int64(10*time.Second) {
+						break
+					}
+					continue
+				}
+				switch {
+				case overlap && wroteBetween(nsKey, a.l.Call-int64(10*time.Millisecond), b.l.Call):
+					res.excuse(name, "a Set or Delete ended the first run's claim")
+				case failOpen(a.l, a.key) || failOpen(b.l, b.key):
+					res.excuse(name, "a fail-open run")
+				case h.faulted(a.l.Call-int64(lockTTL), max(aEnd, b.l.Call), a.l.Proc, b.l.Proc):
+					res.excuse(name, "a fault or failpoint pause meanwhile")
+				case overlap:
+					res.violate(name, fmt.Sprintf("two loader runs of %s at once", nsKey), a.l, b.l)
+				default:
+					res.violate(name, fmt.Sprintf("%s loaded again %s after a run whose value was fresh, nobody having written it",
+						nsKey, time.Duration(b.l.Call-aEnd)), a.l, b.l)
+				}
+			}
+		}
+	}
+}
+
+// checkRemoteFailure: a caller that waited for another process's rebuild
+// that failed gets cache.ErrRemoteLoad (never the loader's error as its
+// own) and runs no loader of its own for it.
+func checkRemoteFailure(h *history, o checkOptions, res *result) {
+	const name = "remote-failure"
+	failed := map[string]*Record{} // failure ID ("F.proc.id" or "P.proc.id") -> load
+	byKey := map[string][]*Record{}
+	for _, l := range h.loads {
+		if l.Err == "" || l.Return == 0 {
+			continue
+		}
+		if id, ok := failureID(l.Err); ok {
+			failed[id] = l
+			for _, k := range l.Keys {
+				byKey[l.NS+"/"+k] = append(byKey[l.NS+"/"+k], l)
+			}
+		}
+	}
+	// Remote failures are reported as such.
+	for _, r := range h.ops {
+		if r.Err == "" || (r.Kind != kGetOrLoad && r.Kind != kGetMany) {
+			continue
+		}
+		for _, id := range failureIDs(r.Err) {
+			l := failed[id]
+			if l == nil || l.Proc == r.Proc {
+				continue
+			}
+			res.Checked[name]++
+			if r.Kind == kGetOrLoad && r.ErrKind != "remote" {
+				res.violate(name, fmt.Sprintf("another process's loader failure reached %s as %q, not cache.ErrRemoteLoad", r.Proc, r.ErrKind), r, l)
+			}
+			if r.Kind == kGetMany && strings.Contains(r.Detail, "=other;") && !strings.Contains(r.Detail, "=remote;") {
+				res.violate(name, "another process's loader failure reached a batch not as cache.ErrRemoteLoad", r, l)
+			}
+		}
+	}
+	// A waiter whose rebuild failed while it waited runs no loader for it.
+	opByID := map[string]*Record{}
+	for _, r := range h.ops {
+		opByID[fmt.Sprint(r.Proc, "/", r.ID)] = r
+	}
+	for _, b := range h.loads {
+		op := opByID[fmt.Sprint(b.Proc, "/", b.Op)]
+		if op == nil {
+			continue
+		}
+		for _, k := range b.Keys {
+			if !flagged(op, k, "wait") {
+				continue
+			}
+			res.Checked[name]++
+			for _, a := range byKey[b.NS+"/"+k] {
+				if a.Proc == b.Proc || a.Return < op.Call || a.Return > b.Call {
+					continue
+				}
+				if h.faulted(op.Call-int64(lockTTL), b.Call, a.Proc, b.Proc) {
+					res.excuse(name, "a fault or failpoint pause meanwhile")
+					continue
+				}
+				res.violate(name, fmt.Sprintf("%s waited for %s/%s, whose rebuild in %s failed while it waited, and then ran its own loader",
+					op.Proc, b.NS, k, a.Proc), op, a, b)
+			}
+		}
+	}
+}
+
+// failureID finds the first failure ID in an error text.
+func failureID(s string) (string, bool) {
+	ids := failureIDs(s)
+	if len(ids) == 0 {
+		return "", false
+	}
+	return ids[0], true
+}
+
+// failureIDs finds every "F.proc.n" or "P.proc.n" in s.
+func failureIDs(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == ':' || r == ';' || r == '"' || r == '(' || r == ')' }) {
+		if (strings.HasPrefix(f, "F.") || strings.HasPrefix(f, "P.")) && strings.Count(f, ".") == 2 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkValues: every value read is for the key read, intact, from a write
+// that happened; every HTTP answer is for the page asked for.
+func checkValues(h *history, o checkOptions, res *result) {
+	const name = "values"
+	for _, r := range h.ops {
+		if strings.Contains(r.Err, "padding damaged") {
+			res.violate(name, "a value came back damaged", r)
+		}
+		if r.Kind == kHTTP && strings.HasPrefix(r.Detail, "wrong body") {
+			res.violate(name, "an HTTP answer for another page", r)
+		}
+		if r.Kind == kGetMany {
+			asked := map[string]bool{}
+			for _, k := range r.Keys {
+				asked[k] = true
+			}
+			for k := range r.Values {
+				if !asked[k] {
+					res.violate(name, "a batch returned a key it was not asked for: "+k, r)
+				}
+			}
+		}
+		reads(r, func(key, v string) {
+			res.Checked[name]++
+			or, ok := h.originOf(v)
+			switch {
+			case !ok:
+				res.violate(name, fmt.Sprintf("%s of %s/%s returned %s, which no Set or loader made", r.Kind, r.NS, key, v), r)
+			case or.key != key:
+				res.violate(name, fmt.Sprintf("%s of %s/%s returned %s, made for %s", r.Kind, r.NS, key, v, or.key), r)
+			case or.start > r.Return:
+				res.violate(name, fmt.Sprintf("%s of %s/%s returned %s, made after it returned", r.Kind, r.NS, key, v), r)
+			}
+		})
+	}
+}
+
+// checkFencing: every fenced write a holder saw accepted is in the store's
+// log, the log's fences never go down, and each counter equals its log's
+// length.
+func checkFencing(h *history, o checkOptions, res *result) {
+	const name = "fencing"
+	logged := map[string]bool{}
+	for n, log := range h.store {
+		var last int64
+		for i, e := range log {
+			res.Checked[name]++
+			var fence, id int64
+			var proc string
+			if _, err := fmt.Sscanf(e, "%d %s %d", &fence, &proc, &id); err != nil {
+				res.violate(name, fmt.Sprintf("counter %d: log entry %q unreadable", n, e))
+				continue
+			}
+			logged[fmt.Sprint(n, " ", proc, " ", id)] = true
+			if fence < last {
+				res.violate(name, fmt.Sprintf("counter %d: the store accepted fence %d (%s, op %d) after fence %d, at log entry %d", n, fence, proc, id, last, i))
+			}
+			last = max(last, fence)
+		}
+		if n < len(h.counters) && h.counters[n] != int64(len(log)) {
+			res.violate(name, fmt.Sprintf("counter %d is %d, but %d writes were accepted", n, h.counters[n], len(log)))
+		}
+	}
+	for _, r := range h.ops {
+		if r.Kind == kLock && r.Value == "accepted" && !logged[fmt.Sprint(r.Key, " ", r.Proc, " ", r.ID)] {
+			res.violate(name, "an acknowledged fenced write is not in the store", r)
+		}
+	}
+}
+
+// checkRunOnce: a scheduled slot runs on one process at most.
+func checkRunOnce(h *history, o checkOptions, res *result) {
+	const name = "run-once"
+	ran := map[string][]*Record{}
+	for _, r := range h.ops {
+		if r.Kind == kRunOnce {
+			res.Checked[name]++
+			if r.Value == "ran" {
+				ran[r.Key] = append(ran[r.Key], r)
+			}
+		}
+	}
+	for slot, rs := range ran {
+		if len(rs) > 1 {
+			res.violate(name, fmt.Sprintf("slot %s ran %d times", slot, len(rs)), rs...)
+		}
+	}
+}
+
+// checkPurge: once PurgeURL, PurgeTag or a POST to a page has returned, no
+// request that starts afterwards is answered with a render that began
+// before the purge was called — at once without near caches and in the
+// purging process, within the near cache's bound in the others.
+func checkPurge(h *history, o checkOptions, res *result) {
+	const name = "purge"
+	purges := map[int][]*Record{} // by page
+	for _, r := range h.ops {
+		if r.Return == 0 || r.Err != "" {
+			continue
+		}
+		for n := range httpPages {
+			switch {
+			case r.Kind == kPurgeURL && r.Key == fmt.Sprintf("/p/%d", n),
+				r.Kind == kPost && r.Key == fmt.Sprintf("/p/%d", n) && r.Status == 200:
+				purges[n] = append(purges[n], r)
+			case r.Kind == kPurgeTag:
+				for _, t := range pageTags(n) {
+					if t == r.Key {
+						purges[n] = append(purges[n], r)
+					}
+				}
+			}
+		}
+	}
+	ix := map[int]writeIndex{}
+	for n, ps := range purges {
+		ix[n] = indexWrites(ps)
+	}
+	for _, r := range h.ops {
+		if r.Kind != kHTTP || r.Render == "" {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(r.Key, "/p/%d", &n); err != nil {
+			continue
+		}
+		_, startS, _ := strings.Cut(r.Render, "@")
+		var start int64
+		fmt.Sscan(startS, &start)
+		res.Checked[name]++
+		pix := ix[n]
+		p := pix.latestBefore(r.Call)
+		if p == nil || p.Call <= start {
+			continue
+		}
+		if r.Near && p.Proc != r.Proc {
+			if p2 := pix.latestBefore(r.Call - int64(o.nearBound)); p2 == nil || p2.Call <= start {
+				res.excuse(name, "within the near cache's bound")
+				continue
+			}
+		}
+		res.violate(name, fmt.Sprintf("GET %s answered (X-Cache %s) with a render begun %s before a %s %s that returned %s before the request",
+			r.Key, r.Cache, time.Duration(p.Call-start), p.Kind, p.Key, time.Duration(r.Call-p.Return)), r, p)
+		if p.Kind == kPost {
+			res.Violations[len(res.Violations)-1].Known = knownPostInvalidation
+		}
+	}
+}
+
+// knownPostInvalidation names the window the suite found in the HTTP
+// layer's invalidation on writes, which issue 39 (the HTTP layer's
+// redesign, its purge windows closed) is to close: a render that began
+// before a POST is stored after the POST's invalidation (a pause between
+// the render's end and its store), and a page invalidated by a POST is
+// still served STALE. PurgeURL and PurgeTag close it (a render running
+// meanwhile is not stored); invalidation on writes does not yet.
+const knownPostInvalidation = "issue 39: invalidation on writes does not stop a render in flight, nor stale serving"
+
+// checkLeaks: every process that ran to its end closed everything: no
+// goroutine more than it began with, no connection left.
+func checkLeaks(h *history, o checkOptions, res *result) {
+	const name = "leaks"
+	for _, p := range h.procs {
+		if p == "coord" {
+			continue
+		}
+		e := h.ends[p]
+		if e == nil {
+			continue // crashed on purpose: the coordinator checks exit statuses
+		}
+		res.Checked[name]++
+		if e.Counts["goroutinesAfter"] > e.Counts["goroutinesBefore"] {
+			res.violate(name, fmt.Sprintf("%s: %d goroutines after closing, %d before opening", p,
+				e.Counts["goroutinesAfter"], e.Counts["goroutinesBefore"]), e)
+		}
+		if e.Counts["connsAfter"] > 0 {
+			res.violate(name, fmt.Sprintf("%s: %d connections open after closing", p, e.Counts["connsAfter"]), e)
+		}
+	}
+}

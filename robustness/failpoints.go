@@ -1,0 +1,43 @@
+// This file holds the worker's use of the library's failpoints
+// (internal/failpoint): at the steps of the claim protocol and of a
+// render, it now and then pauses the step (past a lock's TTL, sometimes)
+// or, with the crash mix, ends the process there.
+
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hotkv/stampede/internal/failpoint"
+)
+
+func (w *worker) enableFailpoints() (disable func()) {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(w.cfg.Seed, 0xfa11))
+	return failpoint.Enable(func(ctx context.Context, name string) {
+		mu.Lock()
+		p := r.IntN(1000)
+		d := time.Duration(r.IntN(int(lockTTL/time.Millisecond)*2)) * time.Millisecond
+		mu.Unlock()
+		switch {
+		case w.cfg.Mix.Crash && p < 2:
+			rec := Record{Kind: kFailpoint, ID: w.rec.nextID(), Name: name, Detail: "crash", Call: now()}
+			if info := infoOf(ctx); info != nil {
+				rec.Op = info.id
+			}
+			w.rec.write(rec)
+			w.rec.crash(crashExit)
+		case w.cfg.Mix.Failpoints && p < 30:
+			rec := Record{Kind: kFailpoint, ID: w.rec.nextID(), Name: name, Detail: "pause", Call: now()}
+			if info := infoOf(ctx); info != nil {
+				rec.Op = info.id
+			}
+			time.Sleep(d) // the pause is the point: a process stopped between two steps
+			rec.Return = now()
+			w.rec.write(rec)
+		}
+	})
+}
