@@ -134,3 +134,55 @@ func TestFailpoint_GetOrLoad_waiterSeesClaim(t *testing.T) {
 		}
 	})
 }
+
+// TestFailpoint_GetOrLoadMany_deleteBeforeWrite: a batch has loaded a key
+// and is stopped before its write; another process deletes the key; a
+// GetOrLoad of the batch's process that starts after the Delete returned
+// must not return the batch's value (read your writes), whether or not it
+// meets the batch's run. Found by the robustness suite (seed 1, Redis 8.6).
+func TestFailpoint_GetOrLoadMany_deleteBeforeWrite(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		opts := &cache.Options{Namespace: namespace(t), WaitTimeout: 10 * time.Second}
+		c, other := newCacheOn(t, s.Client(t), opts), newCacheOn(t, s.Client(t), opts)
+
+		loaded, release := make(chan struct{}), make(chan struct{})
+		var loadedOnce sync.Once
+		follow(t, func(hctx context.Context, call, name string) {
+			if call == "batch" && name == failpoint.CacheLoaded {
+				loadedOnce.Do(func() { close(loaded) })
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+		})
+		batch := make(chan error, 1)
+		go func() {
+			_, err := cache.GetOrLoadMany(mark(ctx, "batch"), c, []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+				return map[string]string{"k": "old"}, nil
+			})
+			batch <- err
+		}()
+		redistest.Recv(t, ctx, loaded, "the batch's load")
+		if err := other.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		r := goGetOrLoad(mark(ctx, "reader"), c, "k", func(context.Context) (string, error) { return "new", nil })
+		var got result[string]
+		select {
+		case got = <-r:
+			close(release)
+		case <-time.After(2 * time.Second): // it is waiting for the batch, if it ever returns: let the batch go
+			close(release)
+			got = redistest.Recv(t, ctx, r, "the reader")
+		}
+		if err := redistest.Recv(t, ctx, batch, "the batch"); err != nil {
+			t.Fatalf("batch: %v", err)
+		}
+		if got.err != nil || got.v != "new" {
+			t.Fatalf("GetOrLoad after the Delete = %q, %v; want new (its own load): %q is from before the Delete", got.v, got.err, "old")
+		}
+	})
+}

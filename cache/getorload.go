@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 )
@@ -121,6 +122,7 @@ type looked[V any] struct {
 // only when the caller's own context ended.
 func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], tr *trail) error {
 	if c.down() {
+		failpoint.Inject(ctx, failpoint.CacheDown)
 		return nil
 	}
 	sent := time.Now() // no later than the GET, which waits for its joiners

@@ -332,6 +332,7 @@ func (m *many[V]) fromServer(ctx context.Context, users []string) ([]pendingKey,
 func (m *many[V]) read(ctx context.Context, ks []keys) (todos []todo, down bool, err error) {
 	c := m.c
 	if c.down() {
+		failpoint.Inject(ctx, failpoint.CacheDown)
 		for _, k := range ks {
 			todos = append(todos, todo{k: k})
 		}

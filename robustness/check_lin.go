@@ -106,9 +106,18 @@ func checkLinearizable(h *history, o checkOptions, res *result) {
 		})
 	}
 	byKey := map[string][]porcupine.Operation{}
+	observed := map[string]bool{} // the values some read below returned
 	add := func(key string, r *Record, in linInput, call, ret int64) {
+		if in.op == "read" {
+			observed[in.value] = true
+		}
 		byKey[key] = append(byKey[key], porcupine.Operation{ClientId: procID[r.Proc], Input: in, Call: call, Return: ret, Metadata: r})
 	}
+	// A write that may not have happened and whose value no read returned
+	// is left out: had it happened, another write replaced it before any
+	// read (values are unique), so leaving it out changes no read's
+	// answer, and spares Porcupine an operation that never returns.
+	var maybeSets []*Record
 	for _, r := range h.ops {
 		if r.NS != "lin" {
 			continue
@@ -120,6 +129,10 @@ func checkLinearizable(h *history, o checkOptions, res *result) {
 		}
 		switch r.Kind {
 		case kSet:
+			if !sure {
+				maybeSets = append(maybeSets, r)
+				break
+			}
 			add(r.Key, r, linInput{op: "set", value: r.Value, sure: sure}, r.Call, ret)
 		case kDelete:
 			add(r.Key, r, linInput{op: "delete", sure: sure}, r.Call, ret)
@@ -133,7 +146,7 @@ func checkLinearizable(h *history, o checkOptions, res *result) {
 		case kGetOrLoad, kGetMany:
 			reads(r, func(key, v string) {
 				res.Checked[name]++
-				if or, ok := h.originOf(v); flagged(r, key, "failopen") || (ok && or.load != nil && h.failOpen(or.load)) {
+				if or, ok := h.originOf(v); failingOpen(r) || (ok && or.load != nil && h.failOpen(or.load)) {
 					res.excuse(name, "read while failing open")
 					return
 				}
@@ -152,11 +165,19 @@ func checkLinearizable(h *history, o checkOptions, res *result) {
 			continue // not stored
 		}
 		for k, v := range l.Values {
+			if !observed[v] {
+				continue // a store that may not have happened, unseen
+			}
 			ret, ok := returned[l.Proc+" "+v]
 			if !ok {
 				ret = inf
 			}
 			add(k, l, linInput{op: "store", value: v}, l.Return, max(ret, l.Return+1))
+		}
+	}
+	for _, r := range maybeSets {
+		if observed[r.Value] {
+			add(r.Key, r, linInput{op: "set", value: r.Value}, r.Call, inf)
 		}
 	}
 	keys := make([]string, 0, len(byKey))

@@ -18,6 +18,11 @@ func (w *worker) enableFailpoints() (disable func()) {
 	var mu sync.Mutex
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 0xfa11))
 	return failpoint.Enable(func(ctx context.Context, name string) {
+		// Every point an operation reaches is on its record, under "*":
+		// the trace of what the library did for it.
+		if info := infoOf(ctx); info != nil {
+			info.flag("*", name)
+		}
 		mu.Lock()
 		p := r.IntN(1000)
 		d := time.Duration(r.IntN(int(lockTTL/time.Millisecond)*2)) * time.Millisecond

@@ -106,7 +106,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.Locks, "locks", 1, "lock goroutines per worker (and as many RunOnce ones)")
 	fs.IntVar(&o.mix.HTTP, "http", 2, "HTTP client goroutines per worker")
 	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale (comma-separated)")
-	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (see knownPostInvalidation)")
+	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (see knownURLPurge)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
 	fs.DurationVar(&o.nearBound, "near-bound", nearLease+150*time.Millisecond, "how long a near cache may serve what another process changed (the Lease, plus scheduling)")
 	fs.Usage = func() {

@@ -50,9 +50,11 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 			}
 			w.end(info, rec, err)
 		case p < 82:
-			ctx, info, rec := w.begin(octx, Record{Kind: kSet, NS: ns, Near: near, Key: key()})
-			v := w.value("S", info.id, r)
-			rec.Value, _ = readValue(v)
+			// The value is on file with the start, before anything is
+			// sent: a process that dies during the Set leaves it known.
+			v := w.value("S", w.rec.nextID(), r)
+			name, _ := readValue(v)
+			ctx, info, rec := w.begin(octx, Record{Kind: kSet, NS: ns, Near: near, Key: key(), Value: name})
 			w.end(info, rec, cache.Set(ctx, c, rec.Key, v))
 		default:
 			ctx, info, rec := w.begin(octx, Record{Kind: kDelete, NS: ns, Near: near, Key: key()})
@@ -173,11 +175,11 @@ func (w *worker) load(ctx context.Context, ns string, keys []string, behaviour i
 	}
 	switch behaviour {
 	case bFail:
-		return done(nil, fmt.Errorf("F.%s.%d: the loader failed", w.cfg.Proc, id))
+		return done(nil, fmt.Errorf("the loader failed (F.%s.%d)", w.cfg.Proc, id))
 	case bPanic:
 		rec.Return, rec.Err, rec.ErrKind = now(), fmt.Sprintf("P.%s.%d", w.cfg.Proc, id), "panic"
 		w.rec.write(rec)
-		panic(fmt.Sprintf("P.%s.%d: the loader panicked", w.cfg.Proc, id))
+		panic(fmt.Sprintf("the loader panicked (P.%s.%d)", w.cfg.Proc, id))
 	case bSlow:
 		<-ctx.Done() // LoadTimeout ends it
 		return done(nil, ctx.Err())

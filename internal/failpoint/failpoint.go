@@ -75,6 +75,12 @@ const (
 	// cache/many.go: awaitClaim, for each key of a batch that found
 	// another's claim). A trace point: a call that reaches it waited.
 	CacheWait = "cache/wait"
+	// CacheDown fires when a call does not read the server because the
+	// cache is failing open (its FailOpenCooldown after a server error):
+	// GetOrLoad's and Get's read (cache/getorload.go: fromServer) and a
+	// batch's (cache/many.go: read). A trace point: a call that reaches
+	// it is one the docs promise nothing about other processes' writes.
+	CacheDown = "cache/down"
 )
 
 // The points of package lock. Their ctx is the context of the call.
