@@ -85,6 +85,7 @@ type options struct {
 	skip      []string
 	nearBound time.Duration
 	strict    bool
+	round     time.Duration // a long run is rounds of this, each with fresh processes, keys and history
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
@@ -93,6 +94,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var o options
 	var faults, sabotage, skip string
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long the traffic runs")
+	fs.DurationVar(&o.round, "round", 2*time.Minute, "a run longer than this is checked in rounds of it (seed+1 each), so that the history and Porcupine's search stay bounded")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the traffic and failpoints (default: random, printed)")
 	fs.StringVar(&o.server, "server", string(redistest.Redis8), "server kind: redis8, valkey, redis7 or miniredis")
@@ -183,24 +185,85 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	sum, res, err := runOnce(ctx, o, dir, stdout)
-	if err != nil {
-		return err
+	command := strings.TrimSpace("go run ./robustness " + strings.Join(args, " "))
+	rounds := 1
+	if o.round > 0 && o.round < o.duration {
+		rounds = int((o.duration + o.round - 1) / o.round)
 	}
-	sum.Command = strings.TrimSpace("go run ./robustness " + strings.Join(args, " "))
-	writeSummary(stdout, sum, res)
-	if len(res.Violations) > 0 {
-		report := writeReport(dir, sum, res)
-		if n := len(res.failures()); n > 0 || o.strict {
-			return fmt.Errorf("%d violations (%d that no open issue names); seed %d; report: %s", len(res.Violations), n, o.seed, report)
+	total := &summary{Command: command, Seed: o.seed, Server: o.server, Duration: o.duration.String(), Dir: dir,
+		Operations: map[string]int{}, Faults: map[string]int{}, Failpoints: map[string]int{}, Checked: map[string]int{}, Excused: map[string]int{}}
+	all := &result{Checked: total.Checked, Excused: total.Excused}
+	var reports []string
+	failures := 0
+	for i := range rounds {
+		ro := o
+		ro.seed = o.seed + uint64(i)
+		ro.duration = min(o.round, o.duration-time.Duration(i)*o.round)
+		if rounds == 1 {
+			ro.duration = o.duration
 		}
-		fmt.Fprintf(stdout, "robustness: every violation is a window an open issue names (-strict fails on them); report: %s\n", report)
+		rdir := dir
+		if rounds > 1 {
+			rdir = filepath.Join(dir, fmt.Sprintf("round%03d", i))
+		}
+		sum, res, err := runOnce(ctx, ro, rdir, stdout)
+		if err != nil {
+			return err
+		}
+		sum.Command = command
+		if rounds > 1 {
+			sum.Command = fmt.Sprintf("go run ./robustness -server %s -duration %v -seed %d", o.server, ro.duration, ro.seed)
+			fmt.Fprintf(stdout, "robustness: round %d of %d (seed %d): %d operations, %d violations (%d known)\n",
+				i+1, rounds, ro.seed, total.add(sum), sum.Violations, sum.Known)
+		} else {
+			total = sum
+			total.Command = command
+		}
+		all.Violations = append(all.Violations, res.Violations...)
+		all.Lin = res.Lin
+		if len(res.Violations) > 0 {
+			reports = append(reports, writeReport(rdir, sum, res))
+			failures += len(res.failures())
+		} else if rounds > 1 {
+			_ = os.RemoveAll(filepath.Join(rdir, "history")) // a round that passed keeps its summary only
+		}
+	}
+	writeSummary(stdout, total, all)
+	if rounds > 1 {
+		if j, err := json.MarshalIndent(total, "", "  "); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, "summary.json"), j, 0o644)
+		}
+	}
+	if len(all.Violations) > 0 {
+		if failures > 0 || o.strict {
+			return fmt.Errorf("%d violations (%d that no open issue names); seed %d; reports: %s", len(all.Violations), failures, o.seed, strings.Join(reports, " "))
+		}
+		fmt.Fprintf(stdout, "robustness: every violation is a window an open issue names (-strict fails on them); reports: %s\n", strings.Join(reports, " "))
 		return nil
 	}
 	if o.dir == "" {
 		_ = os.RemoveAll(dir)
 	}
 	return nil
+}
+
+// add adds a round's figures to s and returns the round's operations.
+func (s *summary) add(r *summary) int {
+	n := 0
+	for k, v := range r.Operations {
+		s.Operations[k] += v
+		n += v
+	}
+	for _, m := range [][2]map[string]int{{s.Faults, r.Faults}, {s.Failpoints, r.Failpoints}, {s.Checked, r.Checked}, {s.Excused, r.Excused}} {
+		for k, v := range m[1] {
+			m[0][k] += v
+		}
+	}
+	s.Processes += r.Processes
+	s.Unknown += r.Unknown
+	s.Violations += r.Violations
+	s.Known += r.Known
+	return n
 }
 
 // runOnce starts the servers and the workers, fires the server's faults
