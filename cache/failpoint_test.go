@@ -186,3 +186,40 @@ func TestFailpoint_GetOrLoadMany_deleteBeforeWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestGetOrLoadMany_deleteDuringLoadBesideOthers: a Delete made while a batch loads a
+// missing key wins: the batch's write of that key is a no-op, and a read
+// after both sees nothing. Found by the robustness suite (seed 1, Redis
+// 8.6, namespace exp).
+func TestGetOrLoadMany_deleteDuringLoadBesideOthers(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: 300 * time.Millisecond, Stale: 400 * time.Millisecond}}
+		c, other := newCacheOn(t, s.Client(t), opts), newCacheOn(t, s.Client(t), opts)
+		if err := cache.Set(ctx, c, "hit", "h"); err != nil {
+			t.Fatal(err)
+		}
+		loading, release := make(chan struct{}), make(chan struct{})
+		batch := make(chan error, 1)
+		go func() {
+			_, err := cache.GetOrLoadMany(ctx, c, []string{"hit", "k", "gone"}, func(_ context.Context, keys []string) (map[string]string, error) {
+				close(loading)
+				<-release
+				return map[string]string{"k": "old"}, nil
+			})
+			batch <- err
+		}()
+		redistest.Recv(t, ctx, loading, "the batch's load")
+		if err := other.Delete(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if err := redistest.Recv(t, ctx, batch, "the batch"); err != nil {
+			t.Fatalf("batch: %v", err)
+		}
+		if v, err := cache.Get[string](ctx, other, "k"); err == nil {
+			t.Fatalf("Get after the Delete and the batch = %q: the batch's load, begun before the Delete, was written after it", v)
+		}
+	})
+}

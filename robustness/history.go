@@ -26,11 +26,12 @@ type history struct {
 	procs      []string
 	near       map[string]bool // processes whose exp and http caches have the near cache
 	loadByID   map[string]*Record
-	opByID     map[string]*Record // by "proc/id"
-	setByValue map[string]*Record // a Set's value -> the Set
-	last       int64              // the latest time in the history
-	store      []storeLog         // the fenced store's logs, read at the end
-	counters   []int64            // the fenced counters, read at the end
+	opByID     map[string]*Record   // by "proc/id"
+	setByValue map[string]*Record   // a Set's value -> the Set
+	last       int64                // the latest time in the history
+	store      []storeLog           // the fenced store's logs, read at the end
+	counters   []int64              // the fenced counters, read at the end
+	writes     map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
 }
 
 // storeLog is one counter's log: "fence proc id" per accepted write.

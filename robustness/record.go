@@ -20,6 +20,7 @@ const (
 	kGet       = "get"       // cache.Get
 	kSet       = "set"       // cache.Set
 	kDelete    = "delete"    // Cache.Delete
+	kGarbage   = "garbage"   // bytes no cache can decode, written under a value key by a plain SET
 	kLoad      = "load"      // one loader run (of one key, or of a batch)
 	kLock      = "lock"      // a fenced increment under lock.Do or Obtain
 	kRunOnce   = "runonce"   // lock.RunOnce of a scheduled slot

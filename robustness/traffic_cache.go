@@ -56,6 +56,14 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 			name, _ := readValue(v)
 			ctx, info, rec := w.begin(octx, Record{Kind: kSet, NS: ns, Near: near, Key: key(), Value: name})
 			w.end(info, rec, cache.Set(ctx, c, rec.Key, v))
+		case p < 84 && ns == "exp":
+			// Bytes the cache cannot decode: the replace path (take the
+			// rebuild lock beside the entry, load, write if unchanged).
+			// Each write's bytes are its own: a write "if unchanged"
+			// cannot tell the same bytes written again (ABA).
+			_, info, rec := w.begin(octx, Record{Kind: kGarbage, NS: ns, Key: key()})
+			k := fmt.Sprintf("%s:exp:{%s}", w.cfg.Prefix, rec.Key)
+			w.end(info, rec, w.raw.Set(octx, k, fmt.Sprintf("\xff\xfegarbage %s %d", w.cfg.Proc, info.id), expTTL+expStale).Err())
 		default:
 			ctx, info, rec := w.begin(octx, Record{Kind: kDelete, NS: ns, Near: near, Key: key()})
 			if w.cfg.sabotaged("stale") && info.id%4 == 0 {
@@ -138,7 +146,7 @@ func (w *worker) behaviour(r *rand.Rand, ns string) int {
 		return bPanic
 	case p < 12:
 		return bSlow
-	case p < 16 && ns == "exp":
+	case p < 22 && ns == "exp":
 		return bNotFound
 	}
 	return bOK

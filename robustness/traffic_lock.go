@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/lock"
@@ -68,13 +69,27 @@ func (w *worker) lockTraffic(ctx context.Context, r *rand.Rand) {
 			}
 		} else {
 			work := time.Duration(r.IntN(5)) * time.Millisecond
+			var token string
 			err = w.locks.Do(lctx, key, lockHold, func(ctx context.Context) error {
-				fence := lock.FromContext(ctx).Fence()
-				rec.Fence = fence
+				l := lock.FromContext(ctx)
+				fence := l.Fence()
+				rec.Fence, token = fence, l.Token()
 				var err error
 				rec.Value, err = w.increment(ctx, n, info.id, fence, work)
 				return err
 			}, opts...)
+			if errors.Is(err, lock.ErrLost) && token != "" {
+				// What the server holds, read past the faults: a lock
+				// declared lost that the server still holds for a while
+				// is a loss the keep-alive made up.
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				v, gerr := w.raw.Get(rctx, key).Result()
+				ttl, terr := w.raw.PTTL(rctx, key).Result()
+				cancel()
+				if gerr == nil && terr == nil {
+					rec.Detail = fmt.Sprintf("lost: held=%v pttl=%d", strings.Contains(v, token), ttl.Milliseconds())
+				}
+			}
 		}
 		w.end(info, rec, err)
 		cancel()

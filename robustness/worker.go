@@ -96,6 +96,7 @@ type worker struct {
 	rec   *recorder
 	proxy *faultproxy.Proxy
 	rc    *redis.Client // through proxy
+	raw   *redis.Client // straight to the server: what it holds, unfaulted (and the garbage writes)
 	db    *redis.Client // the database, direct
 	lin   *cache.Cache  // namespace lin: no near cache, values live an hour
 	exp   *cache.Cache  // namespace exp: short TTL and stale window, near cache if cfg.Near
@@ -214,7 +215,7 @@ func runWorker(cfg workerConfig) error {
 	w.close()
 	end := map[string]int{"goroutinesBefore": goroutinesBefore, "connsDuringRun": int(conns)}
 	end["goroutinesAfter"] = settle(goroutinesBefore)
-	end["connsAfter"] = int(w.rc.PoolStats().TotalConns + w.db.PoolStats().TotalConns)
+	end["connsAfter"] = int(w.rc.PoolStats().TotalConns + w.db.PoolStats().TotalConns + w.raw.PoolStats().TotalConns)
 	rec.write(Record{Kind: kEnd, ID: rec.nextID(), Call: now(), Return: now(), Counts: end,
 		Detail: stacksIf(end["goroutinesAfter"] > goroutinesBefore)})
 	return nil
@@ -249,6 +250,7 @@ func (w *worker) open() error {
 	w.rc = redis.NewClient(&redis.Options{Addr: w.proxy.Addr(), Username: w.cfg.User, Password: w.cfg.Password,
 		PoolSize: 32, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
 	w.rc.AddHook(errorHook{})
+	w.raw = redis.NewClient(&redis.Options{Addr: w.cfg.Server, Username: w.cfg.User, Password: w.cfg.Password, PoolSize: 8})
 	w.db = redis.NewClient(&redis.Options{Addr: w.cfg.DB, PoolSize: 32})
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w.lin, err = cache.New(w.rc, &cache.Options{
@@ -303,6 +305,9 @@ func (w *worker) close() {
 	}
 	if w.db != nil {
 		_ = w.db.Close()
+	}
+	if w.raw != nil {
+		_ = w.raw.Close()
 	}
 	if w.proxy != nil {
 		_ = w.proxy.Close()
