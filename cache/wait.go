@@ -258,6 +258,7 @@ func (c *Cache) await(ctx context.Context, k keys, w *waiter, d time.Duration, s
 		return n, nil
 	case <-ready: // nil when covered, or when nothing can be subscribed (poll only)
 		c.ann.rechecks.Add(1)
+		failpoint.Inject(ctx, failpoint.CacheSubscribed)
 		return notice{}, nil // subscribed after the read: read again
 	case <-lost: // nil unless covered
 		// The confirmation this wait counted on ended (its connection

@@ -393,12 +393,34 @@ func checkRemoteFailure(h *history, o checkOptions, res *result) {
 				}
 				res.violate(name, fmt.Sprintf("%s waited for %s/%s, whose rebuild in %s failed while it waited, and then ran its own loader",
 					op.Proc, b.NS, k, a.Proc), op, a, b)
-				if flagged(op, "*", failpoint.CacheClaimed) {
+				if announced, subscribed := h.traceAt(a, failpoint.CacheAnnounced), h.traceAt(op, failpoint.CacheSubscribed); announced != 0 && subscribed != 0 && announced < subscribed {
 					res.Violations[len(res.Violations)-1].Known = knownLostFailure
 				}
 			}
 		}
 	}
+}
+
+// traceAt returns when the operation r (or, for a load, the operation
+// whose context it got) first reached the traced failpoint name, or 0.
+func (h *history) traceAt(r *Record, name string) int64 {
+	proc, id := r.Proc, r.ID
+	if r.Kind == kLoad {
+		id = r.Op
+	}
+	if h.traces == nil {
+		h.traces = map[string]int64{}
+		for _, f := range h.failpoints {
+			if f.Detail != "trace" {
+				continue
+			}
+			k := fmt.Sprint(f.Proc, "/", f.Op, "/", f.Name)
+			if t, ok := h.traces[k]; !ok || f.Call < t {
+				h.traces[k] = f.Call
+			}
+		}
+	}
+	return h.traces[fmt.Sprint(proc, "/", id, "/", name)]
 }
 
 // failureID finds the first failure ID in an error text.
@@ -608,16 +630,17 @@ const knownURLPurge = "issue 39: a render in flight during PurgeURL or a POST is
 
 // knownLostFailure names a window the suite found in the claim protocol:
 // a waiter that read another process's claim T subscribes to T's key
-// channel and reads again; if T's loader failed and T announced it
-// before that subscription was confirmed, the notice reaches nobody,
-// the second read finds the key free, and the waiter claims it and runs
-// its own loader (docs/cache.md's table: "else claims"). Closing it needs
-// the outcome to outlive the announcement: a failure marker naming T left
-// in place of the claim for a while, which a waiter that saw T reads as
-// T's failure and any other caller claims over. Classified by the
-// waiter's own trace: the library itself claimed (failpoint.CacheClaimed);
-// a caller that runs a loader of its own after ErrRemoteLoad (the
-// sabotage) is not known.
+// channel and, once the server confirms it, reads again; if T's loader
+// failed and T announced it before that confirmation, the notice reached
+// nobody here, the read finds the key free, and the waiter claims it and
+// runs its own loader (docs/cache.md's table: "else claims"). A write is
+// found by that read; a failure leaves nothing to find. Closing it needs
+// the outcome to outlive the announcement: a failure marker naming T
+// left in place of the claim for a while, which a waiter that saw T
+// reads as T's failure and any other caller claims over. Classified by
+// the traces' times: T announced (failpoint.CacheAnnounced) before the
+// waiter's subscription was confirmed (failpoint.CacheSubscribed). Any
+// other waiter that loads after a failure is a violation.
 const knownLostFailure = "the claim protocol: a failure announced before the waiter's subscription was confirmed is lost; the waiter loads"
 
 // checkLeaks: every process that ran to its end closed everything: no

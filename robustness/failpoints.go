@@ -14,6 +14,10 @@ import (
 	"github.com/hotkv/stampede/internal/failpoint"
 )
 
+// traced are the points whose every firing is recorded with its time,
+// for the checker to order an announcement and a subscription.
+var traced = map[string]bool{failpoint.CacheAnnounced: true, failpoint.CacheSubscribed: true}
+
 func (w *worker) enableFailpoints() (disable func()) {
 	var mu sync.Mutex
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 0xfa11))
@@ -22,6 +26,9 @@ func (w *worker) enableFailpoints() (disable func()) {
 		// the trace of what the library did for it.
 		if info := infoOf(ctx); info != nil {
 			info.flag("*", name)
+			if traced[name] {
+				w.rec.write(Record{Kind: kFailpoint, ID: w.rec.nextID(), Op: info.id, Name: name, Detail: "trace", Call: now(), Return: now()})
+			}
 		}
 		mu.Lock()
 		p := r.IntN(1000)

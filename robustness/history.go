@@ -32,6 +32,7 @@ type history struct {
 	store      []storeLog           // the fenced store's logs, read at the end
 	counters   []int64              // the fenced counters, read at the end
 	writes     map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
+	traces     map[string]int64     // "proc/op/point" -> when first reached, built by traceAt
 }
 
 // storeLog is one counter's log: "fence proc id" per accepted write.

@@ -107,6 +107,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.Exp, "exp", 3, "goroutines per worker on namespace exp")
 	fs.IntVar(&o.mix.Locks, "locks", 1, "lock goroutines per worker (and as many RunOnce ones)")
 	fs.IntVar(&o.mix.HTTP, "http", 2, "HTTP client goroutines per worker")
+	fs.IntVar(&o.mix.Fail, "fail", 8, "percent of loader runs that fail (a quarter as many again panic, as many outlive LoadTimeout)")
+	fs.IntVar(&o.mix.Garbage, "garbage", 2, "percent of exp operations that write bytes no cache can decode (the replace path)")
 	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale (comma-separated)")
 	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (see knownURLPurge)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
@@ -145,6 +147,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	switch {
 	case o.duration <= 0:
 		return o, errors.New("-duration must be positive")
+	case o.mix.Fail < 0 || o.mix.Fail > 50 || o.mix.Garbage < 0 || o.mix.Garbage > 15:
+		return o, errors.New("-fail must be in [0, 50] and -garbage in [0, 15]")
 	case o.workers < 2:
 		return o, errors.New("-workers must be at least 2: the promises are about processes")
 	}

@@ -56,7 +56,7 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 			name, _ := readValue(v)
 			ctx, info, rec := w.begin(octx, Record{Kind: kSet, NS: ns, Near: near, Key: key(), Value: name})
 			w.end(info, rec, cache.Set(ctx, c, rec.Key, v))
-		case p < 84 && ns == "exp":
+		case p < 82+w.cfg.Mix.Garbage && ns == "exp":
 			// Bytes the cache cannot decode: the replace path (take the
 			// rebuild lock beside the entry, load, write if unchanged).
 			// Each write's bytes are its own: a write "if unchanged"
@@ -139,14 +139,15 @@ const (
 )
 
 func (w *worker) behaviour(r *rand.Rand, ns string) int {
+	fail := w.cfg.Mix.Fail
 	switch p := r.IntN(100); {
-	case p < 8:
+	case p < fail:
 		return bFail
-	case p < 10:
+	case p < fail+fail/4:
 		return bPanic
-	case p < 12:
+	case p < fail+fail/2:
 		return bSlow
-	case p < 22 && ns == "exp":
+	case p < fail+fail/2+10 && ns == "exp":
 		return bNotFound
 	}
 	return bOK

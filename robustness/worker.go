@@ -59,6 +59,8 @@ type mix struct {
 	Exp        int  `json:"exp"`        // goroutines on the exp namespace
 	Locks      int  `json:"locks"`      // fenced lock goroutines
 	HTTP       int  `json:"http"`       // HTTP client goroutines
+	Fail       int  `json:"fail"`       // percent of loader runs that fail (as many again panic or outlive LoadTimeout, a quarter each)
+	Garbage    int  `json:"garbage"`    // percent of exp operations that write bytes no cache can decode
 }
 
 func (c workerConfig) sabotaged(name string) bool {

@@ -75,6 +75,12 @@ const (
 	// cache/many.go: awaitClaim, for each key of a batch that found
 	// another's claim). A trace point: a call that reaches it waited.
 	CacheWait = "cache/wait"
+	// CacheSubscribed fires when a waiter's subscription to the key's
+	// channel has been confirmed by the server (or its wait for that
+	// ended), before the read that follows (cache/wait.go: await). A
+	// trace point: an announcement published before it reached nobody
+	// here, and only that read can find what it said.
+	CacheSubscribed = "cache/subscribed"
 	// CacheDown fires when a call does not read the server because the
 	// cache is failing open (its FailOpenCooldown after a server error):
 	// GetOrLoad's and Get's read (cache/getorload.go: fromServer) and a
