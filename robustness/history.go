@@ -18,21 +18,23 @@ import (
 
 // history is a whole run.
 type history struct {
-	ops        []*Record // operations (not loads, faults, failpoints or ends), in call order
-	loads      []*Record
-	faults     []*Record // the workers' proxies' and the server's
-	failpoints []*Record
-	ends       map[string]*Record // by process
-	procs      []string
-	near       map[string]bool // processes whose exp and http caches have the near cache
-	loadByID   map[string]*Record
-	opByID     map[string]*Record   // by "proc/id"
-	setByValue map[string]*Record   // a Set's value -> the Set
-	last       int64                // the latest time in the history
-	store      []storeLog           // the fenced store's logs, read at the end
-	counters   []int64              // the fenced counters, read at the end
-	writes     map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
-	traces     map[string]int64     // "proc/op/point" -> when first reached, built by traceAt
+	ops          []*Record // operations (not loads, faults, failpoints or ends), in call order
+	loads        []*Record
+	faults       []*Record // the workers' proxies' and the server's
+	failpoints   []*Record
+	ends         map[string]*Record // by process
+	procs        []string
+	near         map[string]bool // processes whose exp and http caches have the near cache
+	loadByID     map[string]*Record
+	opByID       map[string]*Record   // by "proc/id"
+	setByValue   map[string]*Record   // a Set's value -> the Set
+	last         int64                // the latest time in the history
+	store        []storeLog           // the fenced store's logs, read at the end
+	counters     []int64              // the fenced counters, read at the end
+	writes       map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
+	traces       map[string][]int64   // "proc/op/point" -> when reached, in order, built by tracesOf
+	prefix       string               // of every key and namespace (the coordinator sets it)
+	takeoverList *[]takeover          // built by takeovers
 }
 
 // storeLog is one counter's log: "fence proc id" per accepted write.

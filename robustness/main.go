@@ -6,6 +6,7 @@
 //	go run ./robustness                                   # 1 minute on Redis 8.6, random seed
 //	go run ./robustness -server valkey -duration 1h -seed 7
 //	go run ./robustness -sabotage fence                   # shows the fencing check catch it
+//	go run ./robustness -server cluster -seed 5           # three masters with a replica each, failed over
 //
 // The traffic (see traffic_*.go): GetOrLoad, GetOrLoadMany, Get, Set and
 // Delete on a namespace whose values live an hour (lin, no near cache)
@@ -22,11 +23,13 @@
 // crashes, at the library's failpoints between two steps of the claim
 // protocol or a render (internal/failpoint); and the server's faults
 // (package nemesis: BUSY, OOM, LOADING, a pause, a pause then a kill, a
-// restart, write permissions taken away).
+// restart, write permissions taken away; on a Cluster, a pause of one
+// master and failovers, graceful or by TAKEOVER).
 //
 // The checker (check*.go): linearizability of lin (Porcupine), read your
 // writes and no stale sets, one loader run per key, remote failures, the
-// values themselves, fencing, RunOnce, purges, and leaks. A failed run
+// values themselves, fencing, RunOnce, purges, and leaks; on a Cluster,
+// what a TAKEOVER can lose is excused (check_takeover.go). A failed run
 // writes report.md (and Porcupine's visualisation of a key that is not
 // linearizable) in its directory and exits 1.
 package main
@@ -45,6 +48,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -86,6 +90,7 @@ type options struct {
 	nearBound time.Duration
 	strict    bool
 	round     time.Duration // a long run is rounds of this, each with fresh processes, keys and history
+	retries   int           // go-redis retries of the workers' server client
 }
 
 func parseFlags(args []string, out io.Writer) (options, error) {
@@ -97,10 +102,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.round, "round", 2*time.Minute, "a run longer than this is checked in rounds of it (seed+1 each), so that the history and Porcupine's search stay bounded")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the traffic and failpoints (default: random, printed)")
-	fs.StringVar(&o.server, "server", string(redistest.Redis8), "server kind: redis8, valkey, redis7 or miniredis")
+	fs.StringVar(&o.server, "server", string(redistest.Redis8), "server kind: redis8, valkey, redis7, cluster (three Redis 8 masters, a replica each) or miniredis")
 	fs.StringVar(&o.dir, "dir", "", "directory for the histories and the report (default: a new temporary one, kept when the run fails)")
-	fs.StringVar(&faults, "faults", "busy,oom,loading,pause,pause-kill,acl,restart", "the server's faults, comma-separated; none: \"\"")
+	fs.StringVar(&faults, "faults", "busy,oom,loading,pause,pause-kill,acl,restart", "the server's faults, comma-separated; none: \"\" (default on a cluster: "+clusterFaults+")")
 	fs.BoolVar(&o.mix.Proxy, "proxy", true, "faults of each worker's proxy")
+	fs.IntVar(&o.retries, "retries", 0, "go-redis retries of the workers' server client (MaxRetries; on a cluster MaxRedirects, which also follows MOVED); 0: none")
 	fs.BoolVar(&o.mix.Failpoints, "failpoints", true, "pauses at the library's failpoints")
 	fs.BoolVar(&o.mix.Crash, "crash", true, "crashes at the library's failpoints (the crashed worker is replaced)")
 	fs.IntVar(&o.mix.Lin, "lin", 3, "goroutines per worker on namespace lin")
@@ -122,6 +128,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.server == string(redistest.Cluster) && !set["faults"] {
+		faults = clusterFaults
 	}
 	for _, f := range strings.Split(faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
@@ -151,6 +162,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		return o, errors.New("-fail must be in [0, 50] and -garbage in [0, 15]")
 	case o.workers < 2:
 		return o, errors.New("-workers must be at least 2: the promises are about processes")
+	case o.retries < 0:
+		return o, errors.New("-retries must not be negative")
 	}
 	if o.seed == 0 {
 		var b [8]byte
@@ -159,6 +172,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	return o, nil
 }
+
+// clusterFaults are the server's faults that act on a Cluster: a pause of
+// one master, and a failover of one.
+const clusterFaults = "pause,failover"
 
 // summary is what a run prints, and writes as summary.json.
 type summary struct {
@@ -280,8 +297,8 @@ func runOnce(ctx context.Context, o options, dir string, log io.Writer) (*summar
 	}
 	defer srv.Stop()
 	dbKind := kind
-	if kind == redistest.Miniredis {
-		dbKind = redistest.Miniredis
+	if kind == redistest.Cluster {
+		dbKind = redistest.Redis8 // the fenced store is one server
 	}
 	db, err := redistest.Launch(dbKind, filepath.Join(dir, "db"))
 	if err != nil {
@@ -307,7 +324,10 @@ func runOnce(ctx context.Context, o options, dir string, log io.Writer) (*summar
 	until := time.Now().Add(o.duration + 2*time.Second) // the workers take a second or two to start
 	prefix := fmt.Sprintf("rb%d", o.seed%100000)
 	base := workerConfig{Until: until.UnixNano(), Server: srv.Addrs()[0], User: user, Password: password,
-		DB: db.Addrs()[0], Prefix: prefix, Mix: o.mix, Sabotage: o.sabotage}
+		DB: db.Addrs()[0], Prefix: prefix, Mix: o.mix, Sabotage: o.sabotage, Retries: o.retries}
+	if kind == redistest.Cluster {
+		base.Cluster = srv.Addrs()
+	}
 	procs := &fleet{dir: dir, histDir: histDir, base: base, seed: o.seed, until: until}
 	for i := range o.workers {
 		if err := procs.start(fmt.Sprintf("w%d", i), i%2 == 0); err != nil {
@@ -338,6 +358,7 @@ func runOnce(ctx context.Context, o options, dir string, log io.Writer) (*summar
 	if err != nil {
 		return nil, nil, err
 	}
+	h.prefix = prefix
 	if err := readStore(ctx, db, prefix, h); err != nil {
 		return nil, nil, fmt.Errorf("reading the fenced store: %w", err)
 	}
@@ -349,14 +370,24 @@ func runOnce(ctx context.Context, o options, dir string, log io.Writer) (*summar
 }
 
 // serverFaults fires the server's faults one after another, a second or
-// two apart, each for 100 ms to 1.5 s, recording each.
+// two apart, each for 100 ms to 1.5 s, recording each. A fault the server
+// cannot undergo (nemesis.ErrUnsupported) is said once and left out.
 func serverFaults(ctx context.Context, srv *redistest.Server, faults []nemesis.Fault, seed uint64, rec *recorder, log io.Writer) {
 	r := mrand.New(mrand.NewPCG(seed, 0x5e7))
-	for pause(ctx, time.Duration(1000+r.IntN(2000))*time.Millisecond) {
-		f := faults[r.IntN(len(faults))]
+	faults = slices.Clone(faults)
+	// The faults' own choices (which master, which mode) follow the seed.
+	opts := &nemesis.Options{Rand: mrand.New(mrand.NewPCG(seed, 0xfa17))}
+	for len(faults) > 0 && pause(ctx, time.Duration(1000+r.IntN(2000))*time.Millisecond) {
+		i := r.IntN(len(faults))
+		f := faults[i]
 		d := time.Duration(100+r.IntN(1400)) * time.Millisecond
-		nr, err := nemesis.Run(context.WithoutCancel(ctx), f, srv, d, nil)
+		nr, err := nemesis.Run(context.WithoutCancel(ctx), f, srv, d, opts)
 		out := Record{Kind: kFault, ID: rec.nextID(), Name: string(f), Call: nr.Start.UnixNano(), Return: nr.End.UnixNano(), Detail: nr.Detail}
+		if errors.Is(err, nemesis.ErrUnsupported) {
+			fmt.Fprintf(log, "robustness: left out: %v\n", err)
+			faults = slices.Delete(faults, i, i+1)
+			continue
+		}
 		if nr.Start.IsZero() {
 			continue // not injected
 		}

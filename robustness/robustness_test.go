@@ -58,7 +58,8 @@ func suite(t *testing.T, args ...string) (*summary, *result) {
 }
 
 // TestShort is the suite's short form: fixed seeds on Redis 8.6 and
-// Valkey 9, then one random seed (printed, to replay with -seed), every
+// Valkey 9, one random seed (printed, to replay with -seed), and a fixed
+// seed on a Cluster of Redis 8.6 (its faults: pauses and failovers), every
 // failpoint on. A violation that no open issue names fails it.
 func TestShort(t *testing.T) {
 	runs := []struct {
@@ -69,6 +70,7 @@ func TestShort(t *testing.T) {
 		{redistest.Redis8, 1, 40 * time.Second},
 		{redistest.Valkey, 2, 30 * time.Second},
 		{redistest.Redis8, 0, 20 * time.Second},
+		{redistest.Cluster, 5, 20 * time.Second},
 	}
 	if testing.Short() {
 		runs = runs[:1]

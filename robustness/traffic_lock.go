@@ -18,9 +18,10 @@ import (
 )
 
 const (
-	counters  = 2
-	lockHold  = 400 * time.Millisecond
-	slotWidth = 250 * time.Millisecond
+	counters       = 2
+	lockHold       = 400 * time.Millisecond
+	slotWidth      = 250 * time.Millisecond
+	runOnceMinHold = time.Second // how long a slot's lock is kept after its run
 )
 
 // The fenced store, on the database: a read registers the reader's fence
@@ -145,7 +146,7 @@ func (w *worker) runOnceTraffic(ctx context.Context, r *rand.Rand) {
 		ran, err := w.locks.RunOnce(lctx, fmt.Sprintf("%s:job:%d", w.cfg.Prefix, slot), 2*time.Second, func(context.Context) error {
 			rec.Value = "ran"
 			return nil
-		}, lock.WithMinHold(time.Second))
+		}, lock.WithMinHold(runOnceMinHold))
 		if !ran && err == nil {
 			rec.Value = "skipped"
 		}

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,14 +39,16 @@ const crashExit = 3
 type workerConfig struct {
 	Proc     string   `json:"proc"`
 	Seed     uint64   `json:"seed"`
-	History  string   `json:"history"` // the file to append records to
-	Until    int64    `json:"until"`   // Unix ns: when traffic stops
-	Server   string   `json:"server"`  // the server under test, host:port
+	History  string   `json:"history"`          // the file to append records to
+	Until    int64    `json:"until"`            // Unix ns: when traffic stops
+	Server   string   `json:"server"`           // the server under test, host:port (a Cluster: its first node)
+	Cluster  []string `json:"cluster,omitzero"` // a Cluster's nodes, masters and replicas, host:port
 	User     string   `json:"user,omitzero"`
 	Password string   `json:"password,omitzero"`
-	DB       string   `json:"db"`     // the database: another server, never faulted
-	Prefix   string   `json:"prefix"` // of every key and namespace
-	Near     bool     `json:"near"`   // the exp and http caches have the near cache
+	DB       string   `json:"db"`               // the database: another server, never faulted
+	Prefix   string   `json:"prefix"`           // of every key and namespace
+	Near     bool     `json:"near"`             // the exp and http caches have the near cache
+	Retries  int      `json:"retries,omitzero"` // go-redis retries of the server's client (MaxRetries; MaxRedirects on a Cluster); 0: none
 	Mix      mix      `json:"mix"`
 	Sabotage []string `json:"sabotage,omitzero"`
 }
@@ -94,16 +97,16 @@ const (
 
 // worker is one worker process.
 type worker struct {
-	cfg   workerConfig
-	rec   *recorder
-	proxy *faultproxy.Proxy
-	rc    *redis.Client // through proxy
-	raw   *redis.Client // straight to the server: what it holds, unfaulted (and the garbage writes)
-	db    *redis.Client // the database, direct
-	lin   *cache.Cache  // namespace lin: no near cache, values live an hour
-	exp   *cache.Cache  // namespace exp: short TTL and stale window, near cache if cfg.Near
-	locks *lock.Client
-	web   *web
+	cfg     workerConfig
+	rec     *recorder
+	proxies *faultproxy.Set       // one proxy per node of the server
+	rc      redis.UniversalClient // through proxies; a ClusterClient on a Cluster
+	raw     redis.UniversalClient // straight to the server: what it holds, unfaulted (and the garbage writes)
+	db      *redis.Client         // the database, direct
+	lin     *cache.Cache          // namespace lin: no near cache, values live an hour
+	exp     *cache.Cache          // namespace exp: short TTL and stale window, near cache if cfg.Near
+	locks   *lock.Client
+	web     *web
 }
 
 // opKey is the context key of an operation's opInfo.
@@ -246,13 +249,35 @@ func stacksIf(ok bool) string {
 
 func (w *worker) open() error {
 	var err error
-	if w.proxy, err = faultproxy.Start(w.cfg.Server); err != nil {
-		return err
+	// No retries by default: go-redis sends a command that timed out
+	// again, and the first send may still be applied (a paused server
+	// answers it late), so that one Set is applied twice with other
+	// writes between, which no caller of the cache can tell.
+	retries := -1
+	if w.cfg.Retries > 0 {
+		retries = w.cfg.Retries
 	}
-	w.rc = redis.NewClient(&redis.Options{Addr: w.proxy.Addr(), Username: w.cfg.User, Password: w.cfg.Password,
-		PoolSize: 32, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	if len(w.cfg.Cluster) > 0 {
+		// Every connection to every node, topology refreshes and the
+		// near cache's included, goes through that node's proxy. Without
+		// retries (MaxRedirects -1) a command sent to a master that lost
+		// its slots fails with MOVED, and the client reloads its slot map.
+		if w.proxies, err = faultproxy.StartSet(w.cfg.Cluster...); err != nil {
+			return err
+		}
+		w.rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(w.cfg.Cluster), Dialer: w.proxies.Dialer(),
+			Username: w.cfg.User, Password: w.cfg.Password, PoolSize: 32,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, MaxRedirects: retries})
+		w.raw = redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(w.cfg.Cluster), Username: w.cfg.User, Password: w.cfg.Password, PoolSize: 8})
+	} else {
+		if w.proxies, err = faultproxy.StartSet(w.cfg.Server); err != nil {
+			return err
+		}
+		w.rc = redis.NewClient(&redis.Options{Addr: w.proxies.For(w.cfg.Server).Addr(), Username: w.cfg.User, Password: w.cfg.Password,
+			PoolSize: 32, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: retries})
+		w.raw = redis.NewClient(&redis.Options{Addr: w.cfg.Server, Username: w.cfg.User, Password: w.cfg.Password, PoolSize: 8})
+	}
 	w.rc.AddHook(errorHook{})
-	w.raw = redis.NewClient(&redis.Options{Addr: w.cfg.Server, Username: w.cfg.User, Password: w.cfg.Password, PoolSize: 8})
 	w.db = redis.NewClient(&redis.Options{Addr: w.cfg.DB, PoolSize: 32})
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w.lin, err = cache.New(w.rc, &cache.Options{
@@ -311,8 +336,8 @@ func (w *worker) close() {
 	if w.raw != nil {
 		_ = w.raw.Close()
 	}
-	if w.proxy != nil {
-		_ = w.proxy.Close()
+	if w.proxies != nil {
+		_ = w.proxies.Close()
 	}
 }
 
@@ -389,46 +414,47 @@ func errKind(err error) string {
 	return "other"
 }
 
-// proxyFaults injects faults into the worker's proxy on a seeded random
-// schedule, recording each.
+// proxyFaults injects faults into the worker's proxies (on a Cluster,
+// every node's at once) on a seeded random schedule, recording each.
 func (w *worker) proxyFaults(ctx context.Context, r *rand.Rand) {
+	proxy := w.proxies.All()
 	for pause(ctx, time.Duration(500+r.IntN(1500))*time.Millisecond) {
 		rec := Record{Kind: kFault, ID: w.rec.nextID(), Call: now()}
 		d := time.Duration(50+r.IntN(600)) * time.Millisecond
 		switch r.IntN(6) {
 		case 0:
 			rec.Name = "latency"
-			w.proxy.SetLatency(time.Duration(1+r.IntN(20)) * time.Millisecond)
+			proxy.SetLatency(time.Duration(1+r.IntN(20)) * time.Millisecond)
 			pause(ctx, d)
-			w.proxy.SetLatency(0)
+			proxy.SetLatency(0)
 		case 1:
 			rec.Name = "spikes"
-			w.proxy.SetSpikes(0.05, time.Duration(50+r.IntN(300))*time.Millisecond)
+			proxy.SetSpikes(0.05, time.Duration(50+r.IntN(300))*time.Millisecond)
 			pause(ctx, d)
-			w.proxy.SetSpikes(0, 0)
+			proxy.SetSpikes(0, 0)
 		case 2:
 			rec.Name = "blackhole"
-			w.proxy.BlackHole()
+			proxy.BlackHole()
 			pause(ctx, d)
-			w.proxy.Resume()
+			proxy.Resume()
 		case 3:
 			rec.Name = "reset"
-			rec.Detail = fmt.Sprint(w.proxy.Reset(), " connections")
+			rec.Detail = fmt.Sprint(proxy.Reset(), " connections")
 		case 4:
 			rec.Name = "drop"
-			rec.Detail = fmt.Sprint(w.proxy.Drop(), " connections")
+			rec.Detail = fmt.Sprint(proxy.Drop(), " connections")
 		case 5:
 			rec.Name = "refuse"
-			w.proxy.Refuse()
+			proxy.Refuse()
 			pause(ctx, d)
-			w.proxy.Resume()
+			proxy.Resume()
 		}
 		rec.Return = now()
 		w.rec.write(rec)
 	}
-	w.proxy.Resume()
-	w.proxy.SetLatency(0)
-	w.proxy.SetSpikes(0, 0)
+	proxy.Resume()
+	proxy.SetLatency(0)
+	proxy.SetSpikes(0, 0)
 }
 
 // value makes a unique value: prefix.proc.id, sometimes padded past the

@@ -13,6 +13,8 @@
 //     clients time out, then lose their connections.
 //   - acl: the workers' ACL users lose their write commands (NOPERM).
 //   - restart: SIGKILL and a restart on the same port at once.
+//   - failover: on a Cluster, a master's replica takes over its slots
+//     (CLUSTER FAILOVER, or TAKEOVER, which can lose acknowledged writes).
 //
 // Every fault leaves the server as it found it: configuration values,
 // users' rules and the files it wrote are restored even when the caller's
@@ -22,10 +24,12 @@
 // # Servers
 //
 // Faults act on one server process (Redis 7, Redis >= 8.4 or Valkey >= 9
-// from redistest); clusters and miniredis are not supported. Start it with
-// Launch (or with ServerArgs), which turns on what the faults need: the
-// append-only file, synced on every write, so that acknowledged writes
-// survive pause-kill and restart, and the DEBUG command for loading.
+// from redistest); miniredis is not supported. Start it with Launch (or
+// with ServerArgs), which turns on what the faults need: the append-only
+// file, synced on every write, so that acknowledged writes survive
+// pause-kill and restart, and the DEBUG command for loading. On a Cluster
+// with a replica per master (LaunchCluster) only pause, which stops one
+// master, and failover act; the others return ErrUnsupported.
 //
 // Usage, in the coordinator:
 //

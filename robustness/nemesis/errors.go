@@ -3,7 +3,8 @@ package nemesis
 import "errors"
 
 // ErrUnsupported is returned when the server cannot undergo the fault (a
-// cluster, miniredis, or a server started without the DEBUG command for
+// Cluster for any fault but pause and failover, a single server for
+// failover, miniredis, or a server started without the DEBUG command for
 // loading). Nothing was changed.
 var ErrUnsupported = errors.New("nemesis: fault not supported by this server")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -32,7 +33,8 @@ const (
 	// ErrUnsupported.
 	Loading Fault = "loading"
 	// Pause stops the server with SIGSTOP and continues it with SIGCONT
-	// after d: clients time out meanwhile, and then get their answers.
+	// after d: clients time out meanwhile, and then get their answers. On
+	// a Cluster it stops one master, chosen with Options.Rand.
 	Pause Fault = "pause"
 	// PauseKill stops the server with SIGSTOP, and after d kills it with
 	// SIGKILL and starts it again on the same port: clients time out, then
@@ -49,10 +51,24 @@ const (
 	// and, for a moment, are refused. What the server had acknowledged
 	// survives as with PauseKill.
 	Restart Fault = "restart"
+	// Failover makes the replica of a Cluster master, chosen with
+	// Options.Rand, take over its slots: CLUSTER FAILOVER (graceful: the
+	// master stops taking writes until the replica has caught up) or, on
+	// a coin flip, CLUSTER FAILOVER TAKEOVER (no agreement: writes the
+	// replica had not received are lost, as are those the old master
+	// takes until it learns of the new epoch). Run returns once the new
+	// master serves, the old one replicates it and every node agrees; d
+	// is not used. The Record's Detail names the mode and the slots:
+	// "TAKEOVER: 127.0.0.1:7003 took over 127.0.0.1:7000's slots
+	// 0-5460; ...". The Record starts when the replica had every write
+	// the master had acknowledged (a moment before the failover): a write
+	// a takeover lost was acknowledged within the Record. Only a Cluster
+	// with replicas (LaunchCluster) can undergo it.
+	Failover Fault = "failover"
 )
 
 // Faults returns every fault, in the order of the constants.
-func Faults() []Fault { return []Fault{Busy, OOM, Loading, Pause, PauseKill, ACL, Restart} }
+func Faults() []Fault { return []Fault{Busy, OOM, Loading, Pause, PauseKill, ACL, Restart, Failover} }
 
 // ParseFault returns the fault named s ("busy", "pause-kill", ...).
 func ParseFault(s string) (Fault, error) {
@@ -83,8 +99,22 @@ type Options struct {
 	Users []string
 
 	// RestoreTimeout bounds ending a fault (SCRIPT KILL, restoring values,
-	// restarting), which goes on after ctx ends. Default: 30s.
+	// restarting, a failover settling), which goes on after ctx ends.
+	// Default: 30s.
 	RestoreTimeout time.Duration
+
+	// Rand makes the faults' random choices on a Cluster: the master a
+	// pause stops, the master a failover replaces and whether it is a
+	// takeover. Run uses it on the calling goroutine only. Default: a
+	// source seeded at random.
+	Rand *rand.Rand
+}
+
+func (o *Options) intN(n int) int {
+	if o == nil || o.Rand == nil {
+		return rand.IntN(n)
+	}
+	return o.Rand.IntN(n)
 }
 
 func (o *Options) restoreTimeout() time.Duration {
@@ -156,10 +186,12 @@ func Run(ctx context.Context, f Fault, srv *redistest.Server, d time.Duration, o
 		inject = r.acl
 	case Restart:
 		inject = r.restart
+	case Failover:
+		inject = r.failover
 	default:
 		return r.rec, fmt.Errorf("nemesis: unknown fault %q", f)
 	}
-	if err := supported(srv); err != nil {
+	if err := supported(srv, f); err != nil {
 		return r.rec, fmt.Errorf("nemesis: %s: %w", f, err)
 	}
 	r.addr = srv.Addrs()[0]

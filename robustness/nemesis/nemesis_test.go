@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -449,6 +450,9 @@ func TestRun_endsAfterD(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, f := range nemesis.Faults() {
+			if f == nemesis.Failover {
+				continue // a Cluster's: TestRun_failover
+			}
 			before := state(t, srv.Addrs()[0])
 			rec, err := nemesis.Run(t.Context(), f, srv, d, nil)
 			if err != nil {
@@ -472,6 +476,76 @@ func TestRun_unsupported(t *testing.T) {
 		if _, err := nemesis.Run(t.Context(), f, srv, time.Second, nil); !errors.Is(err, nemesis.ErrUnsupported) {
 			t.Errorf("Run(%s) on miniredis = %v, want ErrUnsupported", f, err)
 		}
+	}
+}
+
+// TestRun_failover fails masters of a Cluster over, gracefully and by
+// takeover, and checks that the replica took over and the data stayed.
+func TestRun_failover(t *testing.T) {
+	srv := launch(t, redistest.Cluster)
+	ctx := t.Context()
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(srv.Addrs())})
+	t.Cleanup(func() { _ = rc.Close() })
+	keys := []string{"a", "b", "c", "d", "e", "f"} // on every shard
+	for _, k := range keys {
+		if err := rc.Set(ctx, k, "v"+k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := &nemesis.Options{Rand: rand.New(rand.NewPCG(1, 2))}
+	modes := map[string]int{}
+	for range 4 {
+		rec, err := nemesis.Run(ctx, nemesis.Failover, srv, 0, o)
+		if err != nil {
+			t.Fatalf("Run(failover) = %v (%+v)", err, rec)
+		}
+		var mode, to, from, slots string
+		if _, err := fmt.Sscanf(rec.Detail, "%s %s took over %s slots %s", &mode, &to, &from, &slots); err != nil {
+			t.Fatalf("Detail %q: %v", rec.Detail, err)
+		}
+		modes[mode]++
+		from = strings.TrimSuffix(from, "'s")
+		if got := role(t, to); got != "master" {
+			t.Errorf("%s after %s: %s, want master", to, rec.Detail, got)
+		}
+		if got := role(t, from); got != "slave" {
+			t.Errorf("%s after %s: %s, want slave", from, rec.Detail, got)
+		}
+		t.Logf("%v: %s", rec.End.Sub(rec.Start).Round(time.Millisecond), rec.Detail)
+	}
+	if len(modes) != 2 {
+		t.Errorf("modes %v, want both FAILOVER: and TAKEOVER:", modes)
+	}
+	for _, k := range keys {
+		// Nothing was written during the failovers: nothing is lost.
+		if got, err := rc.Get(ctx, k).Result(); got != "v"+k || err != nil {
+			t.Errorf("GET %s = %q, %v after the failovers", k, got, err)
+		}
+	}
+	if _, err := nemesis.Run(ctx, nemesis.Pause, srv, 100*time.Millisecond, o); err != nil {
+		t.Errorf("Run(pause) on a Cluster = %v", err)
+	}
+	for _, f := range []nemesis.Fault{nemesis.Busy, nemesis.OOM, nemesis.Loading, nemesis.PauseKill, nemesis.ACL, nemesis.Restart} {
+		if rec, err := nemesis.Run(ctx, f, srv, time.Second, nil); !errors.Is(err, nemesis.ErrUnsupported) || !rec.Start.IsZero() {
+			t.Errorf("Run(%s) on a Cluster = %+v, %v, want ErrUnsupported", f, rec, err)
+		}
+	}
+}
+
+// role returns what ROLE says the node at addr is.
+func role(tb testing.TB, addr string) string {
+	tb.Helper()
+	v, err := client(tb, addr, nil).Do(tb.Context(), "ROLE").Slice()
+	if err != nil || len(v) == 0 {
+		tb.Fatalf("ROLE on %s: %v, %v", addr, v, err)
+	}
+	return fmt.Sprint(v[0])
+}
+
+func TestRun_failover_notCluster(t *testing.T) {
+	srv := redistest.Start(t, redistest.Redis8)
+	if rec, err := nemesis.Run(t.Context(), nemesis.Failover, srv, 0, nil); !errors.Is(err, nemesis.ErrUnsupported) || !rec.Start.IsZero() {
+		t.Fatalf("Run(failover) on one server = %+v, %v, want ErrUnsupported", rec, err)
 	}
 }
 

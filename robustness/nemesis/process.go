@@ -8,10 +8,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 func (r *run) pause(ctx context.Context) error {
+	if r.srv.Kind == redistest.Cluster {
+		return r.pauseMaster(ctx)
+	}
 	r.rec.Start = time.Now()
 	if err := r.srv.PauseNode(0); err != nil {
 		return fmt.Errorf("nemesis: pause: %w", err)

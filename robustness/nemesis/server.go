@@ -22,13 +22,16 @@ func ServerArgs() []string {
 	return []string{"--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"}
 }
 
-// Launch starts a server of kind (Redis7, Redis8 or Valkey) for the
-// robustness suite, its files under dir; Stop ends it. It runs with
+// Launch starts a server of kind (Redis7, Redis8, Valkey or Cluster) for
+// the robustness suite, its files under dir; Stop ends it. It runs with
 // ServerArgs and an ACL file, dir/users.acl, that CreateUser and the
 // faults that restart the server save the users to: the restarted server
 // knows them before it takes its first connection, so that the workers'
-// logins never fail.
+// logins never fail. A Cluster is LaunchCluster's.
 func Launch(kind redistest.Kind, dir string) (*redistest.Server, error) {
+	if kind == redistest.Cluster {
+		return LaunchCluster(dir)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -56,12 +59,18 @@ func saveUsers(ctx context.Context, c *redis.Client) error {
 	return nil
 }
 
-// supported says whether srv is a server that Run can act on: one
-// process it started.
-func supported(srv *redistest.Server) error {
-	switch srv.Kind {
-	case redistest.Cluster, redistest.Miniredis:
+// supported says whether srv is a server that Run can act on with f: one
+// process it started, or for pause and failover a Cluster.
+func supported(srv *redistest.Server, f Fault) error {
+	switch {
+	case srv.Kind == redistest.Miniredis:
 		return fmt.Errorf("%s: %w", srv.Kind, ErrUnsupported)
+	case srv.Kind == redistest.Cluster && f != Pause && f != Failover:
+		return fmt.Errorf("%s: %w", srv.Kind, ErrUnsupported)
+	case srv.Kind == redistest.Cluster:
+		return nil
+	case f == Failover:
+		return fmt.Errorf("%s is not a Cluster: %w", srv.Kind, ErrUnsupported)
 	}
 	if n := len(srv.Addrs()); n != 1 {
 		return fmt.Errorf("%d processes: %w", n, ErrUnsupported)

@@ -39,17 +39,33 @@ func StartClusterWithReplicaOf(tb testing.TB, kind Kind, nodeTimeout time.Durati
 	return s
 }
 
+// LaunchClusterWithReplicas starts, outside a test, a Cluster (Kind
+// Cluster) of three masters with one replica each, its files under dir,
+// every node with cluster-node-timeout nodeTimeout and the extra server
+// arguments; Stop ends it. Addrs lists the masters, then their replicas
+// in the same order: Addrs()[3+i] replicates Addrs()[i] until a failover
+// swaps their roles.
+func LaunchClusterWithReplicas(kind Kind, dir string, nodeTimeout time.Duration, extra ...string) (*Server, error) {
+	return startClusterWithReplicas(kind, dir, nodeTimeout, 3, extra...)
+}
+
 func startClusterWithReplica(kind Kind, dir string, nodeTimeout time.Duration) (*Server, error) {
+	return startClusterWithReplicas(kind, dir, nodeTimeout, 1)
+}
+
+// startClusterWithReplicas starts three masters and replicas replicas,
+// the i-th of them a replica of master i.
+func startClusterWithReplicas(kind Kind, dir string, nodeTimeout time.Duration, replicas int, extra ...string) (*Server, error) {
 	bin, env := Binary(kind)
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s server binary %s (set %s): %w", kind, bin, env, errMissing)
 	}
 	s := &Server{Kind: Cluster}
-	for i := range 4 {
+	for i := range 3 + replicas {
 		// The master sends its first full copy at once, not after the 5 s
 		// a diskless sync waits by default for more replicas.
 		nd := &node{bin: bin, dir: filepath.Join(dir, strconv.Itoa(i)), nodeTimeout: nodeTimeout,
-			extra: []string{"--repl-diskless-sync-delay", "0"}}
+			extra: append([]string{"--repl-diskless-sync-delay", "0"}, extra...)}
 		if err := os.MkdirAll(nd.dir, 0o755); err != nil {
 			s.Stop()
 			return nil, err
@@ -64,15 +80,17 @@ func startClusterWithReplica(kind Kind, dir string, nodeTimeout time.Duration) (
 		s.Stop()
 		return nil, err
 	}
-	if err := s.replicate(s.nodes[3], s.nodes[0]); err != nil {
-		s.Stop()
-		return nil, err
+	for i := range replicas {
+		if err := s.replicate(s.nodes[3+i], s.nodes[i]); err != nil {
+			s.Stop()
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
 // replicate makes replica a replica of master and waits until the master
-// reports it online and every node knows it is a replica.
+// reports it online and every master knows it is a replica.
 func (s *Server) replicate(replica, master *node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -107,7 +125,7 @@ func (s *Server) replicate(replica, master *node) error {
 			c := redis.NewClient(&redis.Options{Addr: nd.addr()})
 			nodes, err := c.ClusterNodes(ctx).Result()
 			c.Close()
-			ready = err == nil && strings.Contains(nodes, "slave "+id)
+			ready = err == nil && replicaListed(nodes, replica.addr(), id)
 		}
 		if ready {
 			return nil
@@ -118,6 +136,19 @@ func (s *Server) replicate(replica, master *node) error {
 		case <-time.After(50 * time.Millisecond): // polling is the only readiness signal
 		}
 	}
+}
+
+// replicaListed says whether CLUSTER NODES output lists the node at addr
+// as a replica of the node whose ID is master (its flags may say more:
+// "slave,nofailover").
+func replicaListed(nodes, addr, master string) bool {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && strings.HasPrefix(f[1], addr+"@") && strings.Contains(","+f[2]+",", ",slave,") && f[3] == master {
+			return true
+		}
+	}
+	return false
 }
 
 // KillNode stops process i of the server (in Addrs order) at once, with
@@ -173,11 +204,20 @@ func (s *Server) WaitMaster(ctx context.Context, i int) error {
 }
 
 // ClusterFailover makes process i of a Cluster, a replica, take over its
-// master's slots, with CLUSTER FAILOVER (graceful: the master stops
-// taking writes until the replica has caught up) or, with takeover set,
-// CLUSTER FAILOVER TAKEOVER (no agreement with the master or the other
-// masters: the old master goes on taking writes until it learns of the
-// new epoch). It returns once process i says it is a master, or ctx ends.
+// master's slots, with CLUSTER FAILOVER (graceful: the master stops taking
+// writes until the replica has caught up, and the replica is elected by
+// the masters) or, with takeover set, CLUSTER FAILOVER TAKEOVER (no
+// agreement with the master or the other masters: the old master goes on
+// taking writes until it learns of the new epoch). It returns once
+// process i says it is a master, or ctx ends.
+//
+// WARNING: a graceful failover of a replica that ran an election less
+// than four node timeouts ago (at least 4 s; see Electable) does not
+// work on Redis 8.6, which keeps an election's state that long: the
+// replica logs at once that it won, under its old epoch, and the Cluster
+// turns it back into a replica within milliseconds, while its master
+// holds writes until the manual failover times out (5 s).
+// ClusterFailover may return during that moment as a master.
 func (s *Server) ClusterFailover(ctx context.Context, i int, takeover bool) error {
 	addrs := s.Addrs()
 	c := redis.NewClient(&redis.Options{Addr: addrs[i]})
@@ -186,10 +226,30 @@ func (s *Server) ClusterFailover(ctx context.Context, i int, takeover bool) erro
 	if takeover {
 		args = append(args, "TAKEOVER")
 	}
+	if !takeover {
+		s.mu.Lock()
+		s.nodes[i].elected = time.Now()
+		s.mu.Unlock()
+	}
 	if err := c.Do(ctx, args...).Err(); err != nil {
 		return fmt.Errorf("redistest: %v on %s: %w", args, addrs[i], err)
 	}
 	return s.WaitMaster(ctx, i)
+}
+
+// Electable says whether a graceful ClusterFailover of process i can be
+// won now: whether its last election, if ClusterFailover ran one, began
+// more than four node timeouts ago (at least 4 s), the time Redis keeps an
+// election's state.
+func (s *Server) Electable(i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nd := s.nodes[i]
+	timeout := 5 * time.Second
+	if nd.nodeTimeout > 0 {
+		timeout = nd.nodeTimeout
+	}
+	return time.Since(nd.elected) > 2*max(2*timeout, 2*time.Second)
 }
 
 // WaitDialsEnd waits until go-redis's background dials of closed clients'

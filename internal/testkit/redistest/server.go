@@ -75,6 +75,9 @@ type node struct {
 	// nodeTimeout, if set, is a cluster node's cluster-node-timeout (else
 	// 5 s): how long a silent master goes before its replica takes over.
 	nodeTimeout time.Duration
+	// elected is when ClusterFailover last had the node, a replica, run
+	// an election (a graceful failover); guarded by Server.mu.
+	elected time.Time
 }
 
 // Start starts a server of the given kind for tb and stops it in
