@@ -84,7 +84,7 @@ func check(h *history, o checkOptions) *result {
 	return res
 }
 
-// losesClaim are the failpoints where a pause can outlast a claim or lock
+// losesClaim says whether point is one where a pause can outlast a claim or lock
 // that nothing keeps alive then: after it is taken and before the loader
 // (and its keep-alive) starts, after the loader returned and before the
 // write, before a keep-alive's refresh. A process stalled there (a GC
@@ -93,10 +93,13 @@ func check(h *history, o checkOptions) *result {
 // after LockTTL and is taken over"). A pause elsewhere stops one
 // goroutine while its claim is kept alive or already replaced, which the
 // promises cover: it excuses nothing.
-var losesClaim = map[string]bool{
-	failpoint.CacheClaimed: true, failpoint.CacheLoaded: true,
-	failpoint.CacheRefreshClaimed: true, failpoint.CacheRefreshLoaded: true,
-	failpoint.LockObtained: true, failpoint.LockRefresh: true,
+func losesClaim(point string) bool {
+	switch point {
+	case failpoint.CacheClaimed, failpoint.CacheLoaded, failpoint.CacheRefreshClaimed, failpoint.CacheRefreshLoaded,
+		failpoint.LockObtained, failpoint.LockRefresh:
+		return true
+	}
+	return false
 }
 
 // faulted says whether any fault of the processes given (the server's
@@ -105,7 +108,7 @@ var losesClaim = map[string]bool{
 func (h *history) faulted(from, to int64, procs ...string) bool {
 	for _, list := range [][]*Record{h.faults, h.failpoints} {
 		for _, f := range list {
-			if f.Kind == kFailpoint && !losesClaim[f.Name] {
+			if f.Kind == kFailpoint && !losesClaim(f.Name) {
 				continue
 			}
 			end := f.Return

@@ -14,9 +14,11 @@ import (
 	"github.com/hotkv/stampede/internal/failpoint"
 )
 
-// traced are the points whose every firing is recorded with its time,
+// traced says whether every firing of point is recorded with its time,
 // for the checker to order an announcement and a subscription.
-var traced = map[string]bool{failpoint.CacheAnnounced: true, failpoint.CacheSubscribed: true}
+func traced(point string) bool {
+	return point == failpoint.CacheAnnounced || point == failpoint.CacheSubscribed
+}
 
 func (w *worker) enableFailpoints() (disable func()) {
 	var mu sync.Mutex
@@ -26,7 +28,7 @@ func (w *worker) enableFailpoints() (disable func()) {
 		// the trace of what the library did for it.
 		if info := infoOf(ctx); info != nil {
 			info.flag("*", name)
-			if traced[name] {
+			if traced(name) {
 				w.rec.write(Record{Kind: kFailpoint, ID: w.rec.nextID(), Op: info.id, Name: name, Detail: "trace", Call: now(), Return: now()})
 			}
 		}
