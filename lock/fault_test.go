@@ -975,3 +975,38 @@ func TestDo_faults_mutualExclusion(t *testing.T) {
 		})
 	}
 }
+
+// TestRunOnce_minHoldFromReply: an obtain whose reply is held up for longer
+// than MinHold (a black hole here; a paused server in the robustness suite,
+// which found two runs of one slot) still keeps the key MinHold after the
+// reply, so an instance that calls right after the job skips it.
+func TestRunOnce_minHoldFromReply(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := t.Context()
+		rc, set := proxiedClient(t, s, &redis.Options{MaxRetries: -1, ReadTimeout: 10 * time.Second, DisableIdentity: true})
+		slow, err := lock.New(rc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := lock.New(s.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := redistest.Key(t, "job")
+		const minHold = time.Second
+		if err := rc.Ping(ctx).Err(); err != nil { // the black hole then holds the SET, not a dial
+			t.Fatal(err)
+		}
+		set.All().BlackHole()
+		resume := time.AfterFunc(minHold+minHold/2, set.All().Resume) // the fault's length is the point
+		defer resume.Stop()
+		ran, err := slow.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil }, lock.WithMinHold(minHold))
+		if !ran || err != nil {
+			t.Fatalf("RunOnce through the black hole = %v, %v; want it to run", ran, err)
+		}
+		again, err := other.RunOnce(ctx, key, time.Minute, func(context.Context) error { return nil })
+		if again || err != nil {
+			t.Fatalf("a second instance right after the job: RunOnce = %v, %v; want it skipped (the first's MinHold counted from its delayed send)", again, err)
+		}
+	}, redistest.Redis8, redistest.Valkey)
+}

@@ -165,7 +165,8 @@ func WithRefreshEvery(d time.Duration) Option {
 	return func(s *callSettings) { s.refreshEvery, s.given = d, s.given|optRefreshEvery }
 }
 
-// WithMinHold keeps RunOnce's lock at least d after it was obtained, even
+// WithMinHold keeps RunOnce's lock at least d after it was obtained
+// (counted from the reply, so that a slow obtain does not shorten it), even
 // when the job finishes sooner, so that an instance whose clock (or
 // scheduler) is a little behind does not run the same tick again
 // (ShedLock's lockAtLeastFor). It must be between 0 and RunOnce's maxHold.

@@ -37,6 +37,12 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 	}
 	start := time.Now()
 	l, err := c.obtainWith(ctx, key, maxHold, s)
+	// MinHold counts from the reply, the latest moment the server can have
+	// set the key: counted from the send, a slow obtain (a server stalled
+	// for as long as MinHold) would leave the key held for no time at all,
+	// and an instance calling a moment later would run the job again.
+	// maxHold counts from the send, the earliest: the work ends in time.
+	obtained := time.Now()
 	if errors.Is(err, ErrNotObtained) && !ctxEnded(err) {
 		c.emit(ctx, EventSkipped, key, 0, nil)
 		return false, nil // another instance holds it: it runs or ran the job
@@ -57,7 +63,7 @@ func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration,
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		var herr error
 		// A lock not held is reported below, as lost.
-		if rest := s.minHold - time.Since(start); rest >= time.Millisecond {
+		if rest := s.minHold - time.Since(obtained); rest >= time.Millisecond {
 			herr = l.refresh(rctx, rest, false)
 		} else {
 			herr = l.release(rctx, false)
