@@ -3,6 +3,7 @@ package cache
 import (
 	"time"
 
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,4 +57,4 @@ func Joined(c *Cache, key string) int { return c.flights.Joined(c.keys(key).valu
 
 // Slot is the Cluster hash slot of the keys whose hash tag is tag (the
 // server confirms it where tests rely on it).
-func Slot(tag string) uint16 { return slot(tag) }
+func Slot(tag string) uint16 { return redisx.Slot(tag) }

@@ -231,7 +231,7 @@ func (c *Cache) slotGroups(ks []keys) [][]int {
 		bySlot := make(map[uint16]int)
 		var groups [][]int
 		for i, k := range ks {
-			s := slot(k.tag)
+			s := redisx.Slot(k.tag)
 			g, ok := bySlot[s]
 			if !ok {
 				g = len(groups)
@@ -243,21 +243,4 @@ func (c *Cache) slotGroups(ks []keys) [][]int {
 		return groups
 	}
 	return [][]int{nil}
-}
-
-// slot is the Redis Cluster hash slot of the keys whose hash tag is tag
-// (every key of an entry: NS:{tag}): CRC16 (XMODEM) of tag, mod 16384.
-func slot(tag string) uint16 {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
 }

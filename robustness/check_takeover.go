@@ -101,30 +101,13 @@ func (h *history) takeoverOf(kind, ns, key string, call, ret int64) *takeover {
 func (h *history) slotOf(kind, ns, key string) (int, bool) {
 	switch {
 	case ns == "lin" || ns == "exp":
-		return clusterSlot(redisx.Tag(key)), true
+		return int(redisx.Slot(redisx.Tag(key))), true
 	case kind == kRunOnce:
-		return clusterSlot(redisx.HashTag(fmt.Sprintf("%s:job:%s", h.prefix, key))), true
+		return int(redisx.Slot(redisx.HashTag(fmt.Sprintf("%s:job:%s", h.prefix, key)))), true
 	case kind == kPurgeTag:
-		return clusterSlot(redisx.Tag("tag\n" + key)), true
+		return int(redisx.Slot(redisx.Tag("tag\n" + key))), true
 	case kind == kPurgeURL || kind == kPost:
-		return clusterSlot(redisx.Tag("GET http://" + httpHost + key)), true
+		return int(redisx.Slot(redisx.Tag("GET http://" + httpHost + key))), true
 	}
 	return 0, false
-}
-
-// clusterSlot is the Redis Cluster hash slot of hash tag tag: CRC16
-// (XMODEM) of it, mod 16384.
-func clusterSlot(tag string) int {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc & 16383)
 }

@@ -20,6 +20,12 @@ func traced(point string) bool {
 	return point == failpoint.CacheAnnounced || point == failpoint.CacheSubscribed
 }
 
+// crashCutoff is how long before the end of traffic a worker stops
+// crashing: the processes that end the run end it cleanly, so that the
+// leak check has processes to look at (a replacement is started only
+// while more than 2 s remain).
+const crashCutoff = 4 * time.Second
+
 func (w *worker) enableFailpoints() (disable func()) {
 	var mu sync.Mutex
 	r := rand.New(rand.NewPCG(w.cfg.Seed, 0xfa11))
@@ -37,7 +43,7 @@ func (w *worker) enableFailpoints() (disable func()) {
 		d := time.Duration(r.IntN(int(lockTTL/time.Millisecond)*2)) * time.Millisecond
 		mu.Unlock()
 		switch {
-		case w.cfg.Mix.Crash && p < 2:
+		case w.cfg.Mix.Crash && p < 2 && time.Until(time.Unix(0, w.cfg.Until)) > crashCutoff:
 			rec := Record{Kind: kFailpoint, ID: w.rec.nextID(), Name: name, Detail: "crash", Call: now()}
 			if info := infoOf(ctx); info != nil {
 				rec.Op = info.id

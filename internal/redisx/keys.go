@@ -72,3 +72,20 @@ func Sibling(key, suffix string) (sibling string, ok bool) {
 	}
 	return "{" + key + "}:" + suffix, true
 }
+
+// Slot is the Redis Cluster hash slot of the keys whose hash tag is tag
+// (see HashTag): CRC16 (XMODEM) of tag, mod 16384.
+func Slot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
