@@ -13,7 +13,7 @@ import (
 // must treat conservatively.
 type cacheControl struct {
 	noStore, noCache, private, public, mustRevalidate, proxyRevalidate bool
-	mustUnderstand                                                     bool
+	mustUnderstand, onlyIfCached                                       bool
 	maxAge, sMaxAge, staleWhileRevalidate, staleIfError                time.Duration
 	hasMaxAge, hasSMaxAge                                              bool
 	broken                                                             bool
@@ -47,6 +47,8 @@ func (cc *cacheControl) flag(name string) bool {
 		cc.mustRevalidate = true
 	case "proxy-revalidate":
 		cc.proxyRevalidate = true
+	case "only-if-cached":
+		cc.onlyIfCached = true
 	default:
 		return false
 	}

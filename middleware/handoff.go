@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/loader"
 )
 
@@ -26,6 +28,7 @@ type job struct {
 	done  chan result
 	prior *response // the stored response the render revalidates, or may answer in place of a failure (GraceUntil), if any
 	seen  []tagRef  // the epochs of tag records known before the render (see registerTags)
+	x     *exchange // the request the render is for, whose look found prior; nil for a client's no-cache render
 	fwd   string    // why the render's request was forwarded, for Cache-Status: uri-miss, vary-miss, stale or request
 	// stored, called once the render is in done, waits until the cache
 	// has written it or will not, and reports which: the response says
@@ -79,7 +82,8 @@ func (h *handoff) close() *job {
 // one in its grace answers in place of a failed render (see render).
 // It never writes to x.w: it may run after x's request was answered.
 func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalidation) func(context.Context) (response, error) {
-	r, base := x.r, x.base
+	r, at := x.r, x.at
+	at.vary = vary // the Vary names of the key looked under (a revalidation's are its prior's)
 	var prior *response
 	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
 		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
@@ -96,7 +100,7 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 		var j *job
 		if h.waiting {
 			h.waiting = false
-			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, seen: seen, fwd: fwd, stored: func() bool { return <-h.stored }}
+			j = &job{ctx: ctx, done: make(chan result, 1), prior: prior, seen: seen, x: x, fwd: fwd, stored: func() bool { return <-h.stored }}
 			h.jobs <- j
 		}
 		h.mu.Unlock()
@@ -104,21 +108,35 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 			select {
 			case res := <-j.done:
 				if !errors.Is(res.err, errDeclined) {
-					if again, ok := purgedDuring(res); ok {
-						res = m.background(ctx, x, prior, again) // see registerTags
-					}
-					return m.toStore(ctx, r, base, vary, rv, res)
+					res = m.retryPurged(ctx, x, prior, res)
+					return m.toStore(ctx, r, at, rv, res)
 				}
 			case <-ctx.Done():
 				return response{}, ctx.Err()
 			}
 		}
-		res := m.background(ctx, x, prior, seen)
-		if again, ok := purgedDuring(res); ok {
-			res = m.background(ctx, x, prior, again)
-		}
-		return m.toStore(ctx, r, base, vary, rv, res)
+		res := m.retryPurged(ctx, x, prior, m.background(ctx, x, prior, seen))
+		return m.toStore(ctx, r, at, rv, res)
 	}
+}
+
+// purgeRetries bounds the renders again of a load whose renders purges
+// of their tags keep overtaking.
+const purgeRetries = 3
+
+// retryPurged returns res, the load's render, or, when a purge of one of
+// its tags may have overtaken it (see registerTags), the load's render
+// again, begun after that purge, for its waiters and the cache: again
+// while purges keep overtaking them, up to purgeRetries times.
+func (m *Middleware) retryPurged(ctx context.Context, x *exchange, prior *response, res result) result {
+	for range purgeRetries {
+		again, ok := purgedDuring(res)
+		if !ok || ctx.Err() != nil {
+			break
+		}
+		res = m.background(ctx, x, prior, again)
+	}
+	return res
 }
 
 // purgedDuring reports whether res is a render that a purge of one of its
@@ -145,7 +163,7 @@ func (m *Middleware) background(ctx context.Context, x *exchange, prior *respons
 		defer cancel()
 	}
 	start := time.Now()
-	res := m.render(nil, r.Clone(ctx), x.next, prior, seen)
+	res := m.render(nil, r.Clone(ctx), x.next, &job{prior: prior, seen: seen, x: x})
 	if m.observing() {
 		o := rendered(res)
 		o.kind, o.status = EventBackground, res.status
@@ -154,8 +172,8 @@ func (m *Middleware) background(ctx context.Context, x *exchange, prior *respons
 	return res
 }
 
-// toStore is what the loader of the key of base and vary returns for the
-// render res of r, with its lifetime set on ctx (cache.Expire).
+// toStore is what the loader of the key of at returns for the render res
+// of r, with its lifetime set on ctx (cache.Expire).
 //
 // A response that varies on headers while the key was base itself (the
 // first render of a resource, or the first since a write deleted its
@@ -172,9 +190,12 @@ func (m *Middleware) background(ctx context.Context, x *exchange, prior *respons
 // response itself is returned, to be stored under base as before: it is
 // served only to requests it matches.
 //
-// Under a variant's key (vary set) the response is stored as it is,
-// also one whose Vary changed since the marker was made: it is served
-// only to requests it matches, until the marker ends.
+// Under a variant's key (at.vary set) the response is stored as it is,
+// also one whose Vary changed since the marker was made (a deploy
+// changed what the page varies on): it is served only to requests it
+// matches, and it starts a new generation with its Vary, as a first
+// render does (see moveGeneration), so that the requests for the new
+// variants share one render each and are stored.
 //
 // A revalidation's render (rv with a key) is stored by storeRevalidated.
 //
@@ -184,7 +205,7 @@ func (m *Middleware) background(ctx context.Context, x *exchange, prior *respons
 // holds the stale response (or, with the cache's Expiry.Negative, stores
 // that nothing is there); a kept response's revalidation deletes it
 // (endRevalidated).
-func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, vary []string, rv *revalidation, res result) (response, error) {
+func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv *revalidation, res result) (response, error) {
 	var ends errEndsStored
 	switch {
 	case res.err != nil && rv != nil && errors.As(res.err, &ends):
@@ -196,25 +217,62 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, base string, 
 	case res.err != nil:
 		return res.resp, res.err
 	}
+	if len(at.vary) > 0 && len(res.resp.Vary) > 0 && !slices.Equal(at.vary, res.resp.Vary) {
+		m.moveGeneration(ctx, r, at, res)
+	}
 	if rv != nil && rv.key != "" {
-		return m.storeRevalidated(ctx, r, base, rv, res)
+		return m.storeRevalidated(ctx, r, at.base, rv, res)
 	}
 	cache.Expire(ctx, res.fresh, res.stale)
-	if len(res.resp.Vary) == 0 || len(vary) > 0 {
+	if len(res.resp.Vary) == 0 || len(at.vary) > 0 {
 		return res.resp, nil
 	}
 	gen := res.resp.Version
-	key := variantKey(generationBase(base, gen), res.resp.Vary, r)
+	key := variantKey(generationBase(at.base, gen), res.resp.Vary, r)
 	err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
 	if err != nil {
 		return res.resp, nil
 	}
+	cache.Expire(ctx, markerLife(res), 0) // never stale: a refresh would start a generation
+	return generationMarker(&res.resp), nil
+}
+
+// markerLife is how long the marker of a generation begun by res lives:
+// twice as long as the response (it is a few bytes), so that the
+// variants rendered after it in its generation mostly end by themselves.
+func markerLife(res result) time.Duration {
 	life := res.fresh + res.stale // no overflow: see render
 	if life < century {
 		life *= 2
 	}
-	cache.Expire(ctx, life, 0) // never stale: a refresh would start a generation
-	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: gen}, nil
+	return life
+}
+
+// generationMarker is the marker of the generation that resp begins: its
+// times and Vary, its Version, and nothing else (see toStore).
+func generationMarker(resp *response) response {
+	return response{Stored: resp.Stored, FreshUntil: resp.FreshUntil, Vary: resp.Vary, Version: resp.Version}
+}
+
+// moveGeneration starts a new generation of at.base's variants with res,
+// a render of r under the variant's key at.key whose Vary is not the one
+// of at's generation (a deploy changed what the page varies on): res is
+// stored under its variant's key in the generation of its Version, and
+// base's marker is replaced with that generation's, if it still is
+// at's (SetIfUnchanged: a purge, a write's invalidation, or another
+// render that moved it meanwhile, wins). Failures leave the marker as it
+// was: the page is then served as before the move, to the requests
+// each variant matches.
+func (m *Middleware) moveGeneration(ctx context.Context, r *http.Request, at place, res result) {
+	mk, found, err := engine.Peek[response](ctx, m.e, at.base) // not counted: the check of a write
+	if err != nil && !errors.Is(err, cache.ErrStale) || !mk.marker() || mk.Version != at.gen || !slices.Equal(mk.Vary, at.vary) {
+		return
+	}
+	key := variantKey(generationBase(at.base, res.resp.Version), res.resp.Vary, r)
+	if cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)) != nil {
+		return
+	}
+	_ = m.e.SetIfUnchanged(ctx, at.base, generationMarker(&res.resp), found.Raw, markerLife(res), 0)
 }
 
 // lookup is one GetOrLoad call for a request, as far as the request has
@@ -329,7 +387,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 			j.done <- result{err: errNotStored{reasonPanicked}}
 		}
 	}()
-	res := m.render(pw, r.WithContext(ctx), next, j.prior, j.seen)
+	res := m.render(pw, r.WithContext(ctx), next, j)
 	if res.err == nil && j.ctx.Err() != nil {
 		// The load timed out (its waiters have been told) while the client
 		// kept waiting: this response is the client's alone.

@@ -127,6 +127,10 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			reason = "no key for the request"
 		}
 	}
+	onlyIfCached := parseCacheControl(r.Header["Cache-Control"]).onlyIfCached
+	if reason != "" && onlyIfCached && safeMethod(r.Method) {
+		return m.notCached(w, "BYPASS", "a bypass with only-if-cached")
+	}
 	if reason != "" {
 		m.setStatus(w.Header(), bypassStatus(reason))
 		if m.o.NoInvalidation || safeMethod(r.Method) {
@@ -138,6 +142,10 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
+	if onlyIfCached {
+		x := &exchange{w: w, r: r, next: next, base: base, route: route, onlyIfCached: true}
+		return m.serveExchange(x)
+	}
 	if m.o.AllowNoCache && clientNoCache(r) {
 		if ranged(r) {
 			// A new render of a range for this client alone: the
@@ -147,9 +155,28 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			next.ServeHTTP(w, r)
 			return outcome{kind: EventBypass, reason: "range request with the client's no-cache"}
 		}
-		return m.renderAndStore(w, r, next, base)
+		return m.renderAndStore(w, r, next, base, route)
 	}
 	return m.serve(w, r, next, base, route)
+}
+
+// place is where a request for base looks, as far as this process
+// knows: base's key itself, or, for a response with Vary, the variant's
+// key in base's generation gen of the Vary names vary (see vary.go).
+type place struct {
+	base, key string
+	vary      []string
+	gen       uint64
+}
+
+// placeOf is where a request r for base looks now (see varyIndex).
+func (m *Middleware) placeOf(base string, r *http.Request) place {
+	vary, gen := m.vary.get(base)
+	at := place{base: base, key: base, vary: vary, gen: gen}
+	if len(vary) > 0 {
+		at.key = variantKey(generationBase(base, gen), vary, r)
+	}
+	return at
 }
 
 // exchange is one request on its way through serve: what each step of
@@ -162,6 +189,12 @@ type exchange struct {
 	route string   // r's Event.Route
 	seen  []tagRef // the epochs of the tags of a purged page r found, for its render (see registerTags)
 	fwd   string   // Cache-Status fwd of a render for r: uri-miss, or vary-miss when its URL has a stored response with Vary
+
+	at place // where the look in progress looks
+
+	// onlyIfCached: r says only-if-cached (RFC 9111 5.2.1.7): it is
+	// answered from storage or with a 504, never by a render.
+	onlyIfCached bool
 }
 
 // step is what a step of serve leaves to do.
@@ -176,20 +209,25 @@ const (
 
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	x := &exchange{w: w, r: r, next: next, base: base, route: route}
+	return m.serveExchange(&exchange{w: w, r: r, next: next, base: base, route: route})
+}
+
+// serveExchange answers x.r through the cache; see Handler.
+func (m *Middleware) serveExchange(x *exchange) outcome {
+	w, r, next := x.w, x.r, x.next
 	// A look for the Vary this process knows, one more when the base's
 	// marker names another Vary or generation, one under the variant's
 	// key after a render that made the marker, and one for going back to
 	// the key after a revalidation a write overtook (see revalidate).
 	looked := false // a look was made in the current generation: GetOrLoad counted r then
 	for attempt := 0; attempt < 4; attempt++ {
-		vary, gen := m.vary.get(base)
-		key := base
+		x.at = m.placeOf(x.base, r)
+		key, vary := x.at.key, x.at.vary
 		x.fwd = "uri-miss"
 		if len(vary) > 0 {
-			key, x.fwd = variantKey(generationBase(base, gen), vary, r), "vary-miss"
+			x.fwd = "vary-miss"
 		}
-		p, current := m.find(r.Context(), base, key, vary, gen)
+		p, current := m.find(r.Context(), x.at)
 		if !current {
 			continue // the index now holds what base's marker says
 		}
@@ -209,6 +247,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		p.counted = looked
 		looked = true
 		o, s := m.fromStored(x, key, vary, &p)
+		if s == stepOn && x.onlyIfCached {
+			o, s = m.fromStoredOnly(x, &p)
+		}
 		if s == stepOn {
 			o, s = m.throughCache(x, key, vary, &p)
 		}
@@ -219,9 +260,41 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			break
 		}
 	}
+	if x.onlyIfCached {
+		return m.notCached(w, "MISS", "only-if-cached")
+	}
 	m.setStatus(w.Header(), status{x: "BYPASS", fwd: "vary-miss", detail: "no-variant"})
 	next.ServeHTTP(w, r)
 	return outcome{kind: EventBypass, reason: "no stored variant matches the request"}
+}
+
+// fromStoredOnly answers x, which says only-if-cached, with p, what a
+// look found that fromStored did not answer with: a stale response,
+// when it may be served stale, or a 504.
+func (m *Middleware) fromStoredOnly(x *exchange, p *peeked) (outcome, step) {
+	if errors.Is(p.err, cache.ErrStale) && p.resp.matches(x.r) && !p.resp.mustRevalidate(m.now()) {
+		if !p.counted {
+			p.found.Count()
+		}
+		m.write(x.w, x.r, &p.resp, statusStale)
+		return outcome{kind: EventStale}, stepDone
+	}
+	return m.notCached(x.w, "MISS", "only-if-cached"), stepDone
+}
+
+// notCached answers a request that says only-if-cached, and that no
+// stored response answers, with 504 (RFC 9111 5.2.1.7): a response this
+// cache makes, which carries the status header (x) but no Cache-Status
+// (RFC 9211 2).
+func (m *Middleware) notCached(w http.ResponseWriter, x, reason string) outcome {
+	h := w.Header()
+	if m.statusHeader != "-" {
+		h[m.statusHeader] = []string{x}
+	}
+	h.Set("Content-Length", "0")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusGatewayTimeout)
+	return outcome{kind: EventBypass, reason: reason}
 }
 
 // fromStored answers r from p, what a look under key found, if it can:
@@ -231,6 +304,9 @@ func (m *Middleware) fromStored(x *exchange, key string, vary []string, p *peeke
 	cached, r := &p.resp, x.r
 	if cached.RevalidateFrom != 0 && (errors.Is(p.err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
 		cached.matches(r) && cached.mustRevalidate(m.now()) {
+		if x.onlyIfCached {
+			return m.notCached(x.w, "MISS", "only-if-cached"), stepDone
+		}
 		// Kept past its stale window, or a no-cache response
 		// (RevalidateNoCache, never fresh): never served without a
 		// revalidation, which one request in the cluster makes. (Any
@@ -295,8 +371,13 @@ func (m *Middleware) loaded(x *exchange, key string, resp *response) (outcome, s
 		// again under the variant's key.
 		m.vary.put(x.base, resp.Vary, resp.Version)
 		return outcome{}, stepAgain
+	case !resp.matches(x.r) && len(x.at.vary) > 0 && !slices.Equal(resp.Vary, x.at.vary):
+		// A response whose Vary changed, for other header values: its
+		// render moved the page to a new generation (see
+		// moveGeneration), where the next look goes.
+		return outcome{}, stepAgain
 	case !resp.matches(x.r):
-		return outcome{}, stepStop // a response whose Vary changed, for other header values
+		return outcome{}, stepStop
 	case len(resp.Tags) > 0:
 		if !m.live(x.r.Context(), resp) {
 			return outcome{}, stepAgain // purged since: the next look drops it (see serve)
@@ -354,7 +435,8 @@ type peeked struct {
 // key is base and holds a marker. The index then holds what the marker
 // says (nothing, without one), and r looks again. A failed read of the
 // marker leaves the index as it is.
-func (m *Middleware) find(ctx context.Context, base, key string, vary []string, gen uint64) (p peeked, current bool) {
+func (m *Middleware) find(ctx context.Context, at place) (p peeked, current bool) {
+	base, key, vary, gen := at.base, at.key, at.vary, at.gen
 	if len(vary) == 0 {
 		p.resp, p.found, p.err = engine.Peek[response](ctx, m.e, key)
 		if (p.err == nil || errors.Is(p.err, cache.ErrStale)) && p.resp.marker() {

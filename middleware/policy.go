@@ -271,19 +271,18 @@ func (m *Middleware) freshness(status int, h http.Header, cc, sc cacheControl, r
 
 // staleWindow is how long past its freshness a response with
 // Cache-Control cc, fresh for fresh more when received, may be served
-// stale: its own stale-while-revalidate or stale-if-error, else
-// Freshness.Stale; none with must-revalidate or proxy-revalidate.
+// stale while one render refreshes it: its own stale-while-revalidate,
+// else Freshness.Stale; none with must-revalidate or proxy-revalidate.
+// Its stale-if-error is no part of it: that lets it answer only when the
+// refresh fails (RFC 5861 4, RFC 9111 4.2.4), see graceFor.
 func (m *Middleware) staleWindow(cc cacheControl, fresh time.Duration) time.Duration {
 	stale := m.o.Freshness.Stale
-	if cc.staleWhileRevalidate > 0 || cc.staleIfError > 0 {
-		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
-	}
-	if cc.hasSMaxAge {
+	if cc.staleWhileRevalidate > 0 || cc.hasSMaxAge {
 		// RFC 9111 5.2.2.10: s-maxage implies proxy-revalidate, so
 		// Freshness.Stale (this cache's own leave to serve stale) does not
-		// apply; the response's own stale-while-revalidate or
-		// stale-if-error still do, as CDNs honour them with s-maxage.
-		stale = max(cc.staleWhileRevalidate, cc.staleIfError)
+		// apply; the response's own stale-while-revalidate still does, as
+		// CDNs honour it with s-maxage.
+		stale = cc.staleWhileRevalidate
 	}
 	if cc.mustRevalidate || cc.proxyRevalidate {
 		stale = 0

@@ -109,7 +109,7 @@ func TestStorable_rules(t *testing.T) {
 
 		// The stale window.
 		{name: "StaleTTL", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: 30 * time.Second}}, status: 200, lifetime: minute, staleness: 30 * time.Second},
-		{name: "stale-while-revalidate and stale-if-error", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, stale-while-revalidate=10, stale-if-error=20"}}, lifetime: minute, staleness: 20 * time.Second},
+		{name: "stale-if-error is no stale window", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, stale-while-revalidate=10, stale-if-error=20"}}, lifetime: minute, staleness: 10 * time.Second},
 		{name: "s-maxage drops StaleTTL", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60"}}, lifetime: minute},
 		{name: "s-maxage keeps stale-while-revalidate", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"s-maxage=60, stale-while-revalidate=15"}}, lifetime: minute, staleness: 15 * time.Second},
 		{name: "must-revalidate", o: Options{Freshness: FreshnessPolicy{TTL: minute, Stale: time.Hour}}, status: 200, header: http.Header{"Cache-Control": {"max-age=60, must-revalidate, stale-if-error=20"}}, lifetime: minute},

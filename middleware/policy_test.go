@@ -151,7 +151,7 @@ func TestMiddleware_ttl(t *testing.T) {
 		{"quoted and upper case", `MAX-AGE="45"`, middleware.Options{}, 45 * time.Second, 0},
 		{"Options.StaleTTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 15 * time.Second},
 		{"stale-while-revalidate over StaleTTL", "max-age=50, stale-while-revalidate=20", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 20 * time.Second},
-		{"larger of the stale windows", "max-age=50, stale-while-revalidate=20, stale-if-error=40", middleware.Options{}, 50 * time.Second, 40 * time.Second},
+		{"stale-if-error kept past stale-while-revalidate", "max-age=50, stale-while-revalidate=20, stale-if-error=40", middleware.Options{}, 50 * time.Second, 60 * time.Second},
 		{"must-revalidate: no stale", "max-age=50, must-revalidate, stale-while-revalidate=20", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},
 		{"proxy-revalidate: no stale", "max-age=50, proxy-revalidate", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},
 		{"s-maxage: no StaleTTL", "s-maxage=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 0},

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/failpoint"
 )
 
@@ -27,9 +29,10 @@ import (
 // selects) makes it render again without conditions. Any other answer
 // is a new response.
 //
-// seen are the epochs of tag records known before the render began (see
-// registerTags).
-func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, seen []tagRef) result {
+// j.seen are the epochs of tag records known before the render began (see
+// registerTags). Only j's prior, seen and x are read.
+func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) result {
+	prior, seen := j.prior, j.seen
 	// A HEAD routed to a handler of its own (a HEAD route) is rendered by
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
@@ -52,9 +55,11 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if reason == "" {
 		reason = renderRefusal(r, rr, rec, headRoute, freshening, handlerETag, lifetime)
 	}
-	if reason != "" && prior != nil && rec.status >= 500 && !rec.passing && prior.graceful(responded) {
+	if reason != "" && prior != nil && rec.status >= 500 && !rec.passing && prior.graceful(responded) &&
+		m.holds(rr.Context(), j.x, prior) {
 		// The render that would replace prior failed, within prior's
-		// grace: prior answers instead (see renderFor and revalidate).
+		// grace, and prior is still stored: prior answers instead (see
+		// renderFor and revalidate).
 		return result{err: errFailedGraceful{errNotStored{reason}}, status: rec.status}
 	}
 	var tags []tagRef
@@ -308,15 +313,20 @@ type errFailedGraceful struct{ errNotStored }
 func (e errFailedGraceful) Unwrap() error { return e.errNotStored }
 
 // graceFor is how long a response with header h (canonical) is kept
-// past its stale window to answer in place of a failed render
-// (Freshness.StaleIfError): 0 when its directives forbid serving it
-// stale.
+// past its stale window to answer in place of a failed render: its own
+// stale-if-error (RFC 5861 4), or Freshness.StaleIfError, whichever is
+// longer; 0 when its directives forbid serving it stale (s-maxage forbids
+// this cache's own leave, not the response's).
 func (m *Middleware) graceFor(h http.Header) time.Duration {
 	cc := m.responseControl(h)
-	if m.o.Freshness.StaleIfError <= 0 || cc.mustRevalidate || cc.proxyRevalidate || cc.noCache || cc.hasSMaxAge {
+	if cc.mustRevalidate || cc.proxyRevalidate || cc.noCache {
 		return 0
 	}
-	return m.o.Freshness.StaleIfError
+	grace := cc.staleIfError
+	if !cc.hasSMaxAge {
+		grace = max(grace, m.o.Freshness.StaleIfError)
+	}
+	return grace
 }
 
 // errEndsStored is the error of a render whose response may not be stored
@@ -332,28 +342,43 @@ func (e errEndsStored) Unwrap() error { return e.errNotStored }
 const century = 100 * 365 * 24 * time.Hour
 
 // renderAndStore renders r itself (a client's no-cache) and stores the
-// response if it may be stored.
-func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base string) outcome {
+// response in place of the one stored for r, if it may be stored and
+// the key still holds that one when the render ends: a purge, a write's
+// invalidation or another render meanwhile wins (SetIfUnchanged; see
+// purgerule.go). With nothing stored for r there is nothing to
+// bypass: r is a miss like any other (serve), which renders under the
+// cache's claim, or shares the render in flight.
+func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
+	x := &exchange{w: w, r: r, next: next, base: base, route: route}
+	var p peeked
+	for range 2 { // again if the index changed (see find)
+		x.at = m.placeOf(base, r)
+		var current bool
+		if p, current = m.find(r.Context(), x.at); current {
+			break
+		}
+	}
+	if p.err != nil && !errors.Is(p.err, cache.ErrStale) || p.found.Raw == nil || p.resp.marker() {
+		return m.serveExchange(x)
+	}
 	// Nobody waits for this render: it lives and dies with its client.
 	// It is stored before its answer goes out (see renderFor), which then
 	// says whether it was.
-	j := &job{ctx: r.Context(), done: make(chan result, 1), fwd: "request"}
+	j := &job{ctx: r.Context(), done: make(chan result, 1), seen: p.resp.Tags, fwd: "request"}
 	var err error
 	j.stored = func() bool {
 		res := <-j.done
-		key := base
-		if len(res.resp.Vary) > 0 {
-			// Under its variant's key in the generation this process
-			// knows; with none known for its Vary it is its client's
-			// alone (a marker is made by a render the others wait for,
-			// see toStore). An old generation's key is read by nobody.
-			vary, gen := m.vary.get(base)
-			if !slices.Equal(vary, res.resp.Vary) {
-				return false
-			}
-			key = variantKey(generationBase(base, gen), vary, r)
+		if !slices.Equal(x.at.vary, res.resp.Vary) {
+			// Another Vary than the key's generation: its client's
+			// alone (a new generation is made by a render the others
+			// wait for, see toStore).
+			return false
 		}
-		err = cache.Set(r.Context(), m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale))
+		err = m.e.SetIfUnchanged(r.Context(), x.at.key, res.resp, p.found.Raw, max(res.fresh, time.Millisecond), res.stale)
+		if errors.Is(err, engine.ErrChanged) {
+			err = nil // purged, invalidated or rendered again meanwhile: that stands
+			return false
+		}
 		return err == nil
 	}
 	res := m.renderFor(w, r, next, j, w)

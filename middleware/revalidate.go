@@ -167,7 +167,7 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	if err := r.Context().Err(); err != nil {
 		return outcome{kind: EventCanceled, err: err}, false // the client is gone
 	}
-	if err := l.res.err; err != nil && prior.graceful(m.now()) && renderFailed(err) {
+	if err := l.res.err; err != nil && prior.graceful(m.now()) && renderFailed(err) && m.holds(r.Context(), x, prior) {
 		// The revalidation failed (here or in another process), or
 		// took longer than WaitTimeout, within prior's grace
 		// (Freshness.StaleIfError): prior answers.

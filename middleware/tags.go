@@ -257,14 +257,16 @@ func (e errPurgedDuringRender) Unwrap() error { return e.errNotStored }
 // (with purged set) a purge may have overtaken the render.
 func (m *Middleware) registerTags(ctx context.Context, tags []string, requested time.Time, seen []tagRef) (refs []tagRef, reason string, purged bool) {
 	type got struct {
-		st  tagStamp
-		err error
+		st   tagStamp
+		err  error
+		lost bool // no record was found
 	}
 	gots := make([]got, len(tags))
 	m.eachTag(len(tags), func(i int) {
 		key := tagKey(tags[i])
 		st, _, err := engine.Peek[tagStamp](ctx, m.e, key)
-		if errors.Is(err, cache.ErrMiss) {
+		lost := errors.Is(err, cache.ErrMiss)
+		if lost {
 			// The first page of the tag (or the first since its record
 			// ended): make it. A purge at the same time wins (a Set
 			// overtakes a load), and is then what this reads.
@@ -272,7 +274,7 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 				return tagStamp{Epoch: rand.Uint64()}, nil
 			}, cache.WithTTL(m.tagLife))
 		}
-		gots[i] = got{st, err}
+		gots[i] = got{st, err, lost}
 	})
 	refs = make([]tagRef, len(tags))
 	began := requested.UnixMilli()
@@ -283,8 +285,15 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		refs[i] = tagRef{Name: tags[i], Epoch: g.st.Epoch}
 	}
 	for i, ref := range refs {
-		if epochOf(seen, ref.Name) == ref.Epoch {
+		known := epochOf(seen, ref.Name)
+		if known == ref.Epoch {
 			continue // no purge since before the render
+		}
+		if known != 0 && gots[i].lost {
+			// The record known before the render is gone: it expired or
+			// was evicted, or a failover lost it, maybe with a purge
+			// during the render. Purged at a time nobody knows.
+			return refs, "tags: the record of " + fmt.Sprintf("%q", ref.Name) + " was lost during the render", true
 		}
 		if st := gots[i].st; st.PurgedAt != 0 && began <= st.PurgedAt+m.tagSkew.Milliseconds() {
 			return refs, "tags: " + fmt.Sprintf("%q", ref.Name) + " was purged during the render", true
