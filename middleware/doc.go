@@ -65,10 +65,16 @@
 // these and the other fields a shared cache in front of an origin needs
 // together. A response with
 // Vary is stored under its variant's key; the plain key then holds a
-// marker naming the Vary headers, which is never served. Responses that flush, hijack, panic or
+// marker naming the Vary headers, which is never served. Responses that hijack, panic or
 // answer 5xx are passed through and never stored; bodies over
 // Options.StoreLimit (which must fit the cache's MaxValueSize) stream
-// through without being buffered whole.
+// through without being buffered whole. A flush is a hint, not a refusal
+// to be stored: a response that may be stored is kept until the handler
+// returns and stored if it is complete within StoreLimit (so a chunked
+// response through httputil.ReverseProxy, which flushes after every
+// write, is stored); one that is never stored (an event stream,
+// Content-Type text/event-stream, or one the rules refuse by its status
+// and header at the flush) streams to its client as it is written.
 //
 // # The key
 //

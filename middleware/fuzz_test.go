@@ -302,6 +302,7 @@ func FuzzMiddleware(f *testing.F) {
 const (
 	renderHeadRoute = 1 << iota // a "HEAD /" ServeMux route of its own, asked first
 	renderHeadFirst             // a HEAD is the first request (answered by the GET route without renderHeadRoute)
+	renderFlush                 // the GET handler flushes halfway through its body (a hint: it is stored all the same)
 )
 
 // fuzzMethodRequest parses a request as net/http's server does, or
@@ -318,12 +319,13 @@ func fuzzMethodRequest(method, target, host string) (*http.Request, bool) {
 }
 
 // FuzzRender: whatever length a handler declares for the body it writes
-// (short bodies, long ones), whether a HEAD comes first and whether it
-// has a route of its own, and whatever Location a write is answered
-// with, a response served from the cache is complete (as long as its
-// Content-Length and as the handler declared it), rendered for a GET of
-// its URL, and a write evicts the URL its Location resolves to against
-// the write's URL.
+// (short bodies, long ones), whether it flushes halfway, whether a HEAD
+// comes first and whether it has a route of its own, and whatever
+// Location a write is answered with, a response served from the cache is
+// complete (as long as its Content-Length and as the handler declared
+// it), rendered for a GET of its URL, and a write evicts the URL its
+// Location resolves to against the write's URL. A complete response that
+// flushed is stored all the same (a flush is a hint).
 func FuzzRender(f *testing.F) {
 	for _, seed := range []struct {
 		target, body, location string
@@ -344,6 +346,9 @@ func FuzzRender(f *testing.F) {
 		{"/items/1", "x", "https://HOST/items/2", 0, 0},
 		{"/items/1", "x", "http://HOST/items/2#f", 0, 0},
 		{"/a/b/c", "x", "./../../d?e", -1, renderHeadRoute | renderHeadFirst},
+		{"/f", "flushed", "", 0, renderFlush},
+		{"/f", "flushed", "", -2, renderFlush},
+		{"/f", "flushed", "", 4, renderFlush | renderHeadFirst},
 	} {
 		f.Add(seed.target, seed.body, seed.location, seed.delta, seed.form)
 	}
@@ -371,6 +376,11 @@ func FuzzRender(f *testing.F) {
 			w.Header().Set("Cache-Control", "max-age=60")
 			if n := len(page) + int(delta); delta != 0 && n >= 0 {
 				w.Header().Set("Content-Length", fmt.Sprint(n))
+			}
+			if form&renderFlush != 0 {
+				_, _ = fmt.Fprint(w, page[:len(page)/2])
+				_ = http.NewResponseController(w).Flush()
+				page = page[len(page)/2:]
 			}
 			_, _ = fmt.Fprint(w, page)
 		})
@@ -426,6 +436,10 @@ func FuzzRender(f *testing.F) {
 				return
 			}
 			complete(rec, target)
+			if cs := rec.Header().Get("Cache-Status"); form&renderFlush != 0 && delta == 0 && strings.Contains(cs, "not-stored") {
+				// A flush is a hint: a complete response is stored all the same.
+				t.Errorf("GET %q, flushed: Cache-Status %q", target, cs)
+			}
 		}
 
 		// A write answered with location evicts what it resolves to, on

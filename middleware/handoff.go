@@ -425,7 +425,7 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 // the waiters share, which then ends with the load (LoadTimeout); a
 // client still connected when LoadTimeout ends the load keeps its own
 // render going, as it would without the cache. Once the render passes
-// its response through to the client (it flushed, or outgrew StoreLimit:
+// its response through to the client (it streamed, or outgrew StoreLimit:
 // see giveToClient), nobody else can use it and it ends with its client.
 // stop releases what the context holds; call it once the render is over.
 func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
@@ -476,7 +476,8 @@ var sharedRenderKey = &ctxKey{"shared-render"}
 // renderContext, end with its client from now on (at once if the client
 // has gone): its response is passed through to that client and stored
 // for nobody, so nobody else waits for it. A streaming handler (one that
-// flushes) thus stops when its client goes, as without the cache.
+// flushes what is never stored) thus stops when its client goes, as
+// without the cache.
 func giveToClient(ctx context.Context) {
 	sr, _ := ctx.Value(sharedRenderKey).(*sharedRender)
 	if sr == nil {

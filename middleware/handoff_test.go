@@ -471,14 +471,16 @@ func TestMiddleware_renderOutlastsLoad(t *testing.T) {
 	b.get(t, "/ol").check(t, 200, "MISS", "render-2")
 }
 
-// TestMiddleware_clientGone_streaming: a render that flushes (a stream,
-// passed through to its client and stored for nobody) ends with its
-// client, as without the cache, not with the load's much later timeout.
+// TestMiddleware_clientGone_streaming: a render that streams (an event
+// stream that flushes, passed through to its client and stored for
+// nobody) ends with its client, as without the cache, not with the
+// load's much later timeout.
 func TestMiddleware_clientGone_streaming(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testContext(t, 20*time.Second)
 	flushed, ended := make(chan struct{}), make(chan struct{})
 	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "event: tick\n\n")
 		http.NewResponseController(w).Flush()
 		close(flushed)

@@ -101,7 +101,8 @@ func TestMiddleware_Observer_status(t *testing.T) {
 		case "/hints":
 			w.WriteHeader(http.StatusEarlyHints)
 			w.WriteHeader(http.StatusNotFound)
-		case "/flush":
+		case "/flush": // a stream: passed through at the flush
+			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "x")
 			if err := http.NewResponseController(w).Flush(); err != nil {
 				panic(err)

@@ -22,7 +22,12 @@ type Options struct {
 	Keys KeyPolicy
 
 	// StoreLimit is the largest body stored; larger bodies stream through
-	// without being buffered whole and are not stored. A stored response
+	// without being buffered whole and are not stored. A handler's flush
+	// does not change that: it is a hint, and a response that may be
+	// stored is held (nothing sent) until it completes within StoreLimit
+	// or outgrows it; only one that is never stored (an event stream, or
+	// one the rules refuse by its status and header at the flush) streams
+	// from the flush on. A stored response
 	// is its body plus its headers, encoded by the cache's Codec, and must
 	// fit the cache's MaxValueSize: New refuses a StoreLimit above
 	// MaxValueSize less 16 KiB kept for the headers, and a response whose
@@ -52,7 +57,10 @@ type Options struct {
 	// with this status and header may be stored. The rules a shared cache
 	// must follow (no-store, private, Set-Cookie, Vary: *; never a 5xx
 	// other than 501, nor a 304 or 412, which answer one request's
-	// conditions, nor a 206) apply either way.
+	// conditions, nor a 206) apply either way. It may be asked more than
+	// once for one response: at each flush of the handler's, with the
+	// status and a copy of the header as they stand (a no streams the
+	// response from there), and when the handler returns.
 	ShouldCache func(status int, header http.Header) bool
 
 	// SurrogateControl honours the response's Surrogate-Control field (as

@@ -7,13 +7,16 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 )
 
 // recorder captures a handler's response so that it can be stored. It
-// holds at most limit body bytes: past that, or when the handler flushes
-// or hijacks, it turns into a pass-through to the real ResponseWriter (if
-// there is one) and the response is not stored. It never writes after the
-// handler has returned: the middleware does that.
+// holds at most limit body bytes: past that, or when the handler hijacks,
+// or flushes a response that cannot be stored anyway (see Flush), it
+// turns into a pass-through to the real ResponseWriter (if there is one)
+// and the response is not stored. A flush of a response that may still be
+// stored is a hint about latency only: the recorder goes on recording. It
+// never writes after the handler has returned: the middleware does that.
 type recorder struct {
 	w      http.ResponseWriter // nil when rendering in the background
 	limit  int
@@ -30,6 +33,11 @@ type recorder struct {
 	passing bool                // headers and body go straight to w; nothing is stored
 	reason  string              // why the response cannot be stored, if it cannot
 	onPass  func(h http.Header) // adds headers when switching to pass-through
+
+	// refuses says why the response, as its status and header stand,
+	// cannot be stored whatever the handler writes next, or "" (see
+	// Flush); nil: only an event stream cannot.
+	refuses func() string
 }
 
 func newRecorder(w http.ResponseWriter, limit int) *recorder {
@@ -133,8 +141,15 @@ func (rec *recorder) held() bool {
 	return rec.revalidating && rec.status == http.StatusNotModified && !rec.passing
 }
 
-// Flush makes the response streaming: it is passed through, not stored.
-// A held 304 stays held: it has nothing to stream.
+// Flush is a hint about latency, not a refusal to be stored. A response
+// that may still be stored goes on being recorded: nothing is sent, it is
+// stored if it completes within the limit (past it, it passes through,
+// see Write), and its client gets it when the render ends, as for any
+// stored render. A response that cannot be stored anyway, as its status
+// and header stand at the flush (an event stream, or one the storage
+// rules refuse: see refuses), passes through at once and is flushed, so
+// that a stream reaches its client as it is written. A held 304 stays
+// held: it has nothing to stream.
 func (rec *recorder) Flush() {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
@@ -142,10 +157,54 @@ func (rec *recorder) Flush() {
 	if rec.held() {
 		return
 	}
-	rec.pass("the handler flushed")
+	if !rec.passing {
+		reason := ""
+		switch {
+		case eventStream(rec.header):
+			reason = "an event stream (text/event-stream)"
+		case rec.refuses != nil:
+			reason = rec.refuses()
+		}
+		if reason == "" {
+			return // kept: stored when it completes
+		}
+		rec.pass(reason)
+	}
 	if rec.w != nil {
 		_ = http.NewResponseController(rec.w).Flush()
 	}
+}
+
+// eventStream reports whether h (the handler's, in any letter case) says
+// the body is a stream of Server-Sent Events: Content-Type
+// text/event-stream, with any parameters, in any case. Such a response is
+// never complete until its handler returns, so it always streams.
+func eventStream(h http.Header) bool {
+	for k, vs := range h {
+		if len(vs) == 0 || !strings.EqualFold(k, "Content-Type") {
+			continue
+		}
+		mt, _, _ := strings.Cut(vs[0], ";")
+		if strings.EqualFold(strings.Trim(mt, " \t"), "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// flushRefusal says why the response rec records for r cannot be
+// stored, judged as the storage rules (storable) judge it at the end
+// of the render, on its status and header as they stand now, or "". It
+// is rec.refuses for a render (see run). The body so far counts towards
+// the size limits; the rules that need the whole body or the render's
+// end (an incomplete body, the request ending) are left to the end.
+func (m *Middleware) flushRefusal(r *http.Request, rec *recorder) string {
+	h := rec.header
+	defer func() { rec.header = h }()
+	rec.header = h.Clone() // storable merges the letter cases of the names
+	now := m.now()
+	reason, _, _, _ := m.storable(r, rec, now, now)
+	return reason
 }
 
 // Hijack hands the connection to the handler; nothing is stored.

@@ -123,56 +123,171 @@ func TestMiddleware_storeLimitBoundary(t *testing.T) {
 	}
 }
 
-// TestMiddleware_flush: a handler that flushes streams to its client
-// before it returns, is not stored, and a request waiting for its render
-// renders for itself.
-func TestMiddleware_flush(t *testing.T) {
+// TestMiddleware_flushStored: a flush is a hint about latency, not a
+// refusal to be stored (issue 39): a handler that writes a chunk, flushes
+// and writes another, without Content-Length (chunked, as
+// httputil.ReverseProxy flushes it), with max-age, is stored whole.
+func TestMiddleware_flushStored(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		fmt.Fprintf(w, "first-%d;", renders.Add(1))
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			panic(err)
+		}
+		fmt.Fprint(w, "second")
+	}), nil)
+	b.get(t, "/fs").check(t, 200, "MISS", "first-1;second")
+	b.get(t, "/fs").check(t, 200, "HIT", "first-1;second")
+	if n := renders.Load(); n != 1 {
+		t.Errorf("%d renders, want 1", n)
+	}
+}
+
+// TestMiddleware_flush_buffered: a render that flushes a response that
+// may be stored sends nothing before it ends (the flush is a latency
+// hint); then its client and the request that waited for it get the whole
+// body, and it is stored.
+func TestMiddleware_flush_buffered(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testContext(t, 20*time.Second)
 	var renders atomic.Int32
-	release := make(chan struct{})
+	flushed, release := make(chan struct{}), make(chan struct{})
 	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := renders.Add(1)
+		w.Header().Set("Cache-Control", "max-age=60")
 		fmt.Fprintf(w, "first-%d;", n)
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			panic(err)
 		}
 		if n == 1 {
+			close(flushed)
 			block(ctx, release)
 		}
 		fmt.Fprint(w, "second")
 	}), nil)
-
-	req, err := http.NewRequestWithContext(ctx, "GET", b.srv.URL+"/f", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := b.client.Do(req) // returns once the headers are flushed
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if got := res.Header.Get("X-Cache"); got != "BYPASS" {
-		t.Errorf("X-Cache = %q, want BYPASS", got)
-	}
-	head := make([]byte, len("first-1;"))
-	if _, err := io.ReadFull(res.Body, head); err != nil || string(head) != "first-1;" {
-		t.Fatalf("read %q, %v before the handler returned", head, err)
-	}
-	waiter := b.goSend(ctx, "GET", "/f")
+	first := b.goSend(ctx, "GET", "/fb")
+	redistest.Recv(t, ctx, flushed, "the render to flush")
+	waiter := b.goSend(ctx, "GET", "/fb")
 	redistest.WaitFor(t, ctx, "the second request to wait for the render", func() bool { return b.stats().Misses == 2 })
+	select {
+	case r := <-first:
+		t.Fatalf("the render's client got %v before the render ended", r.reply)
+	case <-time.After(100 * time.Millisecond):
+	}
 	close(release)
-	rest, err := io.ReadAll(res.Body)
-	if err != nil || string(rest) != "second" {
-		t.Errorf("rest = %q, %v", rest, err)
+	for _, w := range []struct {
+		ch     <-chan sent
+		xcache string
+	}{{first, "MISS"}, {waiter, "HIT"}} {
+		r := redistest.Recv(t, ctx, w.ch, "a reply")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.check(t, 200, w.xcache, "first-1;second")
 	}
-	w := redistest.Recv(t, ctx, waiter, "the waiter")
-	if w.err != nil {
-		t.Fatal(w.err)
+	b.get(t, "/fb").check(t, 200, "HIT", "first-1;second")
+	if n := renders.Load(); n != 1 {
+		t.Errorf("%d renders, want 1", n)
 	}
-	w.check(t, 200, "BYPASS", "first-2;second")
-	b.get(t, "/f").check(t, 200, "BYPASS", "first-3;second")
-	b.waitGone(t, "/f")
+}
+
+// TestMiddleware_flush_overLimit: a response that flushes and then
+// outgrows StoreLimit passes through from there, as one that does not
+// flush, and is not stored; its client gets all of it.
+func TestMiddleware_flush_overLimit(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	const limit = 4 << 10
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		chunk := bytes.Repeat([]byte{'0' + byte(renders.Add(1))}, 1000)
+		for range 6 {
+			_, _ = w.Write(chunk)
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				panic(err)
+			}
+		}
+	}), &bedOptions{mw: &middleware.Options{StoreLimit: limit}})
+	b.get(t, "/fl").check(t, 200, "BYPASS", strings.Repeat("1", 6000))
+	b.get(t, "/fl").check(t, 200, "BYPASS", strings.Repeat("2", 6000))
+}
+
+// TestMiddleware_flush_streams: a handler that flushes a response that
+// cannot be stored anyway (an event stream, whatever it says of caching,
+// or one the storage rules refuse by its status or header) streams to its
+// client before it returns, is not stored, and a request waiting for its
+// render renders for itself.
+func TestMiddleware_flush_streams(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	for _, tt := range []struct {
+		name   string
+		status int
+		header http.Header
+	}{
+		{"event stream", 200, http.Header{"Content-Type": {"text/event-stream"}}},
+		{"event stream with max-age, in another case", 200, http.Header{"content-type": {"Text/Event-Stream; charset=utf-8"}, "Cache-Control": {"max-age=60"}}},
+		{"no-store", 200, http.Header{"Cache-Control": {"no-store"}}},
+		{"private", 200, http.Header{"Cache-Control": {"private, max-age=60"}}},
+		{"no-cache", 200, http.Header{"Cache-Control": {"no-cache"}}},
+		{"cookie", 200, http.Header{"Cache-Control": {"max-age=60"}, "Set-Cookie": {"a=b"}}},
+		{"Vary: *", 200, http.Header{"Cache-Control": {"max-age=60"}, "Vary": {"*"}}},
+		{"status not storable", 201, http.Header{"Cache-Control": {"max-age=60"}}},
+		{"max-age=0", 200, http.Header{"Cache-Control": {"max-age=0"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testContext(t, 20*time.Second)
+			var renders atomic.Int32
+			release := make(chan struct{})
+			b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := renders.Add(1)
+				for k, vs := range tt.header {
+					w.Header()[k] = vs
+				}
+				w.WriteHeader(tt.status)
+				fmt.Fprintf(w, "first-%d;", n)
+				if err := http.NewResponseController(w).Flush(); err != nil {
+					panic(err)
+				}
+				if n == 1 {
+					block(ctx, release)
+				}
+				fmt.Fprint(w, "second")
+			}), nil)
+
+			req, err := http.NewRequestWithContext(ctx, "GET", b.srv.URL+"/f", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := b.client.Do(req) // returns once the headers are flushed
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if got := res.Header.Get("X-Cache"); got != "BYPASS" || res.StatusCode != tt.status {
+				t.Errorf("status %d, X-Cache = %q; want %d, BYPASS", res.StatusCode, got, tt.status)
+			}
+			head := make([]byte, len("first-1;"))
+			if _, err := io.ReadFull(res.Body, head); err != nil || string(head) != "first-1;" {
+				t.Fatalf("read %q, %v before the handler returned", head, err)
+			}
+			waiter := b.goSend(ctx, "GET", "/f")
+			redistest.WaitFor(t, ctx, "the second request to wait for the render", func() bool { return b.stats().Misses == 2 })
+			close(release)
+			rest, err := io.ReadAll(res.Body)
+			if err != nil || string(rest) != "second" {
+				t.Errorf("rest = %q, %v", rest, err)
+			}
+			w := redistest.Recv(t, ctx, waiter, "the waiter")
+			if w.err != nil {
+				t.Fatal(w.err)
+			}
+			w.check(t, tt.status, "BYPASS", "first-2;second")
+			b.get(t, "/f").check(t, tt.status, "BYPASS", "first-3;second")
+			b.waitGone(t, "/f")
+		})
+	}
 }
 
 func TestMiddleware_hijack(t *testing.T) {

@@ -217,6 +217,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.setStatus(h, status{x: "BYPASS", fwd: "miss", fwdStatus: rec.status, detail: "not-stored"})
 		giveToClient(rr.Context()) // the response is its client's alone now
 	}
+	rec.refuses = func() string { return m.flushRefusal(r, rec) }
 	requested := m.now()
 	next.ServeHTTP(rec, rr)
 	responded := m.now()

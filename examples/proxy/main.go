@@ -18,7 +18,11 @@
 // -explicit, -heuristic, -surrogate-control, -revalidate-no-cache,
 // -allow-no-cache and -cache-cookies change one field of either. A stored
 // response with the origin's ETag or Last-Modified is revalidated once
-// stale (If-None-Match / If-Modified-Since, and a 304 freshens it).
+// stale (If-None-Match / If-Modified-Since, and a 304 freshens it). A
+// response the origin sends without Content-Length (chunked, which
+// ReverseProxy flushes after every write) is stored like any other: the
+// flushes are hints; event streams (text/event-stream) and responses that
+// cannot be stored stream through as the origin writes them.
 // scripts/cache-tests.sh runs the public HTTP cache test suite through
 // this proxy.
 package main

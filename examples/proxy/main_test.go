@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,6 +78,101 @@ func TestProxy(t *testing.T) {
 			}
 			if stored := bodies[0] == bodies[1]; stored != tt.wantStored {
 				t.Errorf("bodies %q: stored %v, want %v", bodies, stored, tt.wantStored)
+			}
+		})
+	}
+}
+
+// TestProxy_chunked: an origin response without Content-Length (chunked:
+// the origin flushes, and httputil.ReverseProxy then flushes after every
+// write) is stored when it says how long it is fresh, and served from the
+// cache whole; one that cannot be stored (an event stream, one without
+// freshness under the preset's -explicit) still streams through: its
+// first chunk reaches the client while the origin is still writing
+// (issue 39).
+func TestProxy_chunked(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var renders atomic.Int64
+	release := map[string]chan struct{}{"/events": make(chan struct{}), "/dynamic": make(chan struct{})}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := renders.Add(1)
+		switch r.URL.Path {
+		case "/fresh":
+			w.Header().Set("Cache-Control", "max-age=60")
+		case "/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "max-age=60")
+		}
+		fmt.Fprintf(w, "render %d of %s;", n, r.URL.Path)
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			panic(err)
+		}
+		if r.URL.Path != "/fresh" {
+			select { // until the client has read the first chunk
+			case <-release[r.URL.Path]:
+			case <-ctx.Done():
+			}
+		}
+		fmt.Fprint(w, " the rest")
+	}))
+	defer origin.Close()
+	u, _ := url.Parse(origin.URL)
+	cfg, err := parseFlags(nil) // the preset
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.namespace = redistest.Key(t, "proxy")
+	h, closeCache, err := handler(s.Client(t), u, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCache()
+	proxy := httptest.NewServer(h)
+	defer proxy.Close()
+	get := func(path string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxy.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	t.Run("stored", func(t *testing.T) {
+		for i, want := range []string{"MISS", "HIT"} {
+			resp := get("/fresh")
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("X-Cache") != want || string(b) != "render 1 of /fresh; the rest" {
+				t.Errorf("request %d: %d X-Cache=%s %q, %v; want 200 %s with the whole first render", i+1, resp.StatusCode, resp.Header.Get("X-Cache"), b, err, want)
+			}
+		}
+		if n := renders.Load(); n != 1 {
+			t.Errorf("the origin was called %d times, want once", n)
+		}
+	})
+	for _, path := range []string{"/events", "/dynamic"} {
+		t.Run("streamed "+path, func(t *testing.T) {
+			before := renders.Load()
+			resp := get(path)
+			defer resp.Body.Close()
+			first := fmt.Sprintf("render %d of %s;", before+1, path)
+			head := make([]byte, len(first))
+			if _, err := io.ReadFull(resp.Body, head); err != nil || string(head) != first {
+				t.Fatalf("read %q, %v while the origin was writing; want %q", head, err, first)
+			}
+			if got := resp.Header.Get("X-Cache"); got != "BYPASS" {
+				t.Errorf("X-Cache = %q, want BYPASS", got)
+			}
+			close(release[path])
+			if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != " the rest" {
+				t.Errorf("rest = %q, %v", rest, err)
 			}
 		})
 	}
