@@ -320,7 +320,7 @@ func ExampleOptions_purge() {
 		r.Header.Set("X-Purge-Key", key)
 		page.ServeHTTP(w, r)
 		status, _, _ := strings.Cut(w.Header().Get("Cache-Status"), "; ttl=") // the ttl counts down
-		fmt.Printf("%s %d %s | %s\n", method, w.Code, status, strings.TrimSpace(w.Body.String()))
+		fmt.Printf("%s %d X-Cache: %s | Cache-Status: %s | %s\n", method, w.Code, w.Header().Get("X-Cache"), status, strings.TrimSpace(w.Body.String()))
 	}
 	do(http.MethodGet, "")
 	do("PURGE", "guess")
@@ -328,9 +328,9 @@ func ExampleOptions_purge() {
 	do("PURGE", "s3cret")
 	do(http.MethodGet, "")
 	// Output:
-	// GET 200 stampede; fwd=uri-miss; fwd-status=200; stored | render 1
-	// PURGE 403 stampede; detail=purge-forbidden | purge not allowed
-	// GET 200 stampede; hit | render 1
-	// PURGE 200 stampede; detail=purged-url | purged
-	// GET 200 stampede; fwd=uri-miss; fwd-status=200; stored | render 2
+	// GET 200 X-Cache: MISS | Cache-Status: stampede; fwd=uri-miss; fwd-status=200; stored | render 1
+	// PURGE 403 X-Cache: PURGE; detail=purge-forbidden | Cache-Status:  | purge not allowed
+	// GET 200 X-Cache: HIT | Cache-Status: stampede; hit | render 1
+	// PURGE 200 X-Cache: PURGE; detail=purged-url | Cache-Status:  | purged
+	// GET 200 X-Cache: MISS | Cache-Status: stampede; fwd=uri-miss; fwd-status=200; stored | render 2
 }

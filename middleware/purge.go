@@ -73,45 +73,53 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 
 // servePurge answers r, a PURGE request (see PurgePolicy).
 func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome {
-	answer := func(code int, detail, text string) {
-		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(text)))
-		h.Set("Cache-Control", "no-store")
-		h["Cache-Status"] = []string{"stampede; detail=" + detail}
-		w.WriteHeader(code)
-		_, _ = w.Write([]byte(text))
-	}
 	if !m.o.Purge.Authorize(r) {
-		answer(http.StatusForbidden, "purge-forbidden", "purge not allowed\n")
+		m.purgeAnswer(w, http.StatusForbidden, "purge-forbidden", "purge not allowed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE that Purge.Authorize refused"}
 	}
 	ctx := context.WithoutCancel(r.Context()) // a client that goes must not leave it half done
 	tags, why := parseTags(r.Header, m.tagHeaders)
 	if why != "" {
-		answer(http.StatusBadRequest, "purge-invalid", why+"\n")
+		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", why+"\n")
 		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
 	}
 	if len(tags) > 0 {
 		if err := m.PurgeTag(ctx, tags...); err != nil {
-			answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+			m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 			return outcome{kind: EventBypass, reason: "a PURGE of tags", err: err}
 		}
-		answer(http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
+		m.purgeAnswer(w, http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
 		return outcome{kind: EventBypass, reason: "a PURGE of tags"}
 	}
 	get := r.WithContext(ctx)
 	get.Method = http.MethodGet
 	base, ok := m.baseKey(get)
 	if !ok {
-		answer(http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
+		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	if err := m.c.Delete(ctx, base); err != nil {
-		answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+		m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}
 	}
-	answer(http.StatusOK, "purged-url", "purged\n")
+	m.purgeAnswer(w, http.StatusOK, "purged-url", "purged\n")
 	return outcome{kind: EventBypass, reason: "a PURGE of a URL"}
+}
+
+// purgeAnswer answers a PURGE with code and the plain text text. The
+// answer is the middleware's own, not a response it cached or forwarded:
+// it carries no Cache-Status (RFC 9211 2), and says what happened in the
+// status header: "PURGE; detail=" and detail (see PurgePolicy).
+func (m *Middleware) purgeAnswer(w http.ResponseWriter, code int, detail, text string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(text)))
+	h.Set("Cache-Control", "no-store")
+	h.Del("Cache-Status")
+	if m.statusHeader != "-" {
+		h[m.statusHeader] = []string{"PURGE; detail=" + detail}
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(text))
 }

@@ -312,7 +312,7 @@ func TestPurgeURL(t *testing.T) {
 
 // TestPurgeMethod: with Options.Purge, a PURGE that Authorize allows
 // removes its URL's page, or the pages of the tags it lists, in every
-// process, and says so in Cache-Status; one it refuses gets 403 and
+// process, and says so in the status header; one it refuses gets 403 and
 // removes nothing; the handler never sees either.
 func TestPurgeMethod(t *testing.T) {
 	s := redistest.Shared(t, redistest.Valkey)
@@ -325,20 +325,20 @@ func TestPurgeMethod(t *testing.T) {
 		b.waitStored(t, p, p+" #1")
 	}
 	r := b.do(t, "PURGE", "/u", procHeader, "1", "X-Purge-Key", "guess")
-	if r.status != http.StatusForbidden || !strings.Contains(r.header.Get("Cache-Status"), "detail=purge-forbidden") {
-		t.Errorf("unauthorised PURGE: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusForbidden || r.cache() != "PURGE; detail=purge-forbidden" {
+		t.Errorf("unauthorised PURGE: %v", r)
 	}
 	b.get(t, "/u").check(t, 200, "HIT", "/u #1")
 
 	r = b.do(t, "PURGE", "/u", procHeader, "1", "X-Purge-Key", "secret")
-	if r.status != http.StatusOK || r.header.Get("Cache-Status") != "stampede; detail=purged-url" {
-		t.Errorf("PURGE of a URL: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusOK || r.cache() != "PURGE; detail=purged-url" {
+		t.Errorf("PURGE of a URL: %v", r)
 	}
 	b.get(t, "/u").check(t, 200, "MISS", "/u #2")
 
 	r = b.do(t, "PURGE", "/", procHeader, "1", "X-Purge-Key", "secret", "Surrogate-Key", "red green")
-	if r.status != http.StatusOK || r.header.Get("Cache-Status") != "stampede; detail=purged-tags" || r.body != "purged 2 tags\n" {
-		t.Errorf("PURGE of tags: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusOK || r.cache() != "PURGE; detail=purged-tags" || r.body != "purged 2 tags\n" {
+		t.Errorf("PURGE of tags: %v", r)
 	}
 	b.get(t, "/t1").check(t, 200, "MISS", "/t1 #2")
 	b.get(t, "/t2").check(t, 200, "MISS", "/t2 #2")
@@ -349,6 +349,47 @@ func TestPurgeMethod(t *testing.T) {
 	}
 	if n := th.count("/"); n != 0 {
 		t.Errorf("the handler saw %d PURGE requests", n)
+	}
+}
+
+// TestPurgeMethod_statusHeader: a PURGE's answer is the middleware's own,
+// so it carries no Cache-Status (RFC 9211 2: not on locally generated
+// responses); it says what happened in the status header, "PURGE;
+// detail=" and the detail, and with StatusHeader "-" nowhere (issue 39).
+func TestPurgeMethod_statusHeader(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	for _, sh := range []string{"", "X-Edge", "-"} {
+		t.Run("StatusHeader="+sh, func(t *testing.T) {
+			o := tagOptions()
+			o.StatusHeader = sh
+			o.Purge = &middleware.PurgePolicy{Authorize: func(r *http.Request) bool { return r.Header.Get("X-Purge-Key") == "secret" }}
+			b := newTestBed(t, s, newTagHandler(nil), &bedOptions{mw: o})
+			name := map[string]string{"": "X-Cache", "X-Edge": "X-Edge", "-": ""}[sh]
+			for _, tc := range []struct {
+				hdr    []string
+				status int
+				detail string
+			}{
+				{[]string{"X-Purge-Key", "guess"}, http.StatusForbidden, "purge-forbidden"},
+				{[]string{"X-Purge-Key", "secret"}, http.StatusOK, "purged-url"},
+				{[]string{"X-Purge-Key", "secret", "Surrogate-Key", "red"}, http.StatusOK, "purged-tags"},
+				{[]string{"X-Purge-Key", "secret", "Surrogate-Key", strings.Repeat("x", 1025)}, http.StatusBadRequest, "purge-invalid"},
+			} {
+				r := b.do(t, "PURGE", "/u", tc.hdr...)
+				if r.status != tc.status || r.header["Cache-Status"] != nil {
+					t.Errorf("PURGE (%s): %v, Cache-Status %q; want %d and none", tc.detail, r, r.header["Cache-Status"], tc.status)
+				}
+				for _, h := range []string{"X-Cache", "X-Edge"} {
+					want := ""
+					if h == name {
+						want = "PURGE; detail=" + tc.detail
+					}
+					if got := r.header.Get(h); got != want {
+						t.Errorf("PURGE (%s): %s %q, want %q", tc.detail, h, got, want)
+					}
+				}
+			}
+		})
 	}
 }
 
