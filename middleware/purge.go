@@ -79,6 +79,9 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 	}
 	ctx := context.WithoutCancel(r.Context()) // a client that goes must not leave it half done
 	tags, why := parseTags(r.Header, m.tagHeaders)
+	if why == "" && len(tags) == 0 && m.listsTagField(r.Header) {
+		why = "no tags listed" // never the URL instead: a purge of tags that went wrong
+	}
 	if why != "" {
 		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", why+"\n")
 		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
@@ -122,4 +125,15 @@ func (m *Middleware) purgeAnswer(w http.ResponseWriter, code int, detail, text s
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(text))
+}
+
+// listsTagField reports whether h, a PURGE's header, has one of the tag
+// fields (Options.Tags.Headers), even an empty one.
+func (m *Middleware) listsTagField(h http.Header) bool {
+	for _, n := range m.tagHeaders {
+		if _, ok := h[n]; ok {
+			return true
+		}
+	}
+	return false
 }

@@ -393,6 +393,37 @@ func TestPurgeMethod_statusHeader(t *testing.T) {
 	}
 }
 
+// TestPurgeMethod_emptyTags: a PURGE with a tag field (Options.Tags.Headers)
+// that lists no tag purges nothing and is answered 400 (purge-invalid): it
+// never falls back to purging its own URL, which only a PURGE without any
+// tag field does (issue 39).
+func TestPurgeMethod_emptyTags(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	th := newTagHandler(map[string]string{"/": "home"})
+	o := tagOptions()
+	o.Purge = &middleware.PurgePolicy{Authorize: func(*http.Request) bool { return true }}
+	b := newTestBed(t, s, th, &bedOptions{mw: o})
+	b.get(t, "/").check(t, 200, "MISS", "/ #1")
+	b.waitStored(t, "/", "/ #1")
+	for _, hdr := range [][]string{
+		{"Surrogate-Key", ""},
+		{"Surrogate-Key", "   "},
+		{"Cache-Tag", " , ,"},
+		{"Surrogate-Key", "", "Cache-Tag", ""},
+	} {
+		r := b.do(t, "PURGE", "/", hdr...)
+		if r.status != http.StatusBadRequest || r.body != "no tags listed\n" || !strings.Contains(r.header.Get("X-Cache"), "detail=purge-invalid") {
+			t.Errorf("PURGE / with %q: %v, X-Cache %q; want 400 purge-invalid", hdr, r, r.header.Get("X-Cache"))
+		}
+		b.get(t, "/").check(t, 200, "HIT", "/ #1")
+	}
+	r := b.do(t, "PURGE", "/")
+	if r.status != http.StatusOK {
+		t.Errorf("PURGE / without a tag field: %v", r)
+	}
+	b.get(t, "/").check(t, 200, "MISS", "/ #2")
+}
+
 // workerServeTagged serves pages tagged "all" (Surrogate-Key) through a
 // middleware whose cache has a near cache, each render counted with INCR
 // across processes and saying its number; POST /_purge purges the tag
