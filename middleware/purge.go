@@ -2,10 +2,14 @@ package middleware
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hotkv/stampede/internal/failpoint"
 )
@@ -54,21 +58,92 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "", u.User != nil:
 		return invalid("PurgeURL: %q is not an absolute http or https URL without user information", rawURL)
 	}
-	// The key of a GET of rawURL as received on its own origin: what an
-	// invalidation computes for a Location (keyFor).
-	get := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host}).WithContext(ctx)
+	// The keys of a GET of rawURL as received on its own origin, over
+	// https and over http (see purgeKeys).
+	if u.Path == "" {
+		u.Path, u.RawPath = "/", "" // "http://host" is "http://host/" (RFC 9110 4.2.3)
+	}
+	get := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host,
+		URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}}).WithContext(ctx)
+	get.RequestURI = get.URL.RequestURI()
 	if get.Header == nil {
 		get.Header = http.Header{}
 	}
-	base, ok := m.keyFor(get, &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/"}, rawURL)
+	if u.Scheme == "https" {
+		get.TLS = &tls.ConnectionState{}
+	}
+	keys, ok := m.purgeKeys(get)
 	if !ok {
 		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.c.Delete(ctx, base); err != nil {
+	if err := m.deleteAll(ctx, keys); err != nil {
 		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
 	}
 	return nil
+}
+
+// purgeKeys returns the base keys of get, a GET, under both schemes: as
+// received with TLS and without, since behind a balancer or proxy that
+// ends TLS a page of an https URL arrives, and is stored, as http (r.TLS
+// is nil), and the other way round behind one that speaks TLS to the
+// origin. Under the scheme that is not get's the default port matters
+// (keyHost drops only the scheme's own), so it also purges the Host a
+// client of get's origin may send with the default port written or not:
+// for https://example.com/, the http keys of "example.com" and
+// "example.com:443". A key too many costs a render; a key too few leaves
+// the page. ok is false if get has no key.
+func (m *Middleware) purgeKeys(get *http.Request) (keys []string, ok bool) {
+	port := ":80"
+	if get.TLS != nil {
+		port = ":443"
+	}
+	hosts := []string{get.Host}
+	switch {
+	case get.Host == "":
+	case !hasPort(get.Host):
+		hosts = append(hosts, get.Host+port)
+	case strings.HasSuffix(get.Host, port):
+		hosts = append(hosts, strings.TrimSuffix(get.Host, port))
+	}
+	for _, secure := range [...]bool{get.TLS != nil, get.TLS == nil} {
+		for _, host := range hosts {
+			lr := get.WithContext(get.Context())
+			lr.Host, lr.TLS = host, nil
+			if secure {
+				lr.TLS = &tls.ConnectionState{}
+			}
+			key, ok := m.baseKey(lr)
+			if !ok {
+				return nil, false
+			}
+			if !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	return keys, true
+}
+
+// hasPort reports whether host (a Host field) ends in a port.
+func hasPort(host string) bool {
+	if i := strings.LastIndexByte(host, ']'); i >= 0 {
+		host = host[i+1:] // a bracketed IPv6 literal
+	}
+	return strings.Contains(host, ":")
+}
+
+// deleteAll deletes each of keys: entries, or the markers of responses
+// with Vary (see generationBase). It tries them all and returns what
+// failed.
+func (m *Middleware) deleteAll(ctx context.Context, keys []string) error {
+	var errs []error
+	for _, k := range keys {
+		if err := m.c.Delete(ctx, k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // servePurge answers r, a PURGE request (see PurgePolicy).
@@ -96,13 +171,13 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 	}
 	get := r.WithContext(ctx)
 	get.Method = http.MethodGet
-	base, ok := m.baseKey(get)
+	keys, ok := m.purgeKeys(get)
 	if !ok {
 		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.c.Delete(ctx, base); err != nil {
+	if err := m.deleteAll(ctx, keys); err != nil {
 		m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}
 	}

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -422,6 +423,65 @@ func TestPurgeMethod_emptyTags(t *testing.T) {
 		t.Errorf("PURGE / without a tag field: %v", r)
 	}
 	b.get(t, "/").check(t, 200, "MISS", "/ #2")
+}
+
+// TestPurgeURL_schemes: behind a balancer that terminates TLS a page is
+// stored under http (the request has no TLS), and an https URL, as
+// clients know it, purges it; both ways round, with the default port
+// written or not, and the same for a PURGE request: a purge removes the
+// page under both schemes (issue 39).
+func TestPurgeURL_schemes(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	th := newTagHandler(nil)
+	o := &middleware.Options{Purge: &middleware.PurgePolicy{Authorize: func(*http.Request) bool { return true }}}
+	tlsOn := func(next http.Handler) http.Handler { // as if TLS ended here, for requests that say so
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Test-TLS") != "" {
+				r.TLS = &tls.ConnectionState{}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	b := newTestBed(t, s, th, &bedOptions{mw: o, wrap: tlsOn})
+	ctx := testContext(t, 30*time.Second)
+	host := strings.TrimPrefix(b.srv.URL, "http://")
+	for i, tc := range []struct {
+		what  string
+		hdr   []string // of the request that stores the page
+		purge func(path string) error
+	}{
+		{"PurgeURL https, page from http", nil, func(path string) error { return b.mws[0].PurgeURL(ctx, "https://"+host+path+"?a=1", nil) }},
+		{"PurgeURL http, page from https", []string{"X-Test-TLS", "1"}, func(path string) error { return b.mws[0].PurgeURL(ctx, "http://"+host+path+"?a=1", nil) }},
+		{"PurgeURL https, page from http with Host example.com", []string{"Host", "example.com"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com"+path+"?a=1", nil)
+		}},
+		{"PurgeURL https with :443, page from http with Host example.com", []string{"Host", "example.com"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com:443"+path+"?a=1", nil)
+		}},
+		{"PurgeURL https, page from http with Host example.com:443", []string{"Host", "example.com:443"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com"+path+"?a=1", nil)
+		}},
+		{"PURGE over http, page from https", []string{"X-Test-TLS", "1"}, func(path string) error {
+			if r := b.do(t, "PURGE", path+"?a=1"); r.status != http.StatusOK {
+				return fmt.Errorf("PURGE: %v", r)
+			}
+			return nil
+		}},
+		{"PURGE over https, page from http", nil, func(path string) error {
+			if r := b.do(t, "PURGE", path+"?a=1", "X-Test-TLS", "1"); r.status != http.StatusOK {
+				return fmt.Errorf("PURGE: %v", r)
+			}
+			return nil
+		}},
+	} {
+		path := fmt.Sprintf("/p%d", i)
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "MISS", path+" #1")
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "HIT", path+" #1")
+		if err := tc.purge(path); err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "MISS", path+" #2")
+	}
 }
 
 // workerServeTagged serves pages tagged "all" (Surrogate-Key) through a
