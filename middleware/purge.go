@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hotkv/stampede/internal/failpoint"
 )
@@ -211,4 +212,57 @@ func (m *Middleware) listsTagField(h http.Header) bool {
 		}
 	}
 	return false
+}
+
+// PurgeHandler returns a handler that answers PURGE requests as the
+// middleware does with Options.Purge (the same Authorize, purges and
+// answers), for a router that routes before the middleware runs. chi runs
+// the middlewares of a group (r.Group, r.Route, r.With) only for the
+// routes it finds, so a PURGE of a page served in a group is answered 405
+// by chi unless a route takes it:
+//
+//	r.Group(func(r chi.Router) {
+//		r.Use(m.Handler)
+//		r.Get("/items/{id}", item)
+//	})
+//	r.Method("PURGE", "/*", m.PurgeHandler())
+//
+// (m.Handler in the root router's r.Use, before any route, sees every
+// request and needs no such route.) It answers other methods 405 Method
+// Not Allowed with "Allow: PURGE". Without Options.Purge it answers every
+// PURGE 501 Not Implemented (detail=purge-disabled) and purges nothing:
+// there is no Authorize to ask, and the answer says that purging is not
+// set up, which a 403 would hide as a wrong secret. Its answers are
+// observed as the middleware's are (Options.Observer, Logger).
+func (m *Middleware) PurgeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.observing() {
+			m.purgeRoute(w, r)
+			return
+		}
+		start := time.Now()
+		route := m.route(r)
+		sw := &statusWriter{ResponseWriter: w}
+		o := m.purgeRoute(sw, r)
+		o.status = sw.sent(o.kind)
+		m.observe(r.Context(), r.Method, route, time.Since(start), o)
+	})
+}
+
+// purgeRoute answers r for PurgeHandler.
+func (m *Middleware) purgeRoute(w http.ResponseWriter, r *http.Request) outcome {
+	switch {
+	case r.Method != methodPurge:
+		h := w.Header()
+		h.Set("Allow", methodPurge)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = w.Write([]byte("method not allowed\n"))
+		return outcome{kind: EventBypass, reason: "a method other than PURGE on PurgeHandler"}
+	case m.o.Purge == nil:
+		m.purgeAnswer(w, http.StatusNotImplemented, "purge-disabled", "purge not enabled\n")
+		return outcome{kind: EventBypass, reason: "a PURGE without Options.Purge"}
+	}
+	return m.servePurge(w, r)
 }
