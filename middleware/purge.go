@@ -27,13 +27,25 @@ const methodPurge = "PURGE"
 // A PURGE request whose Authorize returns true removes, in every process
 // and near caches included, either the pages of the tags it lists in the
 // fields of Options.Tags.Headers (as a response lists them: "PURGE /
-// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it lists
-// none, the page of its own URL, every Vary variant included (a GET of
-// the URL with the request's values of Keys.Headers). It is answered 200
-// with Cache-Status detail=purged-tags or detail=purged-url, and never
-// reaches the handler. One that Authorize refuses is answered 403
-// Forbidden (detail=purge-forbidden) and purges nothing; a purge the
-// server failed is answered 503 (detail=purge-failed).
+// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it has
+// none of those fields, the page of its own URL, every Vary variant
+// included (a GET of the URL with the request's values of Keys.Headers),
+// under both schemes as PurgeURL does. A tag field that lists no tag
+// ("Surrogate-Key:") purges nothing and is answered 400 Bad Request
+// (detail=purge-invalid), as are invalid tags. It is answered 200 with
+// detail=purged-tags or detail=purged-url, and never reaches the handler.
+// One that Authorize refuses is answered 403 Forbidden
+// (detail=purge-forbidden) and purges nothing; a purge the server failed
+// is answered 503 (detail=purge-failed).
+//
+// The answers are the middleware's own: they carry no Cache-Status (RFC
+// 9211 2 leaves it to responses a cache forwarded or served), and the
+// status header (Options.StatusHeader, X-Cache by default) says "PURGE;
+// detail=" and the detail, e.g. "X-Cache: PURGE; detail=purged-url".
+//
+// The middleware answers a PURGE only where it runs before the router
+// routes it: in chi, in the root router's r.Use. Where chi routes first
+// (a group's r.Use, r.With, r.Route), mount PurgeHandler as a route.
 type PurgePolicy struct {
 	// Authorize decides whether r may purge, e.g. by a secret in a
 	// header compared in constant time, or by the client's address on an
@@ -51,6 +63,15 @@ type PurgePolicy struct {
 // Options.Tags, to purge them all). The query is normalised as for a
 // request's key (IgnoreQuery and Query apply), so the order of its
 // parameters does not matter.
+//
+// Both schemes are purged, whichever rawURL has: behind a load balancer
+// or proxy that ends TLS, a page of an https URL is received, and stored,
+// as http (the request has no TLS), and the other way round behind one
+// that speaks TLS to this server. Under the other scheme the Host with
+// and without the default port of rawURL's are purged too (for
+// "https://example.com/a": "example.com" and "example.com:443" as http),
+// since a client may send either. A page purged that was not stale costs
+// one render, no more.
 func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header) error {
 	u, err := url.Parse(rawURL)
 	switch {
