@@ -125,3 +125,101 @@ func TestChi_backgroundRender(t *testing.T) {
 	b.waitStored(t, "/items/1", "n=2")
 	b.get(t, "/items/1").check(t, 200, "HIT", "/items/{id} id=1 n=2")
 }
+
+// TestChi_purge: PURGE with the middleware where docs/http.md puts it. In
+// a chi group (r.Group + r.Use) chi routes before the group's middlewares
+// run, so a PURGE needs a route: r.Method("PURGE", "/*", m.PurgeHandler())
+// answers it as Options.Purge does (issue 39: without it chi answered 405
+// and the page stayed a HIT). The middleware in the root router's r.Use,
+// before the routes, sees every PURGE itself. PurgeHandler answers other
+// methods 405 and, without Options.Purge, PURGE 501. (chi must know the
+// method: chi.RegisterMethod.)
+func TestChi_purge(t *testing.T) {
+	chi.RegisterMethod("PURGE") // as docs/http.md says: chi routes only the methods it knows
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	show := func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s n=%d", r.URL.Path, renders.Add(1))
+	}
+	allow := &middleware.PurgePolicy{Authorize: func(r *http.Request) bool { return r.Header.Get("X-Purge-Key") == "secret" }}
+	layouts := map[string]func(m *middleware.Middleware) http.Handler{
+		"group with PurgeHandler": func(m *middleware.Middleware) http.Handler {
+			r := chi.NewRouter()
+			r.Group(func(r chi.Router) {
+				r.Use(m.Handler)
+				r.Get("/items/{id}", show)
+			})
+			r.Method("PURGE", "/*", m.PurgeHandler())
+			return r
+		},
+		"PurgeHandler in the group": func(m *middleware.Middleware) http.Handler {
+			r := chi.NewRouter()
+			r.Group(func(r chi.Router) {
+				r.Use(m.Handler)
+				r.Get("/items/{id}", show)
+				r.Method("PURGE", "/*", m.PurgeHandler())
+			})
+			return r
+		},
+		"root r.Use": func(m *middleware.Middleware) http.Handler {
+			r := chi.NewRouter()
+			r.Use(m.Handler)
+			r.Get("/items/{id}", show)
+			return r
+		},
+	}
+	for name, layout := range layouts {
+		t.Run(name, func(t *testing.T) {
+			b := newTestBed(t, s, nil, &bedOptions{
+				mw:     &middleware.Options{Purge: allow},
+				router: func(m *middleware.Middleware, _ *cache.Cache) http.Handler { return layout(m) },
+			})
+			first := b.get(t, "/items/1")
+			b.get(t, "/items/1").check(t, 200, "HIT", first.body)
+			r := b.do(t, "PURGE", "/items/1", "X-Purge-Key", "guess")
+			if r.status != http.StatusForbidden || r.cache() != "PURGE; detail=purge-forbidden" {
+				t.Errorf("unauthorised PURGE: %v", r)
+			}
+			b.get(t, "/items/1").check(t, 200, "HIT", first.body)
+			r = b.do(t, "PURGE", "/items/1", "X-Purge-Key", "secret")
+			if r.status != http.StatusOK || r.cache() != "PURGE; detail=purged-url" || r.header["Cache-Status"] != nil {
+				t.Errorf("PURGE: %v, Cache-Status %q", r, r.header["Cache-Status"])
+			}
+			if r := b.get(t, "/items/1"); r.cache() != "MISS" || r.body == first.body {
+				t.Errorf("after the PURGE: %v; want a new render", r)
+			}
+		})
+	}
+
+	t.Run("PurgeHandler alone", func(t *testing.T) {
+		c, err := cache.New(s.Client(t), &cache.Options{Namespace: "mw" + redistest.Key(t, "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, tc := range []struct {
+			purge          *middleware.PurgePolicy
+			method, key    string
+			status         int
+			xcache, allowH string
+		}{
+			{allow, http.MethodGet, "secret", http.StatusMethodNotAllowed, "", "PURGE"},
+			{allow, "PURGE", "secret", http.StatusOK, "PURGE; detail=purged-url", ""},
+			{allow, "PURGE", "", http.StatusForbidden, "PURGE; detail=purge-forbidden", ""},
+			{nil, "PURGE", "secret", http.StatusNotImplemented, "PURGE; detail=purge-disabled", ""},
+		} {
+			m, err := middleware.New(c, &middleware.Options{Purge: tc.purge})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := httptest.NewRecorder()
+			req := httptest.NewRequest(tc.method, "/x", nil)
+			req.Header.Set("X-Purge-Key", tc.key)
+			m.PurgeHandler().ServeHTTP(w, req)
+			if w.Code != tc.status || w.Header().Get("X-Cache") != tc.xcache || w.Header().Get("Allow") != tc.allowH || w.Header()["Cache-Status"] != nil {
+				t.Errorf("%s (policy %v): %d X-Cache %q Allow %q Cache-Status %q; want %d, %q, %q, none", tc.method, tc.purge != nil,
+					w.Code, w.Header().Get("X-Cache"), w.Header().Get("Allow"), w.Header()["Cache-Status"], tc.status, tc.xcache, tc.allowH)
+			}
+		}
+	})
+}

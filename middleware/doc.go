@@ -94,7 +94,8 @@
 // receive.
 //
 // Answers carry Age, X-Cache (HIT, MISS, STALE or BYPASS), Cache-Status
-// and an ETag (the handler's, or a digest of the body); for a stored 2xx,
+// (the middleware's member after those of the origin and caches before
+// it) and an ETag (the handler's, or a digest of the body); for a stored 2xx,
 // If-None-Match (or, without it, If-Modified-Since) is answered with 304.
 // A GET with one byte range (Range: bytes=a-b, a- or -n) takes the path
 // of any GET (a hit, a stale hit, or a share of the one render of its

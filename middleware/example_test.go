@@ -320,7 +320,7 @@ func ExampleOptions_purge() {
 		r.Header.Set("X-Purge-Key", key)
 		page.ServeHTTP(w, r)
 		status, _, _ := strings.Cut(w.Header().Get("Cache-Status"), "; ttl=") // the ttl counts down
-		fmt.Printf("%s %d %s | %s\n", method, w.Code, status, strings.TrimSpace(w.Body.String()))
+		fmt.Printf("%s %d X-Cache: %s | Cache-Status: %s | %s\n", method, w.Code, w.Header().Get("X-Cache"), status, strings.TrimSpace(w.Body.String()))
 	}
 	do(http.MethodGet, "")
 	do("PURGE", "guess")
@@ -328,9 +328,57 @@ func ExampleOptions_purge() {
 	do("PURGE", "s3cret")
 	do(http.MethodGet, "")
 	// Output:
-	// GET 200 stampede; fwd=uri-miss; fwd-status=200; stored | render 1
-	// PURGE 403 stampede; detail=purge-forbidden | purge not allowed
-	// GET 200 stampede; hit | render 1
-	// PURGE 200 stampede; detail=purged-url | purged
-	// GET 200 stampede; fwd=uri-miss; fwd-status=200; stored | render 2
+	// GET 200 X-Cache: MISS | Cache-Status: stampede; fwd=uri-miss; fwd-status=200; stored | render 1
+	// PURGE 403 X-Cache: PURGE; detail=purge-forbidden | Cache-Status:  | purge not allowed
+	// GET 200 X-Cache: HIT | Cache-Status: stampede; hit | render 1
+	// PURGE 200 X-Cache: PURGE; detail=purged-url | Cache-Status:  | purged
+	// GET 200 X-Cache: MISS | Cache-Status: stampede; fwd=uri-miss; fwd-status=200; stored | render 2
+}
+
+// PURGE where the middleware sits in a chi group: chi routes before the
+// group's middlewares run, so a route takes the PURGE requests
+// (chi.RegisterMethod makes chi route the method at all). With the
+// middleware in the root router's r.Use, before the routes, no route is
+// needed: it sees every request first.
+func ExampleMiddleware_PurgeHandler() {
+	c, stop := exampleCache()
+	defer stop()
+
+	m, err := middleware.New(c, &middleware.Options{Purge: &middleware.PurgePolicy{
+		Authorize: func(r *http.Request) bool {
+			vs := r.Header.Values("X-Purge-Key")
+			return len(vs) == 1 && subtle.ConstantTimeCompare([]byte(vs[0]), []byte("s3cret")) == 1
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	chi.RegisterMethod("PURGE")
+	renders := 0
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(m.Handler)
+		r.Get("/news", func(w http.ResponseWriter, r *http.Request) {
+			renders++
+			fmt.Fprintf(w, "render %d", renders)
+		})
+	})
+	r.Method("PURGE", "/*", m.PurgeHandler())
+
+	do := func(method string) {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(method, "/news", nil)
+		req.Header.Set("X-Purge-Key", "s3cret")
+		r.ServeHTTP(w, req)
+		fmt.Printf("%s %d %s | %s\n", method, w.Code, w.Header().Get("X-Cache"), strings.TrimSpace(w.Body.String()))
+	}
+	do(http.MethodGet)
+	do(http.MethodGet)
+	do("PURGE")
+	do(http.MethodGet)
+	// Output:
+	// GET 200 MISS | render 1
+	// GET 200 HIT | render 1
+	// PURGE 200 PURGE; detail=purged-url | purged
+	// GET 200 MISS | render 2
 }

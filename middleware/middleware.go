@@ -132,13 +132,12 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		return m.notCached(w, "BYPASS", "a bypass with only-if-cached")
 	}
 	if reason != "" {
-		m.setStatus(w.Header(), bypassStatus(reason))
 		if m.o.NoInvalidation || safeMethod(r.Method) {
-			next.ServeHTTP(w, r)
+			m.pass(w, r, next, bypassStatus(reason))
 			return outcome{kind: EventBypass, reason: reason}
 		}
 		iv := &invalidator{ResponseWriter: w, m: m, r: r}
-		next.ServeHTTP(iv, r)
+		m.pass(iv, r, next, bypassStatus(reason))
 		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
@@ -151,8 +150,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			// A new render of a range for this client alone: the
 			// handler answers it, as without the cache; nothing is
 			// stored (a render for the cache is made without Range).
-			m.setStatus(w.Header(), status{x: "BYPASS", fwd: "request", detail: "range"})
-			next.ServeHTTP(w, r)
+			m.pass(w, r, next, status{x: "BYPASS", fwd: "request", detail: "range"})
 			return outcome{kind: EventBypass, reason: "range request with the client's no-cache"}
 		}
 		return m.renderAndStore(w, r, next, base, route)
@@ -263,8 +261,7 @@ func (m *Middleware) serveExchange(x *exchange) outcome {
 	if x.onlyIfCached {
 		return m.notCached(w, "MISS", "only-if-cached")
 	}
-	m.setStatus(w.Header(), status{x: "BYPASS", fwd: "vary-miss", detail: "no-variant"})
-	next.ServeHTTP(w, r)
+	m.pass(w, r, next, status{x: "BYPASS", fwd: "vary-miss", detail: "no-variant"})
 	return outcome{kind: EventBypass, reason: "no stored variant matches the request"}
 }
 
@@ -355,8 +352,7 @@ func (m *Middleware) throughCache(x *exchange, key string, vary []string, p *pee
 	if l.res.err != nil {
 		// The render failed, could not be stored, or took longer than
 		// WaitTimeout: render for this request alone.
-		m.setStatus(w.Header(), status{x: "BYPASS", fwd: x.fwd, detail: "unshared"})
-		x.next.ServeHTTP(w, r)
+		m.pass(w, r, x.next, status{x: "BYPASS", fwd: x.fwd, detail: "unshared"})
 		return unshared(l.res.err), stepDone
 	}
 	return m.loaded(x, key, &l.res.resp)

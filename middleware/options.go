@@ -128,7 +128,10 @@ type Options struct {
 	NoInvalidation bool
 
 	// StatusHeader names the response header that says HIT, MISS, STALE or
-	// BYPASS; "-" leaves it out. Cache-Status (RFC 9211) is always set.
+	// BYPASS (and "PURGE; detail=..." on the answer to a PURGE, see
+	// PurgePolicy); "-" leaves it out. Cache-Status (RFC 9211) is set on
+	// every response the middleware serves or forwards, after the members
+	// the response has already; the answer to a PURGE has none.
 	// Default: "X-Cache".
 	StatusHeader string
 

@@ -2,10 +2,15 @@ package middleware
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/hotkv/stampede/internal/failpoint"
 )
@@ -22,13 +27,25 @@ const methodPurge = "PURGE"
 // A PURGE request whose Authorize returns true removes, in every process
 // and near caches included, either the pages of the tags it lists in the
 // fields of Options.Tags.Headers (as a response lists them: "PURGE /
-// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it lists
-// none, the page of its own URL, every Vary variant included (a GET of
-// the URL with the request's values of Keys.Headers). It is answered 200
-// with Cache-Status detail=purged-tags or detail=purged-url, and never
-// reaches the handler. One that Authorize refuses is answered 403
-// Forbidden (detail=purge-forbidden) and purges nothing; a purge the
-// server failed is answered 503 (detail=purge-failed).
+// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it has
+// none of those fields, the page of its own URL, every Vary variant
+// included (a GET of the URL with the request's values of Keys.Headers),
+// under both schemes as PurgeURL does. A tag field that lists no tag
+// ("Surrogate-Key:") purges nothing and is answered 400 Bad Request
+// (detail=purge-invalid), as are invalid tags. It is answered 200 with
+// detail=purged-tags or detail=purged-url, and never reaches the handler.
+// One that Authorize refuses is answered 403 Forbidden
+// (detail=purge-forbidden) and purges nothing; a purge the server failed
+// is answered 503 (detail=purge-failed).
+//
+// The answers are the middleware's own: they carry no Cache-Status (RFC
+// 9211 2 leaves it to responses a cache forwarded or served), and the
+// status header (Options.StatusHeader, X-Cache by default) says "PURGE;
+// detail=" and the detail, e.g. "X-Cache: PURGE; detail=purged-url".
+//
+// The middleware answers a PURGE only where it runs before the router
+// routes it: in chi, in the root router's r.Use. Where chi routes first
+// (a group's r.Use, r.With, r.Route), mount PurgeHandler as a route.
 type PurgePolicy struct {
 	// Authorize decides whether r may purge, e.g. by a secret in a
 	// header compared in constant time, or by the client's address on an
@@ -46,6 +63,15 @@ type PurgePolicy struct {
 // Options.Tags, to purge them all). The query is normalised as for a
 // request's key (IgnoreQuery and Query apply), so the order of its
 // parameters does not matter.
+//
+// Both schemes are purged, whichever rawURL has: behind a load balancer
+// or proxy that ends TLS, a page of an https URL is received, and stored,
+// as http (the request has no TLS), and the other way round behind one
+// that speaks TLS to this server. Under the other scheme the Host with
+// and without the default port of rawURL's are purged too (for
+// "https://example.com/a": "example.com" and "example.com:443" as http),
+// since a client may send either. A page purged that was not stale costs
+// one render, no more.
 func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header) error {
 	u, err := url.Parse(rawURL)
 	switch {
@@ -54,64 +80,210 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "", u.User != nil:
 		return invalid("PurgeURL: %q is not an absolute http or https URL without user information", rawURL)
 	}
-	// The key of a GET of rawURL as received on its own origin: what an
-	// invalidation computes for a Location (keyFor).
-	get := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host}).WithContext(ctx)
+	// The keys of a GET of rawURL as received on its own origin, over
+	// https and over http (see purgeKeys).
+	if u.Path == "" {
+		u.Path, u.RawPath = "/", "" // "http://host" is "http://host/" (RFC 9110 4.2.3)
+	}
+	get := (&http.Request{Method: http.MethodGet, Header: h, Host: u.Host,
+		URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}}).WithContext(ctx)
+	get.RequestURI = get.URL.RequestURI()
 	if get.Header == nil {
 		get.Header = http.Header{}
 	}
-	base, ok := m.keyFor(get, &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/"}, rawURL)
+	if u.Scheme == "https" {
+		get.TLS = &tls.ConnectionState{}
+	}
+	keys, ok := m.purgeKeys(get)
 	if !ok {
 		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.c.Delete(ctx, base); err != nil {
+	if err := m.deleteAll(ctx, keys); err != nil {
 		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
 	}
 	return nil
 }
 
+// purgeKeys returns the base keys of get, a GET, under both schemes: as
+// received with TLS and without, since behind a balancer or proxy that
+// ends TLS a page of an https URL arrives, and is stored, as http (r.TLS
+// is nil), and the other way round behind one that speaks TLS to the
+// origin. Under the scheme that is not get's the default port matters
+// (keyHost drops only the scheme's own), so it also purges the Host a
+// client of get's origin may send with the default port written or not:
+// for https://example.com/, the http keys of "example.com" and
+// "example.com:443". A key too many costs a render; a key too few leaves
+// the page. ok is false if get has no key.
+func (m *Middleware) purgeKeys(get *http.Request) (keys []string, ok bool) {
+	port := ":80"
+	if get.TLS != nil {
+		port = ":443"
+	}
+	hosts := []string{get.Host}
+	switch {
+	case get.Host == "":
+	case !hasPort(get.Host):
+		hosts = append(hosts, get.Host+port)
+	case strings.HasSuffix(get.Host, port):
+		hosts = append(hosts, strings.TrimSuffix(get.Host, port))
+	}
+	for _, secure := range [...]bool{get.TLS != nil, get.TLS == nil} {
+		for _, host := range hosts {
+			lr := get.WithContext(get.Context())
+			lr.Host, lr.TLS = host, nil
+			if secure {
+				lr.TLS = &tls.ConnectionState{}
+			}
+			key, ok := m.baseKey(lr)
+			if !ok {
+				return nil, false
+			}
+			if !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	return keys, true
+}
+
+// hasPort reports whether host (a Host field) ends in a port.
+func hasPort(host string) bool {
+	if i := strings.LastIndexByte(host, ']'); i >= 0 {
+		host = host[i+1:] // a bracketed IPv6 literal
+	}
+	return strings.Contains(host, ":")
+}
+
+// deleteAll deletes each of keys: entries, or the markers of responses
+// with Vary (see generationBase). It tries them all and returns what
+// failed.
+func (m *Middleware) deleteAll(ctx context.Context, keys []string) error {
+	var errs []error
+	for _, k := range keys {
+		if err := m.c.Delete(ctx, k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // servePurge answers r, a PURGE request (see PurgePolicy).
 func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome {
-	answer := func(code int, detail, text string) {
-		h := w.Header()
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(text)))
-		h.Set("Cache-Control", "no-store")
-		h["Cache-Status"] = []string{"stampede; detail=" + detail}
-		w.WriteHeader(code)
-		_, _ = w.Write([]byte(text))
-	}
 	if !m.o.Purge.Authorize(r) {
-		answer(http.StatusForbidden, "purge-forbidden", "purge not allowed\n")
+		m.purgeAnswer(w, http.StatusForbidden, "purge-forbidden", "purge not allowed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE that Purge.Authorize refused"}
 	}
 	ctx := context.WithoutCancel(r.Context()) // a client that goes must not leave it half done
 	tags, why := parseTags(r.Header, m.tagHeaders)
+	if why == "" && len(tags) == 0 && m.listsTagField(r.Header) {
+		why = "no tags listed" // never the URL instead: a purge of tags that went wrong
+	}
 	if why != "" {
-		answer(http.StatusBadRequest, "purge-invalid", why+"\n")
+		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", why+"\n")
 		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
 	}
 	if len(tags) > 0 {
 		if err := m.PurgeTag(ctx, tags...); err != nil {
-			answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+			m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 			return outcome{kind: EventBypass, reason: "a PURGE of tags", err: err}
 		}
-		answer(http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
+		m.purgeAnswer(w, http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
 		return outcome{kind: EventBypass, reason: "a PURGE of tags"}
 	}
 	get := r.WithContext(ctx)
 	get.Method = http.MethodGet
-	base, ok := m.baseKey(get)
+	keys, ok := m.purgeKeys(get)
 	if !ok {
-		answer(http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
+		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", "no key for the URL\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.c.Delete(ctx, base); err != nil {
-		answer(http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
+	if err := m.deleteAll(ctx, keys); err != nil {
+		m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}
 	}
-	answer(http.StatusOK, "purged-url", "purged\n")
+	m.purgeAnswer(w, http.StatusOK, "purged-url", "purged\n")
 	return outcome{kind: EventBypass, reason: "a PURGE of a URL"}
+}
+
+// purgeAnswer answers a PURGE with code and the plain text text. The
+// answer is the middleware's own, not a response it cached or forwarded:
+// it carries no Cache-Status (RFC 9211 2), and says what happened in the
+// status header: "PURGE; detail=" and detail (see PurgePolicy).
+func (m *Middleware) purgeAnswer(w http.ResponseWriter, code int, detail, text string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(text)))
+	h.Set("Cache-Control", "no-store")
+	h.Del("Cache-Status")
+	if m.statusHeader != "-" {
+		h[m.statusHeader] = []string{"PURGE; detail=" + detail}
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(text))
+}
+
+// listsTagField reports whether h, a PURGE's header, has one of the tag
+// fields (Options.Tags.Headers), even an empty one.
+func (m *Middleware) listsTagField(h http.Header) bool {
+	for _, n := range m.tagHeaders {
+		if _, ok := h[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// PurgeHandler returns a handler that answers PURGE requests as the
+// middleware does with Options.Purge (the same Authorize, purges and
+// answers), for a router that routes before the middleware runs. chi runs
+// the middlewares of a group (r.Group, r.Route, r.With) only for the
+// routes it finds, so a PURGE of a page served in a group is answered 405
+// by chi unless a route takes it:
+//
+//	r.Group(func(r chi.Router) {
+//		r.Use(m.Handler)
+//		r.Get("/items/{id}", item)
+//	})
+//	r.Method("PURGE", "/*", m.PurgeHandler())
+//
+// (m.Handler in the root router's r.Use, before any route, sees every
+// request and needs no such route.) It answers other methods 405 Method
+// Not Allowed with "Allow: PURGE". Without Options.Purge it answers every
+// PURGE 501 Not Implemented (detail=purge-disabled) and purges nothing:
+// there is no Authorize to ask, and the answer says that purging is not
+// set up, which a 403 would hide as a wrong secret. Its answers are
+// observed as the middleware's are (Options.Observer, Logger).
+func (m *Middleware) PurgeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.observing() {
+			m.purgeRoute(w, r)
+			return
+		}
+		start := time.Now()
+		route := m.route(r)
+		sw := &statusWriter{ResponseWriter: w}
+		o := m.purgeRoute(sw, r)
+		o.status = sw.sent(o.kind)
+		m.observe(r.Context(), r.Method, route, time.Since(start), o)
+	})
+}
+
+// purgeRoute answers r for PurgeHandler.
+func (m *Middleware) purgeRoute(w http.ResponseWriter, r *http.Request) outcome {
+	switch {
+	case r.Method != methodPurge:
+		h := w.Header()
+		h.Set("Allow", methodPurge)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = w.Write([]byte("method not allowed\n"))
+		return outcome{kind: EventBypass, reason: "a method other than PURGE on PurgeHandler"}
+	case m.o.Purge == nil:
+		m.purgeAnswer(w, http.StatusNotImplemented, "purge-disabled", "purge not enabled\n")
+		return outcome{kind: EventBypass, reason: "a PURGE without Options.Purge"}
+	}
+	return m.servePurge(w, r)
 }

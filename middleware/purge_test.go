@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -312,7 +313,7 @@ func TestPurgeURL(t *testing.T) {
 
 // TestPurgeMethod: with Options.Purge, a PURGE that Authorize allows
 // removes its URL's page, or the pages of the tags it lists, in every
-// process, and says so in Cache-Status; one it refuses gets 403 and
+// process, and says so in the status header; one it refuses gets 403 and
 // removes nothing; the handler never sees either.
 func TestPurgeMethod(t *testing.T) {
 	s := redistest.Shared(t, redistest.Valkey)
@@ -325,20 +326,20 @@ func TestPurgeMethod(t *testing.T) {
 		b.waitStored(t, p, p+" #1")
 	}
 	r := b.do(t, "PURGE", "/u", procHeader, "1", "X-Purge-Key", "guess")
-	if r.status != http.StatusForbidden || !strings.Contains(r.header.Get("Cache-Status"), "detail=purge-forbidden") {
-		t.Errorf("unauthorised PURGE: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusForbidden || r.cache() != "PURGE; detail=purge-forbidden" {
+		t.Errorf("unauthorised PURGE: %v", r)
 	}
 	b.get(t, "/u").check(t, 200, "HIT", "/u #1")
 
 	r = b.do(t, "PURGE", "/u", procHeader, "1", "X-Purge-Key", "secret")
-	if r.status != http.StatusOK || r.header.Get("Cache-Status") != "stampede; detail=purged-url" {
-		t.Errorf("PURGE of a URL: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusOK || r.cache() != "PURGE; detail=purged-url" {
+		t.Errorf("PURGE of a URL: %v", r)
 	}
 	b.get(t, "/u").check(t, 200, "MISS", "/u #2")
 
 	r = b.do(t, "PURGE", "/", procHeader, "1", "X-Purge-Key", "secret", "Surrogate-Key", "red green")
-	if r.status != http.StatusOK || r.header.Get("Cache-Status") != "stampede; detail=purged-tags" || r.body != "purged 2 tags\n" {
-		t.Errorf("PURGE of tags: %v, Cache-Status %q", r, r.header.Get("Cache-Status"))
+	if r.status != http.StatusOK || r.cache() != "PURGE; detail=purged-tags" || r.body != "purged 2 tags\n" {
+		t.Errorf("PURGE of tags: %v", r)
 	}
 	b.get(t, "/t1").check(t, 200, "MISS", "/t1 #2")
 	b.get(t, "/t2").check(t, 200, "MISS", "/t2 #2")
@@ -349,6 +350,137 @@ func TestPurgeMethod(t *testing.T) {
 	}
 	if n := th.count("/"); n != 0 {
 		t.Errorf("the handler saw %d PURGE requests", n)
+	}
+}
+
+// TestPurgeMethod_statusHeader: a PURGE's answer is the middleware's own,
+// so it carries no Cache-Status (RFC 9211 2: not on locally generated
+// responses); it says what happened in the status header, "PURGE;
+// detail=" and the detail, and with StatusHeader "-" nowhere (issue 39).
+func TestPurgeMethod_statusHeader(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	for _, sh := range []string{"", "X-Edge", "-"} {
+		t.Run("StatusHeader="+sh, func(t *testing.T) {
+			o := tagOptions()
+			o.StatusHeader = sh
+			o.Purge = &middleware.PurgePolicy{Authorize: func(r *http.Request) bool { return r.Header.Get("X-Purge-Key") == "secret" }}
+			b := newTestBed(t, s, newTagHandler(nil), &bedOptions{mw: o})
+			name := map[string]string{"": "X-Cache", "X-Edge": "X-Edge", "-": ""}[sh]
+			for _, tc := range []struct {
+				hdr    []string
+				status int
+				detail string
+			}{
+				{[]string{"X-Purge-Key", "guess"}, http.StatusForbidden, "purge-forbidden"},
+				{[]string{"X-Purge-Key", "secret"}, http.StatusOK, "purged-url"},
+				{[]string{"X-Purge-Key", "secret", "Surrogate-Key", "red"}, http.StatusOK, "purged-tags"},
+				{[]string{"X-Purge-Key", "secret", "Surrogate-Key", strings.Repeat("x", 1025)}, http.StatusBadRequest, "purge-invalid"},
+			} {
+				r := b.do(t, "PURGE", "/u", tc.hdr...)
+				if r.status != tc.status || r.header["Cache-Status"] != nil {
+					t.Errorf("PURGE (%s): %v, Cache-Status %q; want %d and none", tc.detail, r, r.header["Cache-Status"], tc.status)
+				}
+				for _, h := range []string{"X-Cache", "X-Edge"} {
+					want := ""
+					if h == name {
+						want = "PURGE; detail=" + tc.detail
+					}
+					if got := r.header.Get(h); got != want {
+						t.Errorf("PURGE (%s): %s %q, want %q", tc.detail, h, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPurgeMethod_emptyTags: a PURGE with a tag field (Options.Tags.Headers)
+// that lists no tag purges nothing and is answered 400 (purge-invalid): it
+// never falls back to purging its own URL, which only a PURGE without any
+// tag field does (issue 39).
+func TestPurgeMethod_emptyTags(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	th := newTagHandler(map[string]string{"/": "home"})
+	o := tagOptions()
+	o.Purge = &middleware.PurgePolicy{Authorize: func(*http.Request) bool { return true }}
+	b := newTestBed(t, s, th, &bedOptions{mw: o})
+	b.get(t, "/").check(t, 200, "MISS", "/ #1")
+	b.waitStored(t, "/", "/ #1")
+	for _, hdr := range [][]string{
+		{"Surrogate-Key", ""},
+		{"Surrogate-Key", "   "},
+		{"Cache-Tag", " , ,"},
+		{"Surrogate-Key", "", "Cache-Tag", ""},
+	} {
+		r := b.do(t, "PURGE", "/", hdr...)
+		if r.status != http.StatusBadRequest || r.body != "no tags listed\n" || !strings.Contains(r.header.Get("X-Cache"), "detail=purge-invalid") {
+			t.Errorf("PURGE / with %q: %v, X-Cache %q; want 400 purge-invalid", hdr, r, r.header.Get("X-Cache"))
+		}
+		b.get(t, "/").check(t, 200, "HIT", "/ #1")
+	}
+	r := b.do(t, "PURGE", "/")
+	if r.status != http.StatusOK {
+		t.Errorf("PURGE / without a tag field: %v", r)
+	}
+	b.get(t, "/").check(t, 200, "MISS", "/ #2")
+}
+
+// TestPurgeURL_schemes: behind a balancer that terminates TLS a page is
+// stored under http (the request has no TLS), and an https URL, as
+// clients know it, purges it; both ways round, with the default port
+// written or not, and the same for a PURGE request: a purge removes the
+// page under both schemes (issue 39).
+func TestPurgeURL_schemes(t *testing.T) {
+	s := redistest.Shared(t, redistest.Valkey)
+	th := newTagHandler(nil)
+	o := &middleware.Options{Purge: &middleware.PurgePolicy{Authorize: func(*http.Request) bool { return true }}}
+	tlsOn := func(next http.Handler) http.Handler { // as if TLS ended here, for requests that say so
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Test-TLS") != "" {
+				r.TLS = &tls.ConnectionState{}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	b := newTestBed(t, s, th, &bedOptions{mw: o, wrap: tlsOn})
+	ctx := testContext(t, 30*time.Second)
+	host := strings.TrimPrefix(b.srv.URL, "http://")
+	for i, tc := range []struct {
+		what  string
+		hdr   []string // of the request that stores the page
+		purge func(path string) error
+	}{
+		{"PurgeURL https, page from http", nil, func(path string) error { return b.mws[0].PurgeURL(ctx, "https://"+host+path+"?a=1", nil) }},
+		{"PurgeURL http, page from https", []string{"X-Test-TLS", "1"}, func(path string) error { return b.mws[0].PurgeURL(ctx, "http://"+host+path+"?a=1", nil) }},
+		{"PurgeURL https, page from http with Host example.com", []string{"Host", "example.com"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com"+path+"?a=1", nil)
+		}},
+		{"PurgeURL https with :443, page from http with Host example.com", []string{"Host", "example.com"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com:443"+path+"?a=1", nil)
+		}},
+		{"PurgeURL https, page from http with Host example.com:443", []string{"Host", "example.com:443"}, func(path string) error {
+			return b.mws[0].PurgeURL(ctx, "https://example.com"+path+"?a=1", nil)
+		}},
+		{"PURGE over http, page from https", []string{"X-Test-TLS", "1"}, func(path string) error {
+			if r := b.do(t, "PURGE", path+"?a=1"); r.status != http.StatusOK {
+				return fmt.Errorf("PURGE: %v", r)
+			}
+			return nil
+		}},
+		{"PURGE over https, page from http", nil, func(path string) error {
+			if r := b.do(t, "PURGE", path+"?a=1", "X-Test-TLS", "1"); r.status != http.StatusOK {
+				return fmt.Errorf("PURGE: %v", r)
+			}
+			return nil
+		}},
+	} {
+		path := fmt.Sprintf("/p%d", i)
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "MISS", path+" #1")
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "HIT", path+" #1")
+		if err := tc.purge(path); err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		b.get(t, path+"?a=1", tc.hdr...).check(t, 200, "MISS", path+" #2")
 	}
 }
 

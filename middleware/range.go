@@ -91,8 +91,7 @@ func (m *Middleware) renderForRange(w http.ResponseWriter, r *http.Request, next
 	if err := r.Context().Err(); err != nil {
 		return outcome{kind: EventCanceled, err: err} // the client is gone
 	}
-	m.setStatus(w.Header(), statusBypass)
-	next.ServeHTTP(w, r)
+	m.pass(w, r, next, statusBypass)
 	return unshared(res.err)
 }
 

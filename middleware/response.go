@@ -1,6 +1,9 @@
 package middleware
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -203,21 +206,157 @@ func noneMatch(fields []string, etag string) bool {
 	return false
 }
 
+// setStatus sets the status header in h, the header of a response about
+// to go out, and puts the middleware's Cache-Status member after those h
+// has (see putStatus). h may be a handler's: its names are in any letter
+// case.
 func (m *Middleware) setStatus(h http.Header, st status) {
+	mergeField(h, "Cache-Status")
 	m.putStatus(h, st, make([]string, 0, 2), nil)
 }
 
-// putStatus sets the status header and Cache-Status in h for st, and the
-// ttl of resp when it is set, with their values in room (capacity 2,
-// length 0), which it takes over.
+// putStatus sets the status header in h for st, and Cache-Status: the
+// members h has already (an origin's or another cache's, stored with the
+// response or set by the handler), then the middleware's, with the ttl
+// of resp when it is set (RFC 9211 2: each cache appends its member). The
+// values go in room (capacity 2, length 0), which it takes over. h's
+// Cache-Status must be under its canonical name.
 func (m *Middleware) putStatus(h http.Header, st status, room []string, resp *response) {
 	if m.statusHeader != "-" {
 		room = append(room, st.x)
 		h[m.statusHeader] = room[len(room)-1 : len(room) : len(room)]
 	}
-	room = append(room, st.cacheStatus(resp, m.now()))
+	member := st.cacheStatus(resp, m.now())
+	if prior := h["Cache-Status"]; len(prior) > 0 {
+		member = appendMember(prior, member)
+	}
+	room = append(room, member)
 	h["Cache-Status"] = room[len(room)-1 : len(room) : len(room)]
 }
+
+// appendMember returns the Cache-Status list of fields (one or more
+// field lines, which are one list: RFC 9110 5.3) with member after its
+// members, on one line. A member equal to member is left out: the
+// middleware's own, copied through by the handler, is not repeated.
+func appendMember(fields []string, member string) string {
+	var b strings.Builder
+	for _, f := range fields {
+		for f != "" {
+			var m string
+			m, f = nextMember(f)
+			if m = strings.TrimSpace(m); m != "" && m != member {
+				b.WriteString(m)
+				b.WriteString(", ")
+			}
+		}
+	}
+	b.WriteString(member)
+	return b.String()
+}
+
+// nextMember cuts the first member off a list field: up to the first
+// comma outside a quoted string (RFC 8941 3.3.3, with backslash escapes).
+func nextMember(f string) (member, rest string) {
+	quoted := false
+	for i := 0; i < len(f); i++ {
+		switch c := f[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			return f[:i], f[i+1:]
+		}
+	}
+	return f, ""
+}
+
+// mergeField moves the values of name (canonical) set in h under other
+// letter cases (w.Header()["cache-status"]) under name, after its own:
+// net/http would send them as separate fields.
+func mergeField(h http.Header, name string) {
+	for k, vs := range h {
+		if k != name && len(k) == len(name) && strings.EqualFold(k, name) {
+			h[name] = append(h[name], vs...)
+			delete(h, k)
+		}
+	}
+}
+
+// pass has next answer r itself on w, a response that does not go
+// through the cache, with status st: the status header is set before next
+// runs, and the middleware's Cache-Status member is put after the
+// handler's when the header goes out (see memberWriter).
+func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Handler, st status) {
+	if m.statusHeader != "-" {
+		w.Header()[m.statusHeader] = []string{st.x}
+	}
+	mw := &memberWriter{ResponseWriter: w, m: m, st: st}
+	next.ServeHTTP(mw, r)
+	mw.put() // the handler wrote nothing: net/http sends the header now
+}
+
+// memberWriter is the writer of a response the handler writes itself
+// (see pass): when the final header goes out (WriteHeader, the first
+// Write, ReadFrom or Flush, or the handler's return without either),
+// it puts the middleware's Cache-Status member after the members the
+// handler set, once. An interim (1xx) response goes out as it is.
+type memberWriter struct {
+	http.ResponseWriter
+	m    *Middleware
+	st   status
+	done bool
+}
+
+func (mw *memberWriter) put() {
+	if mw.done {
+		return
+	}
+	mw.done = true
+	h := mw.ResponseWriter.Header()
+	mergeField(h, "Cache-Status")
+	member := mw.st.cacheStatus(nil, mw.m.now())
+	if prior := h["Cache-Status"]; len(prior) > 0 {
+		member = appendMember(prior, member)
+	}
+	h["Cache-Status"] = []string{member}
+}
+
+func (mw *memberWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		mw.put()
+	}
+	mw.ResponseWriter.WriteHeader(code)
+}
+
+func (mw *memberWriter) Write(p []byte) (int, error) {
+	mw.put()
+	return mw.ResponseWriter.Write(p)
+}
+
+// ReadFrom keeps the ResponseWriter's own, for io.Copy (see statusWriter).
+func (mw *memberWriter) ReadFrom(src io.Reader) (int64, error) {
+	mw.put()
+	if rf, ok := mw.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{mw.ResponseWriter}, src)
+}
+
+// Flush sends the header (200 if none was written) and flushes.
+func (mw *memberWriter) Flush() {
+	mw.put()
+	_ = http.NewResponseController(mw.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler: no header goes out.
+func (mw *memberWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	mw.done = true
+	return http.NewResponseController(mw.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (mw *memberWriter) Unwrap() http.ResponseWriter { return mw.ResponseWriter }
 
 // status is what a response says of how the middleware answered it: the
 // status header (Options.StatusHeader) and Cache-Status (RFC 9211).

@@ -211,3 +211,67 @@ func TestMiddleware_cacheStatus(t *testing.T) {
 	want("a request with credentials", b.get(t, "/c", "Authorization", "Bearer x"), "BYPASS", "stampede; fwd=bypass; detail=authorization")
 	want("an unsafe method", b.do(t, http.MethodDelete, "/c"), "BYPASS", "stampede; fwd=method")
 }
+
+// TestMiddleware_cacheStatusUpstream: the middleware's Cache-Status
+// member comes last, after the members the response already carries (RFC
+// 9211 2: a cache appends its member), on every answer: a stored response
+// (the origin's members are stored, ours is appended when serving), a
+// bypass and a render passed through, however the handler sets the field
+// (Set, Add, on two lines, in another letter case, with or without
+// writing a body), and our member is never there twice (issue 39).
+func TestMiddleware_cacheStatusUpstream(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		switch r.URL.Query().Get("how") {
+		case "add":
+			hd.Add("Cache-Status", `origin; hit; detail="x, \"y\"", cdn; fwd=uri-miss`)
+		case "lower":
+			hd["cache-status"] = []string{`origin; hit; detail="x, \"y\"", cdn; fwd=uri-miss`}
+		case "ours":
+			// A handler that copies through what it got from this very
+			// middleware (a second instance of it on the way, say).
+			hd.Set("Cache-Status", "stampede; fwd=method")
+			hd.Add("Cache-Status", `origin; hit; detail="x, \"y\"", cdn; fwd=uri-miss`)
+		default:
+			hd.Set("Cache-Status", `origin; hit; detail="x, \"y\""`)
+			hd.Add("Cache-Status", "cdn; fwd=uri-miss")
+		}
+		if r.URL.Path == "/private" {
+			hd.Set("Cache-Control", "private")
+		}
+		switch r.URL.Query().Get("write") {
+		case "none":
+		case "flush":
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			fmt.Fprint(w, "x")
+		default:
+			fmt.Fprint(w, "x")
+		}
+	})
+	b := newTestBed(t, s, h, nil)
+	const up = `origin; hit; detail="x, \"y\"", cdn; fwd=uri-miss, `
+	steps := []struct {
+		what, method, path, xcache, ours string
+		hdr                              []string
+	}{
+		{"a render, stored", "GET", "/s", "MISS", "stampede; fwd=uri-miss; fwd-status=200; stored; ttl=60", nil},
+		{"a hit", "GET", "/s", "HIT", "stampede; hit; ttl=60", nil},
+		{"a render passed through", "GET", "/private", "BYPASS", "stampede; fwd=miss; fwd-status=200; detail=not-stored", nil},
+		{"a bypass", "GET", "/b", "BYPASS", "stampede; fwd=bypass; detail=cookie", []string{"Cookie", "a=1"}},
+		{"a bypass, Add", "GET", "/b?how=add", "BYPASS", "stampede; fwd=bypass; detail=cookie", []string{"Cookie", "a=1"}},
+		{"a bypass, lower case", "GET", "/b?how=lower", "BYPASS", "stampede; fwd=bypass; detail=cookie", []string{"Cookie", "a=1"}},
+		{"a bypass writing nothing", "GET", "/b?write=none", "BYPASS", "stampede; fwd=bypass; detail=cookie", []string{"Cookie", "a=1"}},
+		{"a bypass flushing", "GET", "/b?write=flush", "BYPASS", "stampede; fwd=bypass; detail=cookie", []string{"Cookie", "a=1"}},
+		{"an unsafe method", "POST", "/b", "BYPASS", "stampede; fwd=method", nil},
+		{"an unsafe method writing nothing", "POST", "/b?write=none", "BYPASS", "stampede; fwd=method", nil},
+		{"an unsafe method, ours copied", "POST", "/b?how=ours", "BYPASS", "stampede; fwd=method", nil},
+	}
+	for _, st := range steps {
+		r := b.do(t, st.method, st.path, st.hdr...)
+		if got, want := r.header.Values("Cache-Status"), []string{up + st.ours}; r.cache() != st.xcache || len(got) != 1 || got[0] != want[0] {
+			t.Errorf("%s: X-Cache %s, Cache-Status %q; want %s, %q", st.what, r.cache(), got, st.xcache, want)
+		}
+	}
+}

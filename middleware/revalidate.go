@@ -177,8 +177,7 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	if err := l.res.err; err != nil {
 		// The revalidation failed, or took longer than WaitTimeout:
 		// render for this request alone.
-		m.setStatus(w.Header(), status{x: "BYPASS", fwd: "stale", detail: "unshared"})
-		x.next.ServeHTTP(w, r)
+		m.pass(w, r, x.next, status{x: "BYPASS", fwd: "stale", detail: "unshared"})
 		return unshared(err), false
 	}
 	// Another request revalidated it: read what it stored. (The cache
