@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // Options configure a Middleware. A nil *Options means all defaults,
@@ -325,8 +327,6 @@ func SharedOptions() *Options {
 	}
 }
 
-var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501}
-
 func (o *Options) validate() error {
 	switch {
 	case o.Freshness.TTL < 0:
@@ -366,14 +366,14 @@ func (o *Options) validate() error {
 	}
 	for _, n := range o.Targeted {
 		switch {
-		case n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0:
+		case !httprule.FieldName(n):
 			return invalid("Targeted field name %q is not a header field name", n)
 		case strings.EqualFold(n, "Cache-Control"):
 			return invalid("Targeted field name %q: Cache-Control is the field a targeted one replaces", n)
 		}
 	}
 	for _, n := range o.Tags.Headers {
-		if n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0 {
+		if !httprule.FieldName(n) {
 			return invalid("Tags.Headers name %q is not a header field name", n)
 		}
 	}
@@ -391,6 +391,21 @@ func (o *Options) validate() error {
 		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
 	}
 	return nil
+}
+
+// rules is the policy of the storage rules (httprule) that o sets, for
+// a cache whose largest value is maxValue bytes. New calls it once o's
+// defaults are in place.
+func (o *Options) rules(maxValue int) httprule.Policy {
+	f := &o.Freshness
+	return httprule.Policy{
+		Statuses: o.Statuses, ShouldCache: o.ShouldCache,
+		SurrogateControl: o.SurrogateControl, Targeted: o.Targeted,
+		TTL: f.TTL, Explicit: f.Explicit, Heuristic: f.Heuristic, HeuristicMaxAge: f.HeuristicMaxAge,
+		Stale: f.Stale, StaleIfError: f.StaleIfError,
+		Revalidate: f.Revalidate, RevalidateNoCache: f.RevalidateNoCache,
+		MaxSize: maxValue,
+	}
 }
 
 // headerRoom is what a stored response keeps for everything but its
@@ -412,61 +427,4 @@ func (o *Options) storeLimit(maxValueSize int) (int, error) {
 		return 0, invalid("StoreLimit %d does not fit the cache's MaxValueSize %d (a stored response is its body plus up to %d bytes of headers); lower StoreLimit to at most %d or raise cache.Options.MaxValueSize", o.StoreLimit, maxValueSize, headerRoom, room)
 	}
 	return o.StoreLimit, nil
-}
-
-func (o *Options) statusOK(code int) bool {
-	switch {
-	case len(o.Statuses) > 0:
-		return slices.Contains(o.Statuses, code)
-	case o.Freshness.Explicit:
-		// A response that says how long it is fresh may be stored
-		// whatever its final status (RFC 9111 3), but a partial one
-		// (206: range requests bypass the cache) and a server error.
-		return code >= 200 && code != http.StatusPartialContent && (code < 500 || code == http.StatusNotImplemented)
-	}
-	return slices.Contains(defaultStatuses[:], code)
-}
-
-// heuristicallyCacheable reports whether RFC 9110 15.1 lets a cache
-// give a response with this status heuristic freshness.
-func heuristicallyCacheable(code int) bool {
-	switch code {
-	case 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501:
-		return true
-	}
-	return false
-}
-
-// heuristic is the freshness lifetime Freshness.Heuristic gives a response
-// with this status, public directive and header (canonical), received at
-// responded; ok is false if the heuristic does not apply to it (off, a
-// status it does not cover, no valid Last-Modified, or one later than
-// the response's Date).
-func (o *Options) heuristic(status int, public bool, h http.Header, responded time.Time) (lifetime time.Duration, ok bool) {
-	if o.Freshness.Heuristic <= 0 || !public && !heuristicallyCacheable(status) {
-		return 0, false
-	}
-	lm, ok := httpDate(h.Values("Last-Modified"))
-	if !ok {
-		return 0, false
-	}
-	at := responded
-	if date, ok := httpDate(h.Values("Date")); ok {
-		at = date
-	}
-	since := at.Sub(lm) // saturates: Sub never overflows
-	if since < 0 {
-		return 0, false // modified after it was sent: RFC 9110 8.8.2.1
-	}
-	limit := o.Freshness.HeuristicMaxAge
-	if limit == 0 {
-		limit = 24 * time.Hour
-	}
-	// Compared in float64 before converting: since may be near
-	// math.MaxInt64 (dates centuries apart), which float64 rounds up to
-	// 2^63, past what a Duration holds.
-	if f := float64(since) * o.Freshness.Heuristic; f < float64(limit) {
-		return time.Duration(f), true
-	}
-	return limit, true
 }
