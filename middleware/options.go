@@ -327,20 +327,42 @@ func SharedOptions() *Options {
 	}
 }
 
+// validate checks o, concern by concern, and returns the first error
+// (prefixed "middleware: "), or nil. The concerns are asked in a fixed
+// order, so that Options with several errors get the same one every
+// time.
 func (o *Options) validate() error {
+	for _, check := range [...]func() error{o.Freshness.validate, o.validateLimits, o.validateStatuses, o.Keys.validate, o.validateTargeted, o.validateTags, o.Keys.validateQuery} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the durations and the fraction of a FreshnessPolicy.
+func (f *FreshnessPolicy) validate() error {
 	switch {
-	case o.Freshness.TTL < 0:
-		return invalid("Freshness.TTL %v is negative", o.Freshness.TTL)
-	case o.Freshness.TTL > 0 && o.Freshness.TTL < time.Millisecond:
-		return invalid("Freshness.TTL %v is below 1ms", o.Freshness.TTL)
-	case !(o.Freshness.Heuristic >= 0 && o.Freshness.Heuristic <= 1):
-		return invalid("Freshness.Heuristic %v is not between 0 and 1", o.Freshness.Heuristic)
-	case o.Freshness.HeuristicMaxAge < 0:
-		return invalid("Freshness.HeuristicMaxAge %v is negative", o.Freshness.HeuristicMaxAge)
-	case o.Freshness.Stale < 0:
-		return invalid("Freshness.Stale %v is negative", o.Freshness.Stale)
-	case o.Freshness.StaleIfError < 0:
-		return invalid("Freshness.StaleIfError %v is negative", o.Freshness.StaleIfError)
+	case f.TTL < 0:
+		return invalid("Freshness.TTL %v is negative", f.TTL)
+	case f.TTL > 0 && f.TTL < time.Millisecond:
+		return invalid("Freshness.TTL %v is below 1ms", f.TTL)
+	case !(f.Heuristic >= 0 && f.Heuristic <= 1):
+		return invalid("Freshness.Heuristic %v is not between 0 and 1", f.Heuristic)
+	case f.HeuristicMaxAge < 0:
+		return invalid("Freshness.HeuristicMaxAge %v is negative", f.HeuristicMaxAge)
+	case f.Stale < 0:
+		return invalid("Freshness.Stale %v is negative", f.Stale)
+	case f.StaleIfError < 0:
+		return invalid("Freshness.StaleIfError %v is negative", f.StaleIfError)
+	}
+	return nil
+}
+
+// validateLimits checks StoreLimit and WaitTimeout (StoreLimit against
+// the cache's MaxValueSize is storeLimit's).
+func (o *Options) validateLimits() error {
+	switch {
 	case o.StoreLimit < 0:
 		return invalid("StoreLimit %d is negative", o.StoreLimit)
 	case o.WaitTimeout < 0:
@@ -348,6 +370,12 @@ func (o *Options) validate() error {
 	case o.WaitTimeout > 0 && o.WaitTimeout < time.Millisecond:
 		return invalid("WaitTimeout %v is below 1ms", o.WaitTimeout)
 	}
+	return nil
+}
+
+// validateStatuses checks that Statuses lists only final statuses that
+// may be stored.
+func (o *Options) validateStatuses() error {
 	for _, s := range o.Statuses {
 		if s < 200 || s > 599 {
 			return invalid("status %d in Statuses is not a final status", s)
@@ -356,14 +384,32 @@ func (o *Options) validate() error {
 			return invalid("status %d in Statuses: server errors are never stored", s)
 		}
 	}
-	for _, h := range slices.Concat(o.Keys.Headers, o.Keys.IgnoreQuery) {
-		if h == "" {
-			return invalid("empty name in Keys.Headers or Keys.IgnoreQuery")
-		}
+	return nil
+}
+
+// validate checks that the names of a KeyPolicy are not empty.
+func (k *KeyPolicy) validate() error {
+	if slices.Contains(k.Headers, "") || slices.Contains(k.IgnoreQuery, "") {
+		return invalid("empty name in Keys.Headers or Keys.IgnoreQuery")
 	}
-	if slices.Contains(o.Keys.Query, "") {
+	if slices.Contains(k.Query, "") {
 		return invalid("empty name in Keys.Query")
 	}
+	return nil
+}
+
+// validateQuery checks that a KeyPolicy does not set both Query and
+// IgnoreQuery. Options.validate asks it last of all.
+func (k *KeyPolicy) validateQuery() error {
+	if len(k.Query) > 0 && len(k.IgnoreQuery) > 0 {
+		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
+	}
+	return nil
+}
+
+// validateTargeted checks that the names of Targeted are header field
+// names, and none is Cache-Control.
+func (o *Options) validateTargeted() error {
 	for _, n := range o.Targeted {
 		switch {
 		case !httprule.FieldName(n):
@@ -372,6 +418,11 @@ func (o *Options) validate() error {
 			return invalid("Targeted field name %q: Cache-Control is the field a targeted one replaces", n)
 		}
 	}
+	return nil
+}
+
+// validateTags checks Tags and Purge.
+func (o *Options) validateTags() error {
 	for _, n := range o.Tags.Headers {
 		if !httprule.FieldName(n) {
 			return invalid("Tags.Headers name %q is not a header field name", n)
@@ -386,9 +437,6 @@ func (o *Options) validate() error {
 		return invalid("Tags.ClockSkew %v is negative", o.Tags.ClockSkew)
 	case o.Purge != nil && o.Purge.Authorize == nil:
 		return invalid("Purge.Authorize is nil: a PURGE handler without an authoriser would let anybody purge")
-	}
-	if len(o.Keys.Query) > 0 && len(o.Keys.IgnoreQuery) > 0 {
-		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
 	}
 	return nil
 }
