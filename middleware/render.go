@@ -37,9 +37,10 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
 	headRoute := r.Method == http.MethodHead && routedAsHead(r)
-	rr, rec, requested, responded, prior := m.runSelecting(w, r, next, prior, headRoute)
-	freshening := rec.held()
-	if freshening {
+	d, prior := m.runSelecting(w, r, next, prior, headRoute)
+	rr, rec, requested, responded := d.rr, d.rec, d.requested, d.responded
+	d.freshening = rec.held()
+	if d.freshening {
 		// Not modified: prior, with the 304's fields, is the response.
 		rec.header = freshened(prior.Header, rec.header, responded)
 		rec.status = prior.Status
@@ -48,8 +49,8 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	v := m.storable(r, rec, requested, responded)
 	// After storable, which merged the letter cases of rec's names.
-	d := &recorded{rr: rr, rec: rec, headRoute: headRoute, freshening: freshening, handlerETag: rec.header["Etag"] != nil}
-	if freshening {
+	d.handlerETag = rec.header["Etag"] != nil
+	if d.freshening {
 		d.handlerETag = prior.HandlerETag // the ETag is prior's (httprule.KeptOnUpdate)
 	}
 	reason := v.Reason
@@ -66,7 +67,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	var tags []tagRef
 	if reason == "" && len(m.tagHeaders) > 0 {
 		var purged bool
-		tags, reason, purged = m.renderTags(rr.Context(), d, prior, requested, seen)
+		tags, reason, purged = m.renderTags(rr.Context(), d, prior, seen)
 		if purged {
 			rec.pass(reason) // out to its own client only: see registerTags
 			return result{err: errPurgedDuringRender{errNotStored{reason}, tags}, status: rec.status}
@@ -86,20 +87,22 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	return res
 }
 
-// recorded is a render that storable let through, as the rules after it
-// judge it: the request it ran with, what it recorded, and how.
+// recorded is one run of the handler for the cache (see run), as render
+// and the rules after storable judge it: the request it ran with, what
+// it recorded, when, and how.
 type recorded struct {
-	rr          *http.Request // the request the handler ran with (see run)
-	rec         *recorder
-	headRoute   bool // a HEAD route's render (see routedAsHead)
-	freshening  bool // a 304 freshened prior: rec holds prior, updated
-	handlerETag bool // rec's ETag is the handler's, not a digest of the body
+	rr                   *http.Request // the request the handler ran with
+	rec                  *recorder
+	requested, responded time.Time // when the handler was called, and when it returned
+	headRoute            bool      // a HEAD route's render (see routedAsHead)
+	freshening           bool      // a 304 freshened prior: rec holds prior, updated (set by render)
+	handlerETag          bool      // rec's ETag is the handler's, not a digest of the body (set by render)
 }
 
-// renderTags registers the tags of the render d, begun at requested (see
-// registerTags), and unless Tags.Keep removes their fields from what is
-// stored. A freshened response whose 304 names no tags keeps prior's.
-func (m *Middleware) renderTags(ctx context.Context, d *recorded, prior *response, requested time.Time, seen []tagRef) (tags []tagRef, reason string, purged bool) {
+// renderTags registers the tags of the render d (see registerTags), and
+// unless Tags.Keep removes their fields from what is stored. A freshened
+// response whose 304 names no tags keeps prior's.
+func (m *Middleware) renderTags(ctx context.Context, d *recorded, prior *response, seen []tagRef) (tags []tagRef, reason string, purged bool) {
 	rec := d.rec
 	names, reason := parseTags(rec.header, m.tagHeaders)
 	if reason != "" {
@@ -116,29 +119,29 @@ func (m *Middleware) renderTags(ctx context.Context, d *recorded, prior *respons
 	if len(names) == 0 {
 		return nil, "", false
 	}
-	return m.registerTags(ctx, names, requested, seen)
+	return m.registerTags(ctx, names, d.requested, seen)
 }
 
 // runSelecting runs r once (see run), revalidating prior if set; when
 // the handler answers with a 304 that names another representation than
 // prior's (see selects), it runs r again without conditions, and prior
 // is then nil.
-func (m *Middleware) runSelecting(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time, *response) {
+func (m *Middleware) runSelecting(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*recorded, *response) {
 	restoreRoute := func() {}
 	if prior != nil {
 		restoreRoute = saveRoute(r.Context()) // for a second run
 	}
-	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
-	if rec.held() && !selects(prior, rec.header) {
+	d := m.run(w, r, next, prior, headRoute)
+	if d.rec.held() && !selects(prior, d.rec.header) {
 		// The 304 names another representation than prior's (RFC 9111
 		// 4.3.4: none is selected, nothing is freshened): ask again
 		// without conditions, for the current one. The held 304 sent
 		// nothing to the client.
 		restoreRoute()
 		prior = nil
-		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
+		d = m.run(w, r, next, nil, headRoute)
 	}
-	return rr, rec, requested, responded, prior
+	return d, prior
 }
 
 // renderRefusal says why a render d for r that storable lets through,
@@ -213,7 +216,7 @@ func (m *Middleware) toResult(r *http.Request, d *recorded, responded time.Time,
 // run renders r once, through a recorder, on a request for the cache (see
 // prepareRender): a GET, but for a HEAD route's, with prior's validators
 // as conditions when prior is set.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time) {
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) *recorded {
 	rr := r.Clone(r.Context())
 	if rr.Method == http.MethodHead && !headRoute {
 		rr.Method = http.MethodGet // store the body, for GETs too
@@ -236,7 +239,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	return rr, rec, requested, responded
+	return &recorded{rr: rr, rec: rec, requested: requested, responded: responded, headRoute: headRoute}
 }
 
 // routedAsHead reports whether r was routed as a HEAD before the
