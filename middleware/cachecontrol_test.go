@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,8 +13,9 @@ import (
 
 // TestMiddleware_malformedCacheControl: whatever a handler puts in
 // Cache-Control, nothing panics, and the response is either not stored
-// (what cannot be read is treated conservatively) or stored for a sane
-// time.
+// (what cannot be read is treated conservatively) or stored on the
+// server for a sane time. Every case of the rules is in httprule's
+// TestStore_malformedCacheControl; these few go through a server.
 func TestMiddleware_malformedCacheControl(t *testing.T) {
 	const max = time.Duration(1<<31) * time.Second // RFC 9111 1.2.2
 	tests := []struct {
@@ -24,26 +24,11 @@ func TestMiddleware_malformedCacheControl(t *testing.T) {
 		stored time.Duration // the server TTL; 0: not stored
 	}{
 		{"non-numbers", []string{"max-age=abc, s-maxage="}, 0},
-		{"no value", []string{"max-age"}, 0},
-		{"empty value", []string{"s-maxage="}, 0},
-		{"negative", []string{"max-age=-5"}, 0},
-		{"beyond int64", []string{"max-age=99999999999999999999"}, 0},
 		{"beyond 2^31", []string{"max-age=9999999999"}, max},
 		{"stale window beyond 2^31", []string{"max-age=10, stale-while-revalidate=99999999999"}, 10*time.Second + max},
-		{"bad stale window", []string{"max-age=10, stale-if-error=soon"}, 0},
 		{"unbalanced quote swallows private", []string{`max-age="60, private`}, 0},
-		{"unbalanced quote after private", []string{`private, max-age="60`}, 0},
-		{"unbalanced quote in an unknown directive", []string{`max-age=60, x="unterminated, no-store`}, 60 * time.Second},
-		{"escaped quote", []string{`max-age=60, x="a\"b,c", y`}, 60 * time.Second},
-		{"trailing backslash", []string{`max-age=60, x="\`}, 60 * time.Second},
-		{"first max-age wins", []string{"max-age=60, max-age=0"}, 60 * time.Second},
-		{"empty directives", []string{",,, max-age=30 ,, ,"}, 30 * time.Second},
-		{"spaces around =", []string{"max-age = 30"}, 30 * time.Second},
 		{"two fields", []string{"max-age=30", "no-store"}, 0},
-		{"two fields, s-maxage in the second", []string{"max-age=30", "s-maxage=40"}, 40 * time.Second},
 		{"unknown directives only", []string{"foo, bar=baz, =, ==, \"\""}, time.Minute},
-		{"thousands of directives", []string{strings.Repeat("x-a=1, ", 5000) + "max-age=20"}, 20 * time.Second},
-		{"obs-text", []string{"max-age=\xff, \xfe"}, 0},
 	}
 	s := redistest.Shared(t, redistest.Redis8)
 	for _, tt := range tests {

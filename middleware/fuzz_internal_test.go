@@ -3,59 +3,12 @@ package middleware
 import (
 	"bufio"
 	"context"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
-
-// FuzzParseCacheControl: any field values parse without panicking, into
-// durations within [0, 2^31 s] (RFC 9111 1.2.2), and what a field says is
-// not changed by unrelated directives after it.
-func FuzzParseCacheControl(f *testing.F) {
-	for _, seed := range [][2]string{
-		{"max-age=60", ""},
-		{"public, max-age=60, s-maxage=120", "stale-while-revalidate=30, stale-if-error=600"},
-		{"max-age=abc, s-maxage=", ""},
-		{"max-age=99999999999999999999", "max-age=9999999999"},
-		{`max-age="60, private`, `private="Set-Cookie", no-cache="X"`},
-		{`x="a\"b,c", no-store`, `"`},
-		{`\`, `x="\`},
-		{"NO-STORE, Private, MUST-REVALIDATE", "proxy-revalidate"},
-		{"max-age=-1", "s-maxage=+5"},
-		{",,,=,==", "max-age = 30 ,"},
-		{"max-age=\xff\xfe", "\x00"},
-	} {
-		f.Add(seed[0], seed[1])
-	}
-	const max = time.Duration(1<<31) * time.Second
-	f.Fuzz(func(t *testing.T, a, b string) {
-		cc := parseCacheControl([]string{a, b})
-		for name, d := range map[string]time.Duration{
-			"max-age": cc.maxAge, "s-maxage": cc.sMaxAge,
-			"stale-while-revalidate": cc.staleWhileRevalidate, "stale-if-error": cc.staleIfError,
-		} {
-			if d < 0 || d > max {
-				t.Errorf("%s = %v from %q, %q", name, d, a, b)
-			}
-		}
-		if !cc.hasMaxAge && cc.maxAge != 0 || !cc.hasSMaxAge && cc.sMaxAge != 0 {
-			t.Errorf("a duration without its directive: %+v", cc)
-		}
-		// A later field adds to what an earlier one says; it does not
-		// take no-store, private or no-cache away, nor make it readable.
-		first := parseCacheControl([]string{a})
-		if first.noStore && !cc.noStore || first.private && !cc.private || first.noCache && !cc.noCache || first.broken && !cc.broken {
-			t.Errorf("%q lost a directive of %q: %+v then %+v", b, a, first, cc)
-		}
-		if first.hasMaxAge && (!cc.hasMaxAge || cc.maxAge != first.maxAge) {
-			t.Errorf("%q changed max-age of %q", b, a)
-		}
-	})
-}
 
 // fuzzRequest parses a request the way net/http's server does, or reports
 // that it would not get that far.
@@ -325,69 +278,4 @@ func FuzzHeaderValue(f *testing.F) {
 			t.Errorf("lines %q make the key lines %q", lines(a), k.String())
 		}
 	})
-}
-
-// FuzzHeuristic: for any Last-Modified and Date (several fields too) and
-// any fraction New accepts, the heuristic lifetime is between 0 and the
-// cap, and there is one only when Last-Modified is not after Date.
-func FuzzHeuristic(f *testing.F) {
-	for _, seed := range []struct {
-		lm, date string
-		fraction float64
-		limit    int64
-	}{
-		{"Mon, 02 Jan 2006 15:04:05 GMT", "Tue, 03 Jan 2006 15:04:05 GMT", 0.1, 0},
-		{"Mon, 01 Jan 0001 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", 1, math.MaxInt64},
-		{"Fri, 31 Dec 9999 23:59:59 GMT", "Mon, 01 Jan 0001 00:00:00 GMT", 1, 0},
-		{"Monday, 02-Jan-06 15:04:05 GMT", "", 0.5, int64(time.Hour)},
-		{"Mon Jan  2 15:04:05 2006", "yesterday", 0.1, 1},
-		{"0", "0", 0.1, 0},
-		{"", "", 0.1, 0},
-	} {
-		f.Add(seed.lm, seed.date, seed.fraction, seed.limit)
-	}
-	f.Fuzz(func(t *testing.T, lm, date string, fraction float64, limit int64) {
-		o := Options{Freshness: FreshnessPolicy{Heuristic: fraction, HeuristicMaxAge: time.Duration(limit)}}
-		if o.validate() != nil || fraction == 0 {
-			return
-		}
-		h := http.Header{"Last-Modified": {lm}}
-		if date != "" {
-			h["Date"] = []string{date}
-		}
-		responded := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-		got, ok := o.heuristic(http.StatusOK, false, h, responded)
-		max := o.Freshness.HeuristicMaxAge
-		if max == 0 {
-			max = 24 * time.Hour
-		}
-		if got < 0 || got > max {
-			t.Fatalf("Last-Modified %q Date %q fraction %v: lifetime %v outside [0, %v]", lm, date, fraction, got, max)
-		}
-		if !ok && got != 0 {
-			t.Fatalf("no heuristic, but lifetime %v", got)
-		}
-		// The names in any letter case, as parseHTTPDate documents:
-		// http.ParseTime already reads the day's and the month's so, but
-		// not the zone's.
-		l, errLM := http.ParseTime(anyCaseGMT(strings.TrimSpace(lm)))
-		if ok && errLM != nil {
-			t.Fatalf("heuristic from an invalid Last-Modified %q", lm)
-		}
-		at := responded
-		if d, err := http.ParseTime(anyCaseGMT(strings.TrimSpace(date))); err == nil {
-			at = d
-		}
-		if ok && l.After(at) {
-			t.Fatalf("heuristic from Last-Modified %q after %v", lm, at)
-		}
-	})
-}
-
-// anyCaseGMT spells a trailing zone "GMT" in any letter case as "GMT".
-func anyCaseGMT(v string) string {
-	if n := len(v); n >= 3 && strings.EqualFold(v[n-3:], "GMT") {
-		return v[:n-3] + "GMT"
-	}
-	return v
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // Middleware caches HTTP responses in a cache.Cache. It is safe for
@@ -28,6 +29,10 @@ type Middleware struct {
 	tagSkew      time.Duration
 
 	vary varyIndex
+
+	// rules is o's policy for the storage rules (httprule), made by New
+	// once o's defaults are set; read-only.
+	rules httprule.Policy
 }
 
 // New returns a Middleware storing responses in c.
@@ -64,6 +69,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if m.o.Freshness.TTL == 0 {
 		m.o.Freshness.TTL = time.Minute
 	}
+	m.rules = m.o.rules(m.maxValue)
 	for _, h := range o.Keys.Headers {
 		m.keyHeaders = append(m.keyHeaders, http.CanonicalHeaderKey(h))
 	}
@@ -127,7 +133,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			reason = "no key for the request"
 		}
 	}
-	onlyIfCached := parseCacheControl(r.Header["Cache-Control"]).onlyIfCached
+	onlyIfCached := httprule.OnlyIfCached(r.Header)
 	if reason != "" && onlyIfCached && safeMethod(r.Method) {
 		return m.notCached(w, "BYPASS", "a bypass with only-if-cached")
 	}
@@ -145,7 +151,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		x := &exchange{w: w, r: r, next: next, base: base, route: route, onlyIfCached: true}
 		return m.serveExchange(x)
 	}
-	if m.o.AllowNoCache && clientNoCache(r) {
+	if m.o.AllowNoCache && httprule.NoCache(r.Header) {
 		if ranged(r) {
 			// A new render of a range for this client alone: the
 			// handler answers it, as without the cache; nothing is

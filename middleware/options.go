@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // Options configure a Middleware. A nil *Options means all defaults,
@@ -328,22 +330,42 @@ func SharedOptions() *Options {
 	}
 }
 
-var defaultStatuses = [...]int{200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501}
-
+// validate checks o, concern by concern, and returns the first error
+// (prefixed "middleware: "), or nil. The concerns are asked in a fixed
+// order, so that Options with several errors get the same one every
+// time.
 func (o *Options) validate() error {
+	for _, check := range [...]func() error{o.Freshness.validate, o.validateLimits, o.validateStatuses, o.Keys.validate, o.validateTargeted, o.validateTags, o.Keys.validateQuery} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the durations and the fraction of a FreshnessPolicy.
+func (f *FreshnessPolicy) validate() error {
 	switch {
-	case o.Freshness.TTL < 0:
-		return invalid("Freshness.TTL %v is negative", o.Freshness.TTL)
-	case o.Freshness.TTL > 0 && o.Freshness.TTL < time.Millisecond:
-		return invalid("Freshness.TTL %v is below 1ms", o.Freshness.TTL)
-	case !(o.Freshness.Heuristic >= 0 && o.Freshness.Heuristic <= 1):
-		return invalid("Freshness.Heuristic %v is not between 0 and 1", o.Freshness.Heuristic)
-	case o.Freshness.HeuristicMaxAge < 0:
-		return invalid("Freshness.HeuristicMaxAge %v is negative", o.Freshness.HeuristicMaxAge)
-	case o.Freshness.Stale < 0:
-		return invalid("Freshness.Stale %v is negative", o.Freshness.Stale)
-	case o.Freshness.StaleIfError < 0:
-		return invalid("Freshness.StaleIfError %v is negative", o.Freshness.StaleIfError)
+	case f.TTL < 0:
+		return invalid("Freshness.TTL %v is negative", f.TTL)
+	case f.TTL > 0 && f.TTL < time.Millisecond:
+		return invalid("Freshness.TTL %v is below 1ms", f.TTL)
+	case !(f.Heuristic >= 0 && f.Heuristic <= 1):
+		return invalid("Freshness.Heuristic %v is not between 0 and 1", f.Heuristic)
+	case f.HeuristicMaxAge < 0:
+		return invalid("Freshness.HeuristicMaxAge %v is negative", f.HeuristicMaxAge)
+	case f.Stale < 0:
+		return invalid("Freshness.Stale %v is negative", f.Stale)
+	case f.StaleIfError < 0:
+		return invalid("Freshness.StaleIfError %v is negative", f.StaleIfError)
+	}
+	return nil
+}
+
+// validateLimits checks StoreLimit and WaitTimeout (StoreLimit against
+// the cache's MaxValueSize is storeLimit's).
+func (o *Options) validateLimits() error {
+	switch {
 	case o.StoreLimit < 0:
 		return invalid("StoreLimit %d is negative", o.StoreLimit)
 	case o.WaitTimeout < 0:
@@ -351,6 +373,12 @@ func (o *Options) validate() error {
 	case o.WaitTimeout > 0 && o.WaitTimeout < time.Millisecond:
 		return invalid("WaitTimeout %v is below 1ms", o.WaitTimeout)
 	}
+	return nil
+}
+
+// validateStatuses checks that Statuses lists only final statuses that
+// may be stored.
+func (o *Options) validateStatuses() error {
 	for _, s := range o.Statuses {
 		if s < 200 || s > 599 {
 			return invalid("status %d in Statuses is not a final status", s)
@@ -359,24 +387,47 @@ func (o *Options) validate() error {
 			return invalid("status %d in Statuses: server errors are never stored", s)
 		}
 	}
-	for _, h := range slices.Concat(o.Keys.Headers, o.Keys.IgnoreQuery) {
-		if h == "" {
-			return invalid("empty name in Keys.Headers or Keys.IgnoreQuery")
-		}
+	return nil
+}
+
+// validate checks that the names of a KeyPolicy are not empty.
+func (k *KeyPolicy) validate() error {
+	if slices.Contains(k.Headers, "") || slices.Contains(k.IgnoreQuery, "") {
+		return invalid("empty name in Keys.Headers or Keys.IgnoreQuery")
 	}
-	if slices.Contains(o.Keys.Query, "") {
+	if slices.Contains(k.Query, "") {
 		return invalid("empty name in Keys.Query")
 	}
+	return nil
+}
+
+// validateQuery checks that a KeyPolicy does not set both Query and
+// IgnoreQuery. Options.validate asks it last of all.
+func (k *KeyPolicy) validateQuery() error {
+	if len(k.Query) > 0 && len(k.IgnoreQuery) > 0 {
+		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
+	}
+	return nil
+}
+
+// validateTargeted checks that the names of Targeted are header field
+// names, and none is Cache-Control.
+func (o *Options) validateTargeted() error {
 	for _, n := range o.Targeted {
 		switch {
-		case n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0:
+		case !httprule.FieldName(n):
 			return invalid("Targeted field name %q is not a header field name", n)
 		case strings.EqualFold(n, "Cache-Control"):
 			return invalid("Targeted field name %q: Cache-Control is the field a targeted one replaces", n)
 		}
 	}
+	return nil
+}
+
+// validateTags checks Tags and Purge.
+func (o *Options) validateTags() error {
 	for _, n := range o.Tags.Headers {
-		if n == "" || strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) >= 0 {
+		if !httprule.FieldName(n) {
 			return invalid("Tags.Headers name %q is not a header field name", n)
 		}
 	}
@@ -390,10 +441,22 @@ func (o *Options) validate() error {
 	case o.Purge != nil && o.Purge.Authorize == nil:
 		return invalid("Purge.Authorize is nil: a PURGE handler without an authoriser would let anybody purge")
 	}
-	if len(o.Keys.Query) > 0 && len(o.Keys.IgnoreQuery) > 0 {
-		return invalid("Keys.Query and Keys.IgnoreQuery are both set; use one: Keys.Query keys only the parameters it names")
-	}
 	return nil
+}
+
+// rules is the policy of the storage rules (httprule) that o sets, for
+// a cache whose largest value is maxValue bytes. New calls it once o's
+// defaults are in place.
+func (o *Options) rules(maxValue int) httprule.Policy {
+	f := &o.Freshness
+	return httprule.Policy{
+		Statuses: o.Statuses, ShouldCache: o.ShouldCache,
+		SurrogateControl: o.SurrogateControl, Targeted: o.Targeted,
+		TTL: f.TTL, Explicit: f.Explicit, Heuristic: f.Heuristic, HeuristicMaxAge: f.HeuristicMaxAge,
+		Stale: f.Stale, StaleIfError: f.StaleIfError,
+		Revalidate: f.Revalidate, RevalidateNoCache: f.RevalidateNoCache,
+		MaxSize: maxValue,
+	}
 }
 
 // headerRoom is what a stored response keeps for everything but its
@@ -415,61 +478,4 @@ func (o *Options) storeLimit(maxValueSize int) (int, error) {
 		return 0, invalid("StoreLimit %d does not fit the cache's MaxValueSize %d (a stored response is its body plus up to %d bytes of headers); lower StoreLimit to at most %d or raise cache.Options.MaxValueSize", o.StoreLimit, maxValueSize, headerRoom, room)
 	}
 	return o.StoreLimit, nil
-}
-
-func (o *Options) statusOK(code int) bool {
-	switch {
-	case len(o.Statuses) > 0:
-		return slices.Contains(o.Statuses, code)
-	case o.Freshness.Explicit:
-		// A response that says how long it is fresh may be stored
-		// whatever its final status (RFC 9111 3), but a partial one
-		// (206: range requests bypass the cache) and a server error.
-		return code >= 200 && code != http.StatusPartialContent && (code < 500 || code == http.StatusNotImplemented)
-	}
-	return slices.Contains(defaultStatuses[:], code)
-}
-
-// heuristicallyCacheable reports whether RFC 9110 15.1 lets a cache
-// give a response with this status heuristic freshness.
-func heuristicallyCacheable(code int) bool {
-	switch code {
-	case 200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501:
-		return true
-	}
-	return false
-}
-
-// heuristic is the freshness lifetime Freshness.Heuristic gives a response
-// with this status, public directive and header (canonical), received at
-// responded; ok is false if the heuristic does not apply to it (off, a
-// status it does not cover, no valid Last-Modified, or one later than
-// the response's Date).
-func (o *Options) heuristic(status int, public bool, h http.Header, responded time.Time) (lifetime time.Duration, ok bool) {
-	if o.Freshness.Heuristic <= 0 || !public && !heuristicallyCacheable(status) {
-		return 0, false
-	}
-	lm, ok := httpDate(h.Values("Last-Modified"))
-	if !ok {
-		return 0, false
-	}
-	at := responded
-	if date, ok := httpDate(h.Values("Date")); ok {
-		at = date
-	}
-	since := at.Sub(lm) // saturates: Sub never overflows
-	if since < 0 {
-		return 0, false // modified after it was sent: RFC 9110 8.8.2.1
-	}
-	limit := o.Freshness.HeuristicMaxAge
-	if limit == 0 {
-		limit = 24 * time.Hour
-	}
-	// Compared in float64 before converting: since may be near
-	// math.MaxInt64 (dates centuries apart), which float64 rounds up to
-	// 2^63, past what a Duration holds.
-	if f := float64(since) * o.Freshness.Heuristic; f < float64(limit) {
-		return time.Duration(f), true
-	}
-	return limit, true
 }

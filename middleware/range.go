@@ -2,12 +2,11 @@ package middleware
 
 import (
 	"errors"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
-	"time"
+
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // This file answers range requests (RFC 9110 14) from a stored complete
@@ -53,15 +52,15 @@ func ranged(r *http.Request) bool {
 // whole, or a 304. See the comment above.
 func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, st status) bool {
 	if resp.Status != http.StatusOK || len(resp.Body) == 0 || resp.Header["Content-Range"] != nil ||
-		notModified(r, resp.Header) || !ifRange(r.Header["If-Range"], resp.Header) {
+		notModified(r, resp.Header) || !httprule.IfRange(r.Header["If-Range"], resp.Header) {
 		return false
 	}
 	size := int64(len(resp.Body))
-	start, end, sat := parseRange(r.Header["Range"], size)
+	start, end, sat := httprule.ParseRange(r.Header["Range"], size)
 	switch sat {
-	case rangeIgnored:
+	case httprule.RangeIgnored:
 		return false
-	case rangeUnsatisfiable:
+	case httprule.RangeUnsatisfiable:
 		h := w.Header()
 		m.putStatus(h, st, make([]string, 0, 2), resp)
 		h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
@@ -124,121 +123,4 @@ func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end
 	h.Set("Content-Length", strconv.FormatInt(end-start+1, 10))
 	w.WriteHeader(http.StatusPartialContent)
 	_, _ = w.Write(resp.Body[start : end+1])
-}
-
-// rangeResult says what parseRange found.
-type rangeResult int
-
-const (
-	rangeIgnored       rangeResult = iota // not one valid byte range: serve the whole response
-	rangeUnsatisfiable                    // one byte range that misses the representation: 416
-	rangeOne                              // one byte range within it: 206
-)
-
-// parseRange parses the Range fields of a request against a
-// representation of size bytes (size > 0): one range-spec of unit bytes
-// (RFC 9110 14.1.2), whose first and last byte it returns, clamped to the
-// representation. Several fields, several range-specs, an unknown unit or
-// a syntax error give rangeIgnored. Numbers of any length are taken as
-// they saturate at math.MaxInt64: no overflow, and nothing allocated
-// beyond the splitting of the field.
-func parseRange(fields []string, size int64) (start, end int64, res rangeResult) {
-	if len(fields) != 1 || size <= 0 {
-		return 0, 0, rangeIgnored
-	}
-	unit, set, ok := strings.Cut(fields[0], "=")
-	if !ok || !strings.EqualFold(strings.Trim(unit, " \t"), "bytes") {
-		return 0, 0, rangeIgnored
-	}
-	// A list may have empty elements (RFC 9110 5.6.1); one range-spec
-	// and nothing else is what is served.
-	spec := ""
-	for part := range strings.SplitSeq(set, ",") {
-		if part = strings.Trim(part, " \t"); part == "" {
-			continue
-		}
-		if spec != "" {
-			return 0, 0, rangeIgnored
-		}
-		spec = part
-	}
-	first, last, ok := strings.Cut(spec, "-")
-	if !ok {
-		return 0, 0, rangeIgnored
-	}
-	if first == "" { // suffix-range: the last n bytes
-		n, ok := digits(last)
-		switch {
-		case !ok:
-			return 0, 0, rangeIgnored
-		case n == 0:
-			return 0, 0, rangeUnsatisfiable
-		}
-		return size - min(n, size), size - 1, rangeOne
-	}
-	start, ok = digits(first)
-	if !ok {
-		return 0, 0, rangeIgnored
-	}
-	end = math.MaxInt64
-	if last != "" {
-		if end, ok = digits(last); !ok || end < start {
-			return 0, 0, rangeIgnored // invalid (RFC 9110 14.1.1)
-		}
-	}
-	if start >= size {
-		return 0, 0, rangeUnsatisfiable
-	}
-	return start, min(end, size-1), rangeOne
-}
-
-// digits parses a non-empty run of ASCII digits, saturating at
-// math.MaxInt64.
-func digits(s string) (int64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := int64(c - '0')
-		if n > (math.MaxInt64-d)/10 {
-			n = math.MaxInt64
-			continue
-		}
-		n = n*10 + d
-	}
-	return n, true
-}
-
-// ifRange reports whether a request's If-Range fields let a range be
-// served from a stored response with header h (RFC 9110 13.1.5): true
-// without If-Range; with an entity-tag, when it is strong and equal to
-// h's ETag; with an HTTP-date, when it equals h's Last-Modified and that
-// is a strong validator, at least a second before h's Date (RFC 9110
-// 8.8.2.2). Anything else, several fields included, is false: the whole
-// response is served.
-func ifRange(fields []string, h http.Header) bool {
-	switch len(fields) {
-	case 0:
-		return true
-	case 1:
-	default:
-		return false
-	}
-	v := strings.Trim(fields[0], " \t")
-	if strings.HasPrefix(v, `"`) || strings.HasPrefix(v, "W/") {
-		etag := first(h, "Etag")
-		return len(v) >= 2 && strings.HasPrefix(v, `"`) && strings.HasSuffix(v, `"`) && v == etag
-	}
-	since, err := http.ParseTime(v)
-	if err != nil {
-		return false
-	}
-	lm, okLM := httpDate(h["Last-Modified"])
-	date, okDate := httpDate(h["Date"])
-	return okLM && okDate && lm.Equal(since) && date.Sub(lm) >= time.Second
 }

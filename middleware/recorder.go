@@ -203,8 +203,7 @@ func (m *Middleware) flushRefusal(r *http.Request, rec *recorder) string {
 	defer func() { rec.header = h }()
 	rec.header = h.Clone() // storable merges the letter cases of the names
 	now := m.now()
-	reason, _, _, _ := m.storable(r, rec, now, now)
-	return reason
+	return m.storable(r, rec, now, now).Reason
 }
 
 // Hijack hands the connection to the handler; nothing is stored.

@@ -45,7 +45,7 @@ func TestRecorder_flush(t *testing.T) {
 		{name: "max-age=0", o: defaults, header: http.Header{"Cache-Control": {"max-age=0"}}, reason: "max-age=0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &Middleware{o: tt.o, maxValue: 1 << 20, now: time.Now}
+			m := &Middleware{o: tt.o, rules: tt.o.rules(1 << 20), maxValue: 1 << 20, now: time.Now}
 			w := httptest.NewRecorder()
 			r := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
 			rec := newRecorder(w, 1<<20)

@@ -7,13 +7,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/failpoint"
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // render runs next for r through a recorder. With w set, a response that
@@ -37,23 +37,25 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	// that handler, whatever the render's method: its answer has no body
 	// and never answers a GET (see routedAsHead).
 	headRoute := r.Method == http.MethodHead && routedAsHead(r)
-	rr, rec, requested, responded, prior := m.runSelecting(w, r, next, prior, headRoute)
-	freshening := rec.held()
-	if freshening {
+	d, prior := m.runSelecting(w, r, next, prior, headRoute)
+	rr, rec, requested, responded := d.rr, d.rec, d.requested, d.responded
+	d.freshening = rec.held()
+	if d.freshening {
 		// Not modified: prior, with the 304's fields, is the response.
 		rec.header = freshened(prior.Header, rec.header, responded)
 		rec.status = prior.Status
 		rec.body.Reset()
 		rec.body.Write(prior.Body)
 	}
-	reason, age, lifetime, stale := m.storable(r, rec, requested, responded)
+	v := m.storable(r, rec, requested, responded)
 	// After storable, which merged the letter cases of rec's names.
-	handlerETag := rec.header["Etag"] != nil
-	if freshening {
-		handlerETag = prior.HandlerETag // the ETag is prior's (keptOnUpdate)
+	d.handlerETag = rec.header["Etag"] != nil
+	if d.freshening {
+		d.handlerETag = prior.HandlerETag // the ETag is prior's (httprule.KeptOnUpdate)
 	}
+	reason := v.Reason
 	if reason == "" {
-		reason = renderRefusal(r, rr, rec, headRoute, freshening, handlerETag, lifetime)
+		reason = renderRefusal(r, d, v.Lifetime)
 	}
 	if reason != "" && prior != nil && rec.status >= 500 && !rec.passing && prior.graceful(responded) &&
 		m.holds(rr.Context(), j.x, prior) {
@@ -65,31 +67,43 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	var tags []tagRef
 	if reason == "" && len(m.tagHeaders) > 0 {
 		var purged bool
-		tags, reason, purged = m.renderTags(rr.Context(), rec, prior, freshening, requested, seen)
+		tags, reason, purged = m.renderTags(rr.Context(), d, prior, seen)
 		if purged {
 			rec.pass(reason) // out to its own client only: see registerTags
 			return result{err: errPurgedDuringRender{errNotStored{reason}, tags}, status: rec.status}
 		}
 	}
 	if reason != "" {
-		rec.pass(reason)                                        // out to the client, if there is one, and not stored
-		if !headRoute && m.endsStored(rec.status, rec.header) { // a HEAD route's says nothing of the GET's
+		rec.pass(reason)                                                   // out to the client, if there is one, and not stored
+		if !headRoute && httprule.Ends(rec.status, rec.header, &m.rules) { // a HEAD route's says nothing of the GET's
 			return result{err: errEndsStored{errNotStored{reason}}, status: rec.status}
 		}
 		return result{err: errNotStored{reason}, status: rec.status}
 	}
-	res := m.toResult(r, rec, responded, handlerETag, age, lifetime, stale)
+	res := m.toResult(r, d, responded, v)
 	res.resp.Tags = tags
 	res.status = rec.status
 	failpoint.Inject(r.Context(), failpoint.MiddlewareRendered)
 	return res
 }
 
-// renderTags registers the tags of the render recorded in rec, begun at
-// requested (see registerTags), and unless Tags.Keep removes their
-// fields from what is stored. A freshened response whose 304 names no
-// tags keeps prior's.
-func (m *Middleware) renderTags(ctx context.Context, rec *recorder, prior *response, freshening bool, requested time.Time, seen []tagRef) (tags []tagRef, reason string, purged bool) {
+// recorded is one run of the handler for the cache (see run), as render
+// and the rules after storable judge it: the request it ran with, what
+// it recorded, when, and how.
+type recorded struct {
+	rr                   *http.Request // the request the handler ran with
+	rec                  *recorder
+	requested, responded time.Time // when the handler was called, and when it returned
+	headRoute            bool      // a HEAD route's render (see routedAsHead)
+	freshening           bool      // a 304 freshened prior: rec holds prior, updated (set by render)
+	handlerETag          bool      // rec's ETag is the handler's, not a digest of the body (set by render)
+}
+
+// renderTags registers the tags of the render d (see registerTags), and
+// unless Tags.Keep removes their fields from what is stored. A freshened
+// response whose 304 names no tags keeps prior's.
+func (m *Middleware) renderTags(ctx context.Context, d *recorded, prior *response, seen []tagRef) (tags []tagRef, reason string, purged bool) {
+	rec := d.rec
 	names, reason := parseTags(rec.header, m.tagHeaders)
 	if reason != "" {
 		return nil, reason, false
@@ -99,65 +113,65 @@ func (m *Middleware) renderTags(ctx context.Context, rec *recorder, prior *respo
 			delete(rec.header, n)
 		}
 	}
-	if len(names) == 0 && freshening {
+	if len(names) == 0 && d.freshening {
 		names = tagNames(prior.Tags)
 	}
 	if len(names) == 0 {
 		return nil, "", false
 	}
-	return m.registerTags(ctx, names, requested, seen)
+	return m.registerTags(ctx, names, d.requested, seen)
 }
 
 // runSelecting runs r once (see run), revalidating prior if set; when
 // the handler answers with a 304 that names another representation than
 // prior's (see selects), it runs r again without conditions, and prior
 // is then nil.
-func (m *Middleware) runSelecting(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time, *response) {
+func (m *Middleware) runSelecting(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*recorded, *response) {
 	restoreRoute := func() {}
 	if prior != nil {
 		restoreRoute = saveRoute(r.Context()) // for a second run
 	}
-	rr, rec, requested, responded := m.run(w, r, next, prior, headRoute)
-	if rec.held() && !selects(prior, rec.header) {
+	d := m.run(w, r, next, prior, headRoute)
+	if d.rec.held() && !selects(prior, d.rec.header) {
 		// The 304 names another representation than prior's (RFC 9111
 		// 4.3.4: none is selected, nothing is freshened): ask again
 		// without conditions, for the current one. The held 304 sent
 		// nothing to the client.
 		restoreRoute()
 		prior = nil
-		rr, rec, requested, responded = m.run(w, r, next, nil, headRoute)
+		d = m.run(w, r, next, nil, headRoute)
 	}
-	return rr, rec, requested, responded, prior
+	return d, prior
 }
 
-// renderRefusal says why a render (rr, the request run for r, recorded
-// in rec) that storable lets through, with this lifetime, may still not
-// be stored, or "": it went out to its client, it is a HEAD's, its body
-// is incomplete, its request ended, or it is a no-cache response without
-// a validator of the handler's (handlerETag: its ETag is the handler's).
-func renderRefusal(r, rr *http.Request, rec *recorder, headRoute, freshening, handlerETag bool, lifetime time.Duration) string {
+// renderRefusal says why a render d for r that storable lets through,
+// with this lifetime, may still not be stored, or "": it went out to its
+// client, it is a HEAD's, its body is incomplete, its request ended, or
+// it is a no-cache response without a validator of the handler's.
+func renderRefusal(r *http.Request, d *recorded, lifetime time.Duration) string {
+	rec := d.rec
 	switch {
 	case rec.passing:
 		return rec.reason
-	case headRoute:
+	case d.headRoute:
 		return "a HEAD route's render"
-	case r.Method == http.MethodHead && !freshening && rec.body.Len() == 0:
+	case r.Method == http.MethodHead && !d.freshening && rec.body.Len() == 0:
 		// A router that dispatches by method before the middleware runs
 		// (one the middleware cannot ask) gives a HEAD to its HEAD
 		// handler, which writes no body: an empty render for a HEAD may
 		// be that, so it answers no GET.
 		return "an empty render for a HEAD request"
-	case !freshening && !completeBody(rec.header, rec.body.Len()):
+	case !d.freshening && !httprule.CompleteBody(rec.header, rec.body.Len()):
 		// RFC 9111 3.4: an incomplete response is not a complete one.
 		// Passed through with the handler's Content-Length, its client
 		// is not told otherwise either: net/http ends the connection
 		// short of the length declared.
 		return "a body of another length than its Content-Length"
-	case rr.Context().Err() != nil:
+	case d.rr.Context().Err() != nil:
 		// The client went away (or the load timed out) during the render;
 		// whatever the handler wrote then is no answer for anyone else.
 		return "the request ended during the render"
-	case lifetime <= 0 && !handlerETag && rec.header["Last-Modified"] == nil:
+	case lifetime <= 0 && !d.handlerETag && rec.header["Last-Modified"] == nil:
 		// A no-cache response (RevalidateNoCache) is stored only to be
 		// revalidated; storable saw an ETag, but a freshened one's may
 		// be the middleware's digest, which the handler does not know.
@@ -166,10 +180,11 @@ func renderRefusal(r, rr *http.Request, rec *recorder, headRoute, freshening, ha
 	return ""
 }
 
-// toResult is the stored response of a render recorded in rec for r,
-// received at responded, with the age, lifetime and stale window
-// storable gave it, and how long the cache keeps it.
-func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Time, handlerETag bool, age, lifetime, stale time.Duration) result {
+// toResult is the stored response of a render d for r, received at
+// responded, with the age, lifetime, stale window and grace of storable's
+// verdict v, and how long the cache keeps it.
+func (m *Middleware) toResult(r *http.Request, d *recorded, responded time.Time, v httprule.Verdict) result {
+	rec, age, lifetime, stale, grace := d.rec, v.Age, v.Lifetime, v.Stale, v.Grace
 	body := append([]byte(nil), rec.body.Bytes()...)
 	vary, _ := parseVary(rec.header)
 	values := make([]string, len(vary))
@@ -182,10 +197,10 @@ func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Tim
 	resp := response{
 		Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
 		Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
-		Vary: vary, VaryValues: values, HandlerETag: handlerETag, Version: rand.Uint64(),
+		Vary: vary, VaryValues: values, HandlerETag: d.handlerETag, Version: rand.Uint64(),
 	}
-	keep, grace := m.keepFor(&resp, lifetime), m.graceFor(rec.header)
-	if keep = max(keep, grace); keep > 0 && lifetime < century && stale < century {
+	keep := max(m.rules.Keep(lifetime, resp.validators()), grace)
+	if keep > 0 && lifetime < century && stale < century {
 		// Kept past its stale window, to be revalidated and never served
 		// meanwhile without that (see serve), but when that fails within
 		// its grace.
@@ -201,7 +216,7 @@ func (m *Middleware) toResult(r *http.Request, rec *recorder, responded time.Tim
 // run renders r once, through a recorder, on a request for the cache (see
 // prepareRender): a GET, but for a HEAD route's, with prior's validators
 // as conditions when prior is set.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) (*http.Request, *recorder, time.Time, time.Time) {
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, prior *response, headRoute bool) *recorded {
 	rr := r.Clone(r.Context())
 	if rr.Method == http.MethodHead && !headRoute {
 		rr.Method = http.MethodGet // store the body, for GETs too
@@ -224,7 +239,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
-	return rr, rec, requested, responded
+	return &recorded{rr: rr, rec: rec, requested: requested, responded: responded, headRoute: headRoute}
 }
 
 // routedAsHead reports whether r was routed as a HEAD before the
@@ -240,69 +255,12 @@ func routedAsHead(r *http.Request) bool {
 	return routeMethod(r) == http.MethodHead
 }
 
-// completeBody reports whether a body of n bytes is as long as the
-// Content-Length of h (canonical) says, as net/http reads it: the first
-// value, if it is a non-negative integer (net/http drops any other, and
-// the body is then as long as it is). Values that disagree leave the
-// length unknown, which is not complete either.
-func completeBody(h http.Header, n int) bool {
-	vs := h["Content-Length"]
-	if len(vs) == 0 {
-		return true
-	}
-	for _, v := range vs[1:] {
-		if v != vs[0] {
-			return false
-		}
-	}
-	declared, err := strconv.ParseInt(vs[0], 10, 64)
-	return err != nil || declared < 0 || declared == int64(n)
-}
-
-// selects reports whether a 304 with header h (the handler's) selects
-// prior for update (RFC 9111 4.3.4): its ETag, if it has one, matches
-// prior's (by the strong comparison when it is strong, the weak one when
-// it is weak; prior's must be the handler's, not a digest of the body),
-// and its Vary, if it has one, names the fields prior's does.
+// selects reports whether a 304 with header h (the handler's, merged
+// into canonical names here) selects prior for update (see
+// httprule.Selects).
 func selects(prior *response, h http.Header) bool {
 	canonicalHeader(h)
-	if etag := strings.TrimSpace(first(h, "Etag")); etag != "" {
-		stored := ""
-		if prior.HandlerETag {
-			stored = strings.TrimSpace(first(prior.Header, "Etag"))
-		}
-		weak, ok := strings.CutPrefix(etag, "W/")
-		switch {
-		case stored == "":
-			return false
-		case ok && strings.TrimPrefix(stored, "W/") != weak:
-			return false
-		case !ok && stored != etag:
-			return false
-		}
-	}
-	if h["Vary"] != nil {
-		names, star := parseVary(h)
-		if star || !slices.Equal(names, prior.Vary) {
-			return false
-		}
-	}
-	return true
-}
-
-// endsStored reports whether a response with this status and header
-// (canonical), which may not be stored, also ends the stored response
-// that its render refreshed: the handler now says the resource is not to
-// be shared (no-store, private, a cookie, Vary: *), so what was stored
-// must not be served again, stale or not. A server error does not:
-// serving stale through errors is what stale-if-error is for.
-func (m *Middleware) endsStored(status int, h http.Header) bool {
-	if status >= 500 {
-		return false
-	}
-	cc := m.responseControl(h)
-	_, star := parseVary(h)
-	return cc.storeForbidden(status) || cc.private || len(h.Values("Set-Cookie")) > 0 || star
+	return httprule.Selects(prior.Header, prior.HandlerETag, prior.Vary, h)
 }
 
 // errFailedGraceful is the error of a render that failed (a 5xx) while
@@ -313,25 +271,8 @@ type errFailedGraceful struct{ errNotStored }
 
 func (e errFailedGraceful) Unwrap() error { return e.errNotStored }
 
-// graceFor is how long a response with header h (canonical) is kept
-// past its stale window to answer in place of a failed render: its own
-// stale-if-error (RFC 5861 4), or Freshness.StaleIfError, whichever is
-// longer; 0 when its directives forbid serving it stale (s-maxage forbids
-// this cache's own leave, not the response's).
-func (m *Middleware) graceFor(h http.Header) time.Duration {
-	cc := m.responseControl(h)
-	if cc.mustRevalidate || cc.proxyRevalidate || cc.noCache {
-		return 0
-	}
-	grace := cc.staleIfError
-	if !cc.hasSMaxAge {
-		grace = max(grace, m.o.Freshness.StaleIfError)
-	}
-	return grace
-}
-
 // errEndsStored is the error of a render whose response may not be stored
-// and ends the stored response the render refreshed (see endsStored). It
+// and ends the stored response the render refreshed (see httprule.Ends). It
 // is an errNotStored too.
 type errEndsStored struct{ errNotStored }
 

@@ -10,11 +10,12 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // Revalidation (RFC 9111 4.3): a stored response that has a validator of
 // the handler's (its ETag, or a Last-Modified) is kept in the cache past
-// its freshness and stale window, for a while (keepFor), so that it can
+// its freshness and stale window, for a while (httprule.Policy.Keep), so that it can
 // be revalidated: the render that refreshes it sends the handler the
 // stored validators as If-None-Match and If-Modified-Since, and a 304
 // freshens the stored response (its body and status stay, its header
@@ -59,27 +60,6 @@ type revalidation struct {
 	key string
 }
 
-// keepFor is how long a response with this freshness lifetime is kept
-// past its stale window to be revalidated (see Freshness.Revalidate): 0 if it
-// has no validator of the handler's or revalidation is off.
-func (m *Middleware) keepFor(resp *response, lifetime time.Duration) time.Duration {
-	switch {
-	case m.o.Freshness.Revalidate < 0 || !resp.validators():
-		return 0
-	case m.o.Freshness.Revalidate > 0:
-		return m.o.Freshness.Revalidate
-	}
-	return min(max(lifetime, time.Minute), time.Hour)
-}
-
-// revalidatesNoCache reports whether a response with Cache-Control
-// no-cache and header h (canonical) is stored, to be revalidated on every
-// use: with RevalidateNoCache (and revalidation on), when it has an ETag
-// or Last-Modified.
-func (m *Middleware) revalidatesNoCache(h http.Header) bool {
-	return m.o.Freshness.RevalidateNoCache && m.o.Freshness.Revalidate >= 0 && (h["Etag"] != nil || h["Last-Modified"] != nil)
-}
-
 // validators reports whether resp has a validator of the handler's to
 // revalidate with: its ETag (not a digest the middleware made), or a
 // Last-Modified.
@@ -100,24 +80,11 @@ func conditions(h http.Header, prior *response) {
 	}
 }
 
-// keptOnUpdate reports the fields a 304 does not update in the stored
-// response (RFC 9111 3.2: those that describe the stored body, which the
-// 304 does not carry, and the validator it was selected by; the public
-// HTTP cache test suite expects these), and Vary: the response is the
-// variant it was stored as, under that variant's key.
-func keptOnUpdate(name string) bool {
-	switch name {
-	case "Content-Length", "Content-Encoding", "Content-Md5", "Content-Range", "Etag", "Vary":
-		return true
-	}
-	return false
-}
-
 // freshened is the header of a stored response (stored, canonical and
 // read-only) updated with the fields of a 304 answering its revalidation
 // (h, merged into canonical names here: the handler's names count in any
 // letter case). Every field of h replaces the stored field of that name,
-// but those keptOnUpdate. A 304 without Date gets the time it was
+// but those httprule.KeptOnUpdate keeps. A 304 without Date gets the time it was
 // received (responded), as storedHeader gives a response, so that the
 // stored Date does not make the freshened response look old. The result
 // goes through every rule of storable like a new response: a 304 that
@@ -130,7 +97,7 @@ func freshened(stored, h http.Header, responded time.Time) http.Header {
 		out[k] = slices.Clone(vs)
 	}
 	for k, vs := range h {
-		if !keptOnUpdate(k) {
+		if !httprule.KeptOnUpdate(k) {
 			out[k] = slices.Clone(vs)
 		}
 	}
@@ -245,7 +212,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 }
 
 // endRevalidated deletes rv.prior, kept past its stale window, whose
-// revalidation answered with a response that ends it (see endsStored),
+// revalidation answered with a response that ends it (see httprule.Ends),
 // if its key still holds it; otherwise every request would revalidate it
 // again, each passing the answer through, and a later render that may be
 // stored would have to wait for its version's revalidation key. The

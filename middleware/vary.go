@@ -3,10 +3,11 @@ package middleware
 import (
 	"hash/maphash"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // varyIndex remembers, per base key, the header names responses vary on
@@ -107,26 +108,7 @@ func variantKey(base string, vary []string, r *http.Request) string {
 	return b.String()
 }
 
-// parseVary returns the canonical header names of a response's Vary
-// fields, sorted and without duplicates; star reports "Vary: *".
-func parseVary(h http.Header) (names []string, star bool) {
-	seen := map[string]bool{}
-	for _, v := range h.Values("Vary") {
-		for _, n := range strings.Split(v, ",") {
-			n = strings.TrimSpace(n)
-			if n == "" {
-				continue
-			}
-			if n == "*" {
-				return nil, true
-			}
-			n = http.CanonicalHeaderKey(n)
-			if !seen[n] {
-				seen[n] = true
-				names = append(names, n)
-			}
-		}
-	}
-	sort.Strings(names)
-	return names, false
-}
+// parseVary is httprule.ParseVary: the canonical header names of a
+// response's Vary fields, sorted and without duplicates; star reports
+// "Vary: *".
+func parseVary(h http.Header) (names []string, star bool) { return httprule.ParseVary(h) }

@@ -1,91 +1,11 @@
-package middleware
+package httprule
 
-import (
-	"net/http"
-	"strings"
-	"time"
-)
+import "strings"
 
-// Targeted cache control (RFC 9213): a response field such as
-// CDN-Cache-Control carries Cache-Control directives for one class of
-// caches. A cache of that class that finds one of its targeted fields
-// valid obeys the first (in Options.Targeted order) and ignores
-// Cache-Control, Expires and Surrogate-Control for that response; an
-// invalid one is as if absent. The fields are Structured Fields
-// Dictionaries (RFC 8941 3.2): a value that is not one, or a directive
-// whose value has the wrong type, makes the field invalid.
-
-// responseControl returns the directives that govern storing a response
-// with header h (canonical): those of the first valid field of
-// Options.Targeted, else its Cache-Control.
-func (m *Middleware) responseControl(h http.Header) cacheControl {
-	if len(m.o.Targeted) > 0 {
-		if cc, _, ok := targetedControl(h, m.o.Targeted); ok {
-			return cc
-		}
-	}
-	return parseCacheControl(h.Values("Cache-Control"))
-}
-
-// targetedControl returns the directives of the first of the fields
-// names in h that holds a valid, non-empty Dictionary; ok is false if
-// none does. h must be canonical.
-func targetedControl(h http.Header, names []string) (cc cacheControl, name string, ok bool) {
-	for _, n := range names {
-		lines := h[http.CanonicalHeaderKey(n)]
-		if len(lines) == 0 {
-			continue
-		}
-		if cc, ok := parseTargeted(lines); ok {
-			return cc, n, true
-		}
-	}
-	return cacheControl{}, "", false
-}
-
-// parseTargeted parses the lines of a targeted field as one Dictionary
-// (lines are joined with commas, RFC 8941 4.2) into directives: booleans
-// (no-store, private, ...) must be true without a value, the
-// delta-seconds (max-age, s-maxage, stale-while-revalidate,
-// stale-if-error) non-negative Integers; parameters are ignored, and so
-// are directives this cache does not know, whatever their value. ok is
-// false for an empty or invalid field.
-func parseTargeted(lines []string) (cc cacheControl, ok bool) {
-	d, ok := parseDictionary(strings.Join(lines, ","))
-	if !ok || len(d) == 0 {
-		return cacheControl{}, false
-	}
-	cc.targeted = true
-	for _, m := range d {
-		switch m.key {
-		case "no-store", "no-cache", "private", "public", "must-revalidate", "proxy-revalidate", "must-understand":
-			// RFC 9213 2.2: no-cache and private may carry a String (a
-			// field list), which counts as the directive without one,
-			// as in Cache-Control.
-			if m.kind != sfBoolean && !(m.kind == sfString && (m.key == "no-cache" || m.key == "private")) || m.kind == sfBoolean && !m.boolean {
-				return cacheControl{}, false
-			}
-			cc.flag(m.key)
-		case "max-age", "s-maxage", "stale-while-revalidate", "stale-if-error":
-			if m.kind != sfInteger || m.integer < 0 {
-				return cacheControl{}, false
-			}
-			// RFC 9111 1.2.2: values beyond 2^31 count as 2^31 seconds.
-			secs := time.Duration(min(m.integer, 1<<31)) * time.Second
-			switch m.key {
-			case "max-age":
-				cc.maxAge, cc.hasMaxAge = secs, true
-			case "s-maxage":
-				cc.sMaxAge, cc.hasSMaxAge = secs, true
-			case "stale-while-revalidate":
-				cc.staleWhileRevalidate = secs
-			case "stale-if-error":
-				cc.staleIfError = secs
-			}
-		}
-	}
-	return cc, true
-}
+// This file parses Structured Field Dictionaries (RFC 8941 3.2, with
+// RFC 9651's Date and Display String items) as far as targeted fields
+// need them: keys, and the kinds of their values, with booleans and
+// integers read.
 
 // sfKind is the type of a Structured Field's bare item.
 type sfKind uint8
@@ -363,6 +283,12 @@ func (p *sfParser) str() bool {
 		}
 	}
 	return false
+}
+
+// FieldName reports whether n is a valid header field name: a non-empty
+// token (RFC 9110 5.1), such as a name of Policy.Targeted must be.
+func FieldName(n string) bool {
+	return n != "" && strings.IndexFunc(n, func(r rune) bool { return r > 0x7e || !isTchar(byte(r)) }) < 0
 }
 
 // isTchar reports whether c is a token character (RFC 9110 5.6.2).

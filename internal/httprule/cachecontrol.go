@@ -1,4 +1,4 @@
-package middleware
+package httprule
 
 import (
 	"net/http"
@@ -148,7 +148,7 @@ func splitDirectives(v string) []string {
 // expiresIn is the freshness lifetime an Expires field gives a response
 // (RFC 9111 4.2.1): Expires less the response's Date, or less when it was
 // received (responded) if it has no valid Date. (The time since its Date
-// counts in its age, see initialAge.) An invalid Expires (such as "0"),
+// counts in its age, see InitialAge.) An invalid Expires (such as "0"),
 // or several that disagree, means already expired: zero or less is
 // returned. h must be canonical.
 func expiresIn(h http.Header, responded time.Time) time.Duration {
@@ -211,6 +211,20 @@ func parseHTTPDate(v string) (time.Time, bool) {
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// OnlyIfCached reports whether a request with header h says
+// only-if-cached in its Cache-Control (RFC 9111 5.2.1.7): it wants a
+// stored response or none.
+func OnlyIfCached(h http.Header) bool {
+	return parseCacheControl(h["Cache-Control"]).onlyIfCached
+}
+
+// NoCache reports whether a request with header h says no-cache in its
+// Cache-Control or Pragma, on any of their lines (RFC 9111 5.2.1.4,
+// 5.4): its client asks for a response validated with the origin.
+func NoCache(h http.Header) bool {
+	return parseCacheControl(h["Cache-Control"]).noCache || pragmaNoCache(h["Pragma"])
+}
 
 // pragmaNoCache reports whether Pragma fields hold the no-cache directive
 // (RFC 9111 5.4).

@@ -1,4 +1,4 @@
-package middleware
+package httprule
 
 import (
 	"net/http"
@@ -67,10 +67,10 @@ func TestParseTargeted(t *testing.T) {
 // With Targeted set, the first valid field of the list governs storing
 // and freshness, and Cache-Control, Expires and Surrogate-Control do not
 // count; an invalid or absent one leaves them in charge.
-func TestStorable_targeted(t *testing.T) {
+func TestStore_targeted(t *testing.T) {
 	responded := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	date := func(d time.Duration) string { return responded.Add(d).Format(http.TimeFormat) }
-	o := Options{Freshness: FreshnessPolicy{Explicit: true}, SurrogateControl: true, Targeted: []string{"Own-Cache-Control", "CDN-Cache-Control"}}
+	p := Policy{Explicit: true, SurrogateControl: true, Targeted: []string{"Own-Cache-Control", "CDN-Cache-Control"}}
 	for _, tc := range []struct {
 		name     string
 		header   http.Header
@@ -92,10 +92,8 @@ func TestStorable_targeted(t *testing.T) {
 		{"still not shared: a cookie", http.Header{"Set-Cookie": {"a=b"}, "Cdn-Cache-Control": {"max-age=60"}}, "sets a cookie", 0},
 		{"Age counts", http.Header{"Age": {"7200"}, "Cdn-Cache-Control": {"max-age=3600"}}, "stale when received (Age or Date)", 0},
 	} {
-		m := &Middleware{o: o, maxValue: 1 << 20}
-		rec := &recorder{header: tc.header, status: 200}
-		r, _ := http.NewRequest("GET", "http://example.com/a", nil)
-		reason, _, lifetime, _ := m.storable(r, rec, responded, responded)
+		v := Store(&Response{Status: 200, Header: tc.header, Requested: responded, Responded: responded}, &p)
+		reason, lifetime := v.Reason, v.Lifetime
 		if reason != tc.reason || lifetime != tc.lifetime {
 			t.Errorf("%s: reason %q, lifetime %v; want %q, %v", tc.name, reason, lifetime, tc.reason, tc.lifetime)
 		}
