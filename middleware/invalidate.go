@@ -168,9 +168,16 @@ func (m *Middleware) keyFor(get *http.Request, target *url.URL, ref string) (str
 
 // invalidateBase deletes base's entry: a response, or the marker of a
 // response with Vary, whose variants, however many, are then out of
-// reach (see generationBase) and expire unread.
+// reach (see generationBase) and expire unread. A Delete that fails is
+// sent once more (a failure is a fact about that moment, a dropped
+// connection most often); a second failure is logged, and the entries
+// then expire as they would have.
 func (m *Middleware) invalidateBase(ctx context.Context, base string) {
-	if err := m.c.Delete(ctx, base); err != nil && m.o.Logger != nil {
+	err := m.c.Delete(ctx, base)
+	if err != nil && ctx.Err() == nil {
+		err = m.c.Delete(ctx, base)
+	}
+	if err != nil && m.o.Logger != nil {
 		m.o.Logger.Warn("middleware: invalidation failed", "err", err)
 	}
 }

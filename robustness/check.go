@@ -634,7 +634,11 @@ func checkPurge(h *history, o checkOptions, res *result) {
 		for n := range httpPages {
 			switch {
 			case r.Kind == kPurgeURL && r.Key == fmt.Sprintf("/p/%d", n),
-				r.Kind == kPost && r.Key == fmt.Sprintf("/p/%d", n) && r.Status == 200:
+				r.Kind == kPost && r.Key == fmt.Sprintf("/p/%d", n) && r.Status == 200 && !failingOpen(r):
+				// A POST whose invalidation may have failed (a server
+				// error on its way) is answered all the same: the
+				// middleware logs it, and the page expires as it would
+				// have (docs/http.md). It purges nothing the check counts on.
 				purges[n] = append(purges[n], r)
 			case r.Kind == kPurgeTag:
 				for _, t := range pageTags(n) {
@@ -664,6 +668,14 @@ func checkPurge(h *history, o checkOptions, res *result) {
 		pix := ix[n]
 		p := pix.latestBefore(r.Call)
 		if p == nil || p.Call <= start {
+			continue
+		}
+		if failingOpen(r) {
+			// Its process could not reach the server (it rendered
+			// without it, or shared a render of its own process that
+			// did): it cannot learn of a purge made elsewhere until it
+			// reaches the server again, as docs/http.md says.
+			res.excuse(name, "answered while its process failed open")
 			continue
 		}
 		if r.Near && p.Proc != r.Proc {

@@ -47,9 +47,9 @@ type web struct {
 
 func (w *worker) openWeb(logger *slog.Logger, near *cache.Near) (*web, error) {
 	c, err := cache.New(w.rc, &cache.Options{
-		Namespace: w.cfg.Prefix + ":http",
-		Expiry:    cache.ExpiryPolicy{TTL: time.Second, RefreshBackoff: 100 * time.Millisecond},
-		LockTTL:   lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
+		Namespace: w.cfg.Prefix + ":http", Observer: observe,
+		Expiry:  cache.ExpiryPolicy{TTL: time.Second, RefreshBackoff: 100 * time.Millisecond},
+		LockTTL: lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
 		PollInterval: poll, FailOpenCooldown: cooldown, Near: near, Logger: logger,
 	})
 	if err != nil {
@@ -71,7 +71,7 @@ func (w *worker) openWeb(logger *slog.Logger, near *cache.Near) (*web, error) {
 		return nil, err
 	}
 	s := &web{w: w, c: c, mw: mw, served: make(chan struct{}), base: "http://" + ln.Addr().String()}
-	s.srv = &http.Server{Handler: mw.Handler(http.HandlerFunc(s.page)), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: w.linkOp(mw.Handler(http.HandlerFunc(s.page))), ReadHeaderTimeout: 10 * time.Second}
 	s.tr = &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}
 	s.client = &http.Client{Transport: s.tr, Timeout: opTimeout}
 	go func() {
@@ -164,6 +164,9 @@ func (w *worker) httpDo(ctx context.Context, s *web, method, path, kind string) 
 		return
 	}
 	req.Host = httpHost
+	req.Header.Set(opHeader, strconv.FormatInt(info.id, 10))
+	w.httpOps.Store(info.id, info)
+	defer w.httpOps.Delete(info.id)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		w.end(info, rec, err)
@@ -182,4 +185,23 @@ func (w *worker) httpDo(ctx context.Context, s *web, method, path, kind string) 
 		}
 	}
 	w.end(info, rec, err)
+}
+
+// opHeader carries an HTTP operation's ID from its client to the worker's
+// server, so that what the middleware's cache does for the request (its
+// Observer's events, its failpoints, its servers' errors) is recorded on
+// the operation, as for the cache's own traffic.
+const opHeader = "X-Robust-Op"
+
+// linkOp gives each request the opInfo of the operation its opHeader
+// names, if it is one of this worker's in flight.
+func (w *worker) linkOp(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if id, err := strconv.ParseInt(r.Header.Get(opHeader), 10, 64); err == nil {
+			if info, ok := w.httpOps.Load(id); ok {
+				r = r.WithContext(context.WithValue(r.Context(), opKey{}, info))
+			}
+		}
+		next.ServeHTTP(rw, r)
+	})
 }

@@ -107,6 +107,7 @@ type worker struct {
 	exp     *cache.Cache          // namespace exp: short TTL and stale window, near cache if cfg.Near
 	locks   *lock.Client
 	web     *web
+	httpOps sync.Map // ID → *opInfo: the HTTP operations in flight (see linkOp)
 }
 
 // opKey is the context key of an operation's opInfo.
