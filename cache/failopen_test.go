@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -322,4 +323,89 @@ func TestGetOrLoad_foreverFailOpenCooldown(t *testing.T) {
 	if st := c.Stats(); st.ServerErrors != 1 || st.FailOpenLoads != 3 {
 		t.Errorf("stats %+v; want 1 server error and 3 fail-open loads", st)
 	}
+}
+
+// TestGetOrLoad_failOpenRunBeforeTheRead: a caller whose read reached the
+// server and found the key free does not take the result of the flight
+// it then joins if that flight loaded without the server (fail open) from
+// before the read: the load may predate a Delete the read saw (the failed
+// reply that started it was a fact about its moment, not about the reads
+// after it). The caller reads again, and loads.
+func TestGetOrLoad_failOpenRunBeforeTheRead(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testCtx(t)
+	clk := newClock()
+	p := startProxy(t, s.Addrs()[0])
+	rc := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, PoolSize: 100})
+	t.Cleanup(func() { _ = rc.Close() })
+	ns := namespace(t)
+	const cooldown = time.Minute
+	missed := make(chan string, 8)
+	c := newCacheOn(t, rc, &cache.Options{Namespace: ns, FailOpenCooldown: cooldown, Now: clk.Now, Observer: func(ev cache.Event) {
+		if ev.Kind == cache.EventMiss || ev.Kind == cache.EventFailOpen {
+			missed <- ev.Kind.String() + " " + ev.Key
+		}
+	}})
+	other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+	if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (string, error) { return "w", nil }); err != nil {
+		t.Fatal(err)
+	}
+	<-missed
+
+	// The later caller must have joined the fail-open run's flight
+	// (Stats.Coalesced says so afterwards) for a round to tell: a few
+	// rounds make sure one does.
+	for round := range 10 {
+		key := fmt.Sprintf("k%d", round)
+		// A fail-open run: its read fails, its loader waits.
+		p.Refuse()
+		p.Reset()
+		started, release := make(chan struct{}), make(chan struct{})
+		old := make(chan string, 1)
+		go func() {
+			v, _ := cache.GetOrLoad(ctx, c, key, func(context.Context) (string, error) {
+				close(started)
+				<-release
+				return "old", nil
+			})
+			old <- v
+		}()
+		redistest.Recv(t, ctx, started, "the fail-open run")
+		for ev := ""; ev != "fail-open "+key; {
+			ev = redistest.Recv(t, ctx, missed, "the fail-open run's events")
+		}
+		p.Resume()
+		clk.Advance(cooldown + time.Second) // the server is used again
+		if err := cache.Set(ctx, other, key, "written"); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		// The next caller reads the key (free) and joins the flight of
+		// the fail-open run.
+		coalesced := c.Stats().Coalesced
+		got := make(chan string, 1)
+		go func() {
+			v, err := cache.GetOrLoad(ctx, c, key, func(context.Context) (string, error) { return "new", nil })
+			if err != nil {
+				v = err.Error()
+			}
+			got <- v
+		}()
+		if ev := redistest.Recv(t, ctx, missed, "the later caller's miss"); ev != "miss "+key {
+			t.Fatalf("event %q, want the later caller's miss", ev)
+		}
+		close(release)
+		if v := redistest.Recv(t, ctx, old, "the fail-open run's caller"); v != "old" {
+			t.Errorf("the fail-open run's own caller got %q, want its load", v)
+		}
+		if v := redistest.Recv(t, ctx, got, "the later caller"); v != "new" {
+			t.Fatalf("round %d: GetOrLoad after the Delete = %q; want its own load, not the fail-open run begun before its read", round, v)
+		}
+		if c.Stats().Coalesced > coalesced {
+			return // it joined the flight, and did not take its result
+		}
+	}
+	t.Fatal("in 10 rounds the later caller never joined the fail-open run's flight")
 }

@@ -48,7 +48,8 @@ type loadRun struct {
 	done   chan struct{} // closed when res and err are set
 	res    outcome
 	err    error
-	joined int // fail-open loads waiting for it
+	joined int       // fail-open loads waiting for it
+	began  time.Time // when it was registered
 }
 
 // begin registers a run of key, which the caller then runs (run) and
@@ -70,7 +71,7 @@ func (g *loadRuns) startLocked(key string) *loadRun {
 	if g.m == nil {
 		g.m = make(map[string]*loadRun)
 	}
-	r := &loadRun{done: make(chan struct{})}
+	r := &loadRun{done: make(chan struct{}), began: time.Now()}
 	g.m[key] = r
 	return r
 }
@@ -215,7 +216,9 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 			// Counted when the loader runs: a call that joins another
 			// run is not a load (Stats.FailOpenLoads, EventFailOpen).
 			c.emit(ctx, EventFailOpen, k.user, 0, nil)
-			return c.runAs(ctx, k, load, r)
+			res, err := c.runAs(ctx, k, load, r)
+			res.seen = r.began // what callers that joined its flight compare (outcome.accepts)
+			return res, err
 		}
 		select {
 		case <-r.done:
@@ -225,7 +228,7 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 		if errors.Is(r.err, context.Canceled) && ctx.Err() == nil {
 			continue // the run's callers left, not this one: run again
 		}
-		return outcome{payload: r.res.payload, notFound: r.res.notFound}, r.err
+		return outcome{payload: r.res.payload, notFound: r.res.notFound, seen: r.began}, r.err
 	}
 }
 

@@ -351,7 +351,8 @@ func (o observation) first() firstRead {
 // o is at least as new as what the caller read. That holds when o comes
 // from the rebuild whose claim the caller found (a claim's token is never
 // used twice, so the key did not change in between), and when the flight
-// sent the read or claim that o rests on after the caller's read returned.
+// sent the read or claim that o rests on after the caller's read returned,
+// or, for a load run without the server (fail open), began it after then.
 // Otherwise the flight may have learned o before a Delete or Set, made in
 // any process, that the caller's read already saw (a rebuild that wrote
 // just before a Delete, its announcement arriving after it): the caller
@@ -359,7 +360,7 @@ func (o observation) first() firstRead {
 func (o outcome) accepts(obs observation) bool {
 	switch {
 	case !obs.read || o.seen.IsZero():
-		return true // failing open: no server to compare with
+		return true // the caller failed open: no server to compare with
 	case obs.claim != "" && o.claim == obs.claim:
 		return true
 	}
