@@ -6,35 +6,12 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/loader"
 )
-
-// errDeclined is a request's answer to a job it will not render: the
-// loader renders in the background instead.
-var errDeclined = errors.New("middleware: render in the background")
-
-// job is a render requested by the cache's loader from the request's own
-// goroutine. ctx is the loader's: detached from every client and ended by
-// the cache's LoadTimeout; for a client's no-cache render, which nobody
-// else waits for, it is the request's own. The render takes its values
-// from the request's context, not from ctx (see renderContext).
-type job struct {
-	ctx   context.Context
-	done  chan result
-	prior *response // the stored response the render revalidates, or may answer in place of a failure (GraceUntil), if any
-	seen  []tagRef  // the epochs of tag records known before the render (see registerTags)
-	x     *exchange // the request the render is for, whose look found prior; nil for a client's no-cache render
-	fwd   string    // why the render's request was forwarded, for Cache-Status: uri-miss, vary-miss, stale or request
-	// stored, called once the render is in done, waits until the cache
-	// has written it or will not, and reports which: the response says
-	// "stored" only then. nil: it is not stored.
-	stored func() bool
-}
 
 // handoff lets the loader of one request's GetOrLoad call have the render
 // done by that request's goroutine (which can stream to its client and
@@ -237,23 +214,6 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv 
 	return generationMarker(&res.resp), nil
 }
 
-// markerLife is how long the marker of a generation begun by res lives:
-// twice as long as the response (it is a few bytes), so that the
-// variants rendered after it in its generation mostly end by themselves.
-func markerLife(res result) time.Duration {
-	life := res.fresh + res.stale // no overflow: see render
-	if life < century {
-		life *= 2
-	}
-	return life
-}
-
-// generationMarker is the marker of the generation that resp begins: its
-// times and Vary, its Version, and nothing else (see toStore).
-func generationMarker(resp *response) response {
-	return response{Stored: resp.Stored, FreshUntil: resp.FreshUntil, Vary: resp.Vary, Version: resp.Version}
-}
-
 // moveGeneration starts a new generation of at.base's variants with res,
 // a render of r under the variant's key at.key whose Vary is not the one
 // of at's generation (a deploy changed what the page varies on): res is
@@ -364,12 +324,6 @@ func (m *Middleware) take(x *exchange, l lookup, stale bool, cached *response) (
 	}
 }
 
-// Reasons of renders that failed (see renderFailed).
-const (
-	reasonPanicked  = "the handler panicked"
-	reasonOutlasted = "the render outlasted the load timeout"
-)
-
 // renderFor renders r in its own goroutine for job j, answering the
 // client w as it goes (what cannot be stored streams to pw: w itself, or
 // a rangeRender), and hands the result to j.
@@ -412,81 +366,24 @@ func (m *Middleware) renderFor(w http.ResponseWriter, r *http.Request, next http
 	return res
 }
 
-// renderContext returns the context for a render that both the request's
-// client (client) and the cache's load (load) may be waiting for. It has
-// client's values (its own chi routing context too: the render runs in
-// the request's goroutine, before the request ends, so outer middlewares
-// see the route it took) and client's deadline, if it has one: an
-// application's own limit for the request (http.TimeoutHandler, chi's
-// middleware.Timeout, a context.WithTimeout) ends the render at that
-// deadline, shared or not, and the handler sees it as ctx.Deadline.
-// Otherwise it ends only when both have ended: a client that goes away
-// (its context cancelled before its deadline) does not end the render
-// the waiters share, which then ends with the load (LoadTimeout); a
-// client still connected when LoadTimeout ends the load keeps its own
-// render going, as it would without the cache. Once the render passes
-// its response through to the client (it streamed, or outgrew StoreLimit:
-// see giveToClient), nobody else can use it and it ends with its client.
-// stop releases what the context holds; call it once the render is over.
-func renderContext(client, load context.Context) (ctx context.Context, stop func()) {
-	sr := &sharedRender{client: client}
-	ctx = context.WithValue(context.WithoutCancel(client), sharedRenderKey, sr)
-	stopDeadline := context.CancelFunc(func() {})
-	if d, ok := client.Deadline(); ok {
-		ctx, stopDeadline = context.WithDeadline(ctx, d)
+// renderForRange renders for job j, as renderFor does, for r, a GET with
+// Range, and answers r with its range of the response once it is stored.
+// While the render runs it answers nobody: what a render that cannot be
+// stored passes through goes to a rangeRender, which stops the handler
+// at its next write, and r is then rendered alone, with its Range, as the
+// render's waiters are (see serve). Passing the render's whole response
+// to r instead would send a media player that asked for the end of a
+// large file the whole file.
+func (m *Middleware) renderForRange(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) outcome {
+	res := m.renderFor(w, r, next, j, &rangeRender{header: make(http.Header)})
+	if res.err == nil || res.resp.Status != 0 {
+		// Stored, or not but answered all the same (it outlasted the
+		// load's timeout): r has had its range of it.
+		return rendered(res)
 	}
-	ctx, sr.cancel = context.WithCancelCause(ctx)
-	// Each ends the render if the other has ended already; Err is set
-	// before AfterFunc runs, so whichever ends last sees the other's.
-	stopClient := context.AfterFunc(client, func() {
-		// A deadline (DeadlineExceeded) is not the client going: ctx
-		// carries it and ends at it by itself, with ctx.Err() saying so.
-		switch {
-		case load.Err() != nil:
-			sr.cancel(context.Cause(load))
-		case sr.clientOnly.Load():
-			sr.cancel(context.Cause(client))
-		}
-	})
-	stopLoad := context.AfterFunc(load, func() {
-		if client.Err() != nil {
-			sr.cancel(context.Cause(load))
-		}
-	})
-	return ctx, func() {
-		stopClient()
-		stopLoad()
-		sr.cancel(context.Canceled)
-		stopDeadline()
+	if err := r.Context().Err(); err != nil {
+		return outcome{kind: EventCanceled, err: err} // the client is gone
 	}
-}
-
-// sharedRender is what giveToClient needs of a renderContext.
-type sharedRender struct {
-	client     context.Context
-	cancel     context.CancelCauseFunc
-	clientOnly atomic.Bool // set by giveToClient
-}
-
-type ctxKey struct{ name string }
-
-var sharedRenderKey = &ctxKey{"shared-render"}
-
-// giveToClient makes the render running on ctx, if it runs on a
-// renderContext, end with its client from now on (at once if the client
-// has gone): its response is passed through to that client and stored
-// for nobody, so nobody else waits for it. A streaming handler (one that
-// flushes what is never stored) thus stops when its client goes, as
-// without the cache.
-func giveToClient(ctx context.Context) {
-	sr, _ := ctx.Value(sharedRenderKey).(*sharedRender)
-	if sr == nil {
-		return
-	}
-	// Either the client's AfterFunc sees clientOnly, or this sees the
-	// client's Err: it is set before that AfterFunc runs.
-	sr.clientOnly.Store(true)
-	if sr.client.Err() != nil {
-		sr.cancel(context.Cause(sr.client))
-	}
+	m.pass(w, r, next, statusBypass)
+	return unshared(res.err)
 }

@@ -479,3 +479,66 @@ func (o *Options) storeLimit(maxValueSize int) (int, error) {
 	}
 	return o.StoreLimit, nil
 }
+
+// TagPolicy is Options.Tags: which response fields tag a page, so that
+// PurgeTag can remove every page of a tag at once.
+type TagPolicy struct {
+	// Headers names the response fields that list the tags of a page:
+	// "Surrogate-Key" (Fastly, Varnish xkey) separates them by spaces,
+	// "Cache-Tag" (Cloudflare) by commas; any other name by either. Every
+	// line of each field counts. A page may have at most 128 tags, each
+	// at most 1,024 bytes, with no control characters; a response that
+	// lists more, or longer ones, is not stored. The fields are read in
+	// any letter case. Default: none, no page is tagged (PurgeTag still
+	// writes its records: a process that only purges needs no Headers).
+	Headers []string
+
+	// Keep passes the tag fields on to clients, and stores them with the
+	// page, for a cache further on that purges by them too. Default:
+	// false, they are removed from every response the middleware sends.
+	Keep bool
+
+	// Lifetime is how long a tag's record lives in the server after its
+	// last purge (or after the first page named it). When it ends, every
+	// page of the tag renders once more, as after a purge. Default: 24
+	// hours.
+	Lifetime time.Duration
+
+	// ClockSkew bounds how far apart the clocks of the processes that
+	// render and purge may be. A render of a page none of whose earlier
+	// versions named a tag is stored only if it began more than
+	// ClockSkew after that tag's last purge; otherwise it renders once
+	// more. Default: 1 second.
+	ClockSkew time.Duration
+}
+
+// PurgePolicy is Options.Purge: who may purge with the method PURGE.
+//
+// A PURGE request whose Authorize returns true removes, in every process
+// and near caches included, either the pages of the tags it lists in the
+// fields of Options.Tags.Headers (as a response lists them: "PURGE /
+// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it has
+// none of those fields, the page of its own URL, every Vary variant
+// included (a GET of the URL with the request's values of Keys.Headers),
+// under both schemes as PurgeURL does. A tag field that lists no tag
+// ("Surrogate-Key:") purges nothing and is answered 400 Bad Request
+// (detail=purge-invalid), as are invalid tags. It is answered 200 with
+// detail=purged-tags or detail=purged-url, and never reaches the handler.
+// One that Authorize refuses is answered 403 Forbidden
+// (detail=purge-forbidden) and purges nothing; a purge the server failed
+// is answered 503 (detail=purge-failed).
+//
+// The answers are the middleware's own: they carry no Cache-Status (RFC
+// 9211 2 leaves it to responses a cache forwarded or served), and the
+// status header (Options.StatusHeader, X-Cache by default) says "PURGE;
+// detail=" and the detail, e.g. "X-Cache: PURGE; detail=purged-url".
+//
+// The middleware answers a PURGE only where it runs before the router
+// routes it: in chi, in the root router's r.Use. Where chi routes first
+// (a group's r.Use, r.With, r.Route), mount PurgeHandler as a route.
+type PurgePolicy struct {
+	// Authorize decides whether r may purge, e.g. by a secret in a
+	// header compared in constant time, or by the client's address on an
+	// internal network. It must be set, and fast; r's body is not read.
+	Authorize func(r *http.Request) bool
+}

@@ -3,7 +3,6 @@ package middleware
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hotkv/stampede/internal/httprule"
@@ -48,48 +47,6 @@ func (m *Middleware) bypass(r *http.Request) string {
 	return ""
 }
 
-// present reports whether h has a non-empty line of the field name, in
-// canonical form (as r.Cookie and Header.Get look it up), on any of its
-// lines. It allocates nothing: the hit path asks for a few every request.
-func present(h http.Header, name string) bool {
-	for _, v := range h[name] {
-		if v != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// first is h.Get(name) for a name in canonical form, without
-// canonicalising it again. It is for response fields and for request
-// fields where the first line alone decides nothing a client could turn
-// against others; a check that a field is absent uses present.
-func first(h http.Header, name string) string {
-	if vs := h[name]; len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
-
-// containsASCIIFold reports whether s contains sub, an ASCII lower-case
-// string, in any letter case of ASCII letters. (No other character
-// lower-cases to one of the letters of "no-store", which is what it is
-// for.)
-func containsASCIIFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
-			return true
-		}
-	}
-	return false
-}
-
-// errNotStored is the loader's error for a response that must not be
-// stored or shared; every other waiter renders for itself.
-type errNotStored struct{ reason string }
-
-func (e errNotStored) Error() string { return "middleware: response not stored: " + e.reason }
-
 // storable applies the storage rules (httprule.Store) to a response
 // recorded in rec, rendered for r at requested and received at
 // responded, and returns their verdict: why it may not be stored, or its
@@ -108,12 +65,16 @@ func (m *Middleware) storable(r *http.Request, rec *recorder, requested, respond
 	}, &m.rules)
 }
 
-// containsFold reports whether list holds s, in any letter case.
-func containsFold(list []string, s string) bool {
-	for _, v := range list {
-		if strings.EqualFold(v, s) {
-			return true
-		}
-	}
-	return false
+// flushRefusal says why the response rec records for r cannot be
+// stored, judged as the storage rules (storable) judge it at the end
+// of the render, on its status and header as they stand now, or "". It
+// is rec.refuses for a render (see run). The body so far counts towards
+// the size limits; the rules that need the whole body or the render's
+// end (an incomplete body, the request ending) are left to the end.
+func (m *Middleware) flushRefusal(r *http.Request, rec *recorder) string {
+	h := rec.header
+	defer func() { rec.header = h }()
+	rec.header = h.Clone() // storable merges the letter cases of the names
+	now := m.now()
+	return m.storable(r, rec, now, now).Reason
 }

@@ -22,37 +22,6 @@ import (
 // and Fastly take it.
 const methodPurge = "PURGE"
 
-// PurgePolicy is Options.Purge: who may purge with the method PURGE.
-//
-// A PURGE request whose Authorize returns true removes, in every process
-// and near caches included, either the pages of the tags it lists in the
-// fields of Options.Tags.Headers (as a response lists them: "PURGE /
-// HTTP/1.1" with "Surrogate-Key: product-1 product-2"), or, when it has
-// none of those fields, the page of its own URL, every Vary variant
-// included (a GET of the URL with the request's values of Keys.Headers),
-// under both schemes as PurgeURL does. A tag field that lists no tag
-// ("Surrogate-Key:") purges nothing and is answered 400 Bad Request
-// (detail=purge-invalid), as are invalid tags. It is answered 200 with
-// detail=purged-tags or detail=purged-url, and never reaches the handler.
-// One that Authorize refuses is answered 403 Forbidden
-// (detail=purge-forbidden) and purges nothing; a purge the server failed
-// is answered 503 (detail=purge-failed).
-//
-// The answers are the middleware's own: they carry no Cache-Status (RFC
-// 9211 2 leaves it to responses a cache forwarded or served), and the
-// status header (Options.StatusHeader, X-Cache by default) says "PURGE;
-// detail=" and the detail, e.g. "X-Cache: PURGE; detail=purged-url".
-//
-// The middleware answers a PURGE only where it runs before the router
-// routes it: in chi, in the root router's r.Use. Where chi routes first
-// (a group's r.Use, r.With, r.Route), mount PurgeHandler as a route.
-type PurgePolicy struct {
-	// Authorize decides whether r may purge, e.g. by a secret in a
-	// header compared in constant time, or by the client's address on an
-	// internal network. It must be set, and fast; r's body is not read.
-	Authorize func(r *http.Request) bool
-}
-
 // PurgeURL removes the stored page of a GET of rawURL (absolute: "https://
 // example.com/items?id=1"), every Vary variant of it included, in every
 // process, near caches included: from its return on, no request is

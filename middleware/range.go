@@ -3,10 +3,6 @@ package middleware
 import (
 	"errors"
 	"net/http"
-	"slices"
-	"strconv"
-
-	"github.com/hotkv/stampede/internal/httprule"
 )
 
 // This file answers range requests (RFC 9110 14) from a stored complete
@@ -47,53 +43,6 @@ func ranged(r *http.Request) bool {
 	return r.Method == http.MethodGet && present(r.Header, "Range")
 }
 
-// writeRange answers r, a GET with Range, with its range of resp (a 206
-// or a 416), and reports whether it did; otherwise write serves resp
-// whole, or a 304. See the comment above.
-func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, st status) bool {
-	if resp.Status != http.StatusOK || len(resp.Body) == 0 || resp.Header["Content-Range"] != nil ||
-		notModified(r, resp.Header) || !httprule.IfRange(r.Header["If-Range"], resp.Header) {
-		return false
-	}
-	size := int64(len(resp.Body))
-	start, end, sat := httprule.ParseRange(r.Header["Range"], size)
-	switch sat {
-	case httprule.RangeIgnored:
-		return false
-	case httprule.RangeUnsatisfiable:
-		h := w.Header()
-		m.putStatus(h, st, make([]string, 0, 2), resp)
-		h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
-		h.Set("Content-Length", "0")
-		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
-	default:
-		m.writePart(w, resp, start, end, st)
-	}
-	return true
-}
-
-// renderForRange renders for job j, as renderFor does, for r, a GET with
-// Range, and answers r with its range of the response once it is stored.
-// While the render runs it answers nobody: what a render that cannot be
-// stored passes through goes to a rangeRender, which stops the handler
-// at its next write, and r is then rendered alone, with its Range, as the
-// render's waiters are (see serve). Passing the render's whole response
-// to r instead would send a media player that asked for the end of a
-// large file the whole file.
-func (m *Middleware) renderForRange(w http.ResponseWriter, r *http.Request, next http.Handler, j *job) outcome {
-	res := m.renderFor(w, r, next, j, &rangeRender{header: make(http.Header)})
-	if res.err == nil || res.resp.Status != 0 {
-		// Stored, or not but answered all the same (it outlasted the
-		// load's timeout): r has had its range of it.
-		return rendered(res)
-	}
-	if err := r.Context().Err(); err != nil {
-		return outcome{kind: EventCanceled, err: err} // the client is gone
-	}
-	m.pass(w, r, next, statusBypass)
-	return unshared(res.err)
-}
-
 // errRangeRender is what a handler's write gets once a render for a
 // client with Range is passed through: nobody reads it (see
 // renderForRange).
@@ -107,20 +56,3 @@ type rangeRender struct{ header http.Header }
 func (d *rangeRender) Header() http.Header       { return d.header }
 func (d *rangeRender) WriteHeader(int)           {}
 func (d *rangeRender) Write([]byte) (int, error) { return 0, errRangeRender }
-
-// writePart answers with bytes start to end (inclusive, within the body)
-// of resp, a stored 200, as a 206, with the status header status.
-func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64, st status) {
-	h := w.Header()
-	// resp is shared (see response): w gets copies.
-	for k, vs := range resp.Header {
-		h[k] = slices.Clone(vs)
-	}
-	h.Set("Age", strconv.FormatInt(max(0, m.now().UnixMilli()-resp.Stored)/1000, 10))
-	m.putStatus(h, st, make([]string, 0, 2), resp)
-	size := int64(len(resp.Body))
-	h.Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end, 10)+"/"+strconv.FormatInt(size, 10))
-	h.Set("Content-Length", strconv.FormatInt(end-start+1, 10))
-	w.WriteHeader(http.StatusPartialContent)
-	_, _ = w.Write(resp.Body[start : end+1])
-}

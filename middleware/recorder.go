@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
 )
 
@@ -192,20 +191,6 @@ func eventStream(h http.Header) bool {
 	return false
 }
 
-// flushRefusal says why the response rec records for r cannot be
-// stored, judged as the storage rules (storable) judge it at the end
-// of the render, on its status and header as they stand now, or "". It
-// is rec.refuses for a render (see run). The body so far counts towards
-// the size limits; the rules that need the whole body or the render's
-// end (an incomplete body, the request ending) are left to the end.
-func (m *Middleware) flushRefusal(r *http.Request, rec *recorder) string {
-	h := rec.header
-	defer func() { rec.header = h }()
-	rec.header = h.Clone() // storable merges the letter cases of the names
-	now := m.now()
-	return m.storable(r, rec, now, now).Reason
-}
-
 // Hijack hands the connection to the handler; nothing is stored.
 func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if rec.w == nil {
@@ -218,26 +203,3 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the real writer for what the
 // recorder does not handle itself (deadlines).
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
-
-// canonicalHeader merges the fields of h whose names are not in canonical
-// form (set in the map directly: w.Header()["set-cookie"]) into the
-// canonical name's values, after those already there, so that
-// h.Values, h.Get and the storage rules see them. net/http sends such
-// names as written and clients accept them, so they count. Names that
-// differ only in case are merged in sorted order, for a result that does
-// not depend on map order. Names CanonicalHeaderKey leaves alone (invalid
-// ones, which net/http does not send) stay as they are.
-func canonicalHeader(h http.Header) {
-	var odd []string
-	for k := range h {
-		if http.CanonicalHeaderKey(k) != k {
-			odd = append(odd, k)
-		}
-	}
-	sort.Strings(odd)
-	for _, k := range odd {
-		ck := http.CanonicalHeaderKey(k)
-		h[ck] = append(h[ck], h[k]...)
-		delete(h, k)
-	}
-}

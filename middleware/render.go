@@ -2,16 +2,12 @@ package middleware
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/hotkv/stampede/cache"
-	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/httprule"
 )
@@ -261,71 +257,4 @@ func routedAsHead(r *http.Request) bool {
 func selects(prior *response, h http.Header) bool {
 	canonicalHeader(h)
 	return httprule.Selects(prior.Header, prior.HandlerETag, prior.Vary, h)
-}
-
-// errFailedGraceful is the error of a render that failed (a 5xx) while
-// the stored response it would replace was within its grace
-// (Freshness.StaleIfError): nothing was sent, and the stored response
-// answers. It is an errNotStored too.
-type errFailedGraceful struct{ errNotStored }
-
-func (e errFailedGraceful) Unwrap() error { return e.errNotStored }
-
-// errEndsStored is the error of a render whose response may not be stored
-// and ends the stored response the render refreshed (see httprule.Ends). It
-// is an errNotStored too.
-type errEndsStored struct{ errNotStored }
-
-func (e errEndsStored) Unwrap() error { return e.errNotStored }
-
-// century bounds the lifetimes and stale windows a response is kept past
-// to be revalidated: beyond it (options set huge for "forever") there is
-// nothing to keep it for, and the times would overflow.
-const century = 100 * 365 * 24 * time.Hour
-
-// renderAndStore renders r itself (a client's no-cache) and stores the
-// response in place of the one stored for r, if it may be stored and
-// the key still holds that one when the render ends: a purge, a write's
-// invalidation or another render meanwhile wins (SetIfUnchanged; see
-// purgerule.go). With nothing stored for r there is nothing to
-// bypass: r is a miss like any other (serve), which renders under the
-// cache's claim, or shares the render in flight.
-func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	x := &exchange{w: w, r: r, next: next, base: base, route: route}
-	var p peeked
-	for range 2 { // again if the index changed (see find)
-		x.at = m.placeOf(base, r)
-		var current bool
-		if p, current = m.find(r.Context(), x.at); current {
-			break
-		}
-	}
-	if p.err != nil && !errors.Is(p.err, cache.ErrStale) || p.found.Raw == nil || p.resp.marker() {
-		return m.serveExchange(x)
-	}
-	// Nobody waits for this render: it lives and dies with its client.
-	// It is stored before its answer goes out (see renderFor), which then
-	// says whether it was.
-	j := &job{ctx: r.Context(), done: make(chan result, 1), seen: p.resp.Tags, fwd: "request"}
-	var err error
-	j.stored = func() bool {
-		res := <-j.done
-		if !slices.Equal(x.at.vary, res.resp.Vary) {
-			// Another Vary than the key's generation: its client's
-			// alone (a new generation is made by a render the others
-			// wait for, see toStore).
-			return false
-		}
-		err = m.e.SetIfUnchanged(r.Context(), x.at.key, res.resp, p.found.Raw, max(res.fresh, time.Millisecond), res.stale)
-		if errors.Is(err, engine.ErrChanged) {
-			err = nil // purged, invalidated or rendered again meanwhile: that stands
-			return false
-		}
-		return err == nil
-	}
-	res := m.renderFor(w, r, next, j, w)
-	if res.err != nil {
-		return rendered(res)
-	}
-	return outcome{kind: EventMiss, reason: "the client's no-cache", err: err}
 }

@@ -5,102 +5,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/zeebo/xxh3"
+	"github.com/hotkv/stampede/internal/httprule"
 )
-
-// response is what the cache stores for a request: everything needed to
-// answer it again, and the request header values it was rendered for.
-//
-// A response read from the cache is read-only: with the cache's near cache
-// on (cache.Options.Near) every hit on an entry returns the same decoded
-// response, header map, body and Vary slices included, to every request
-// it answers, concurrently. write copies what it hands to a
-// ResponseWriter; the vary index keeps Vary as it is and only reads it.
-type response struct {
-	Status     int
-	Header     http.Header
-	Body       []byte
-	Stored     int64    // Unix ms when its age was 0: when rendered, less its age then (see initialAge)
-	FreshUntil int64    // Unix ms
-	Vary       []string // canonical names from the response's Vary
-	VaryValues []string // the rendering request's values of those headers
-
-	// RevalidateFrom is when (Unix ms) the response's stale window ends
-	// if it is kept past it to be revalidated (see revalidate.go): from
-	// then on it is never served without a conditional render first. 0:
-	// not kept (no validator of the handler's), the entry ends with its
-	// stale window.
-	RevalidateFrom int64
-	// GraceUntil is until when (Unix ms) the response may be served past
-	// RevalidateFrom when the render that would replace it fails
-	// (Freshness.StaleIfError); 0: never.
-	GraceUntil int64
-	// HandlerETag says the ETag is the handler's, which a revalidation
-	// sends as If-None-Match, and not a digest of the body the middleware
-	// added (storedHeader).
-	HandlerETag bool
-	// Tags are the page's tags (Options.Tags) with the epochs of their
-	// records its render saw (see tags.go).
-	Tags []tagRef
-	// Version is random, drawn for each render and each freshening: it
-	// names this stored response in its revalidation's key (see
-	// revalidate), which two versions never share, whatever their times.
-	Version uint64
-}
-
-// dropOnStore reports the headers that are not stored: hop-by-hop ones
-// describe one connection, not the response (RFC 9110 7.6.1); Age is
-// recomputed when serving (from Stored, which counts the Age received).
-// Date is kept: it says when the origin made the response (RFC 9110
-// 6.6.1).
-func dropOnStore(name string) bool {
-	switch name {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Age", "Set-Cookie":
-		return true
-	}
-	return false
-}
-
-// storedHeader copies the end-to-end headers of h and adds an ETag
-// derived from the body if the handler set none, and a Date (when the
-// response was received, responded) if it has none, as RFC 9110 6.6.1
-// asks of a cache. Names are compared, and stored, in canonical form
-// (storable has merged h's already).
-func storedHeader(h http.Header, body []byte, responded time.Time) http.Header {
-	out := make(http.Header, len(h)+1)
-	for k, vs := range h {
-		if ck := http.CanonicalHeaderKey(k); !dropOnStore(ck) {
-			out[ck] = append(out[ck], vs...)
-		}
-	}
-	if out.Get("Etag") == "" {
-		out.Set("Etag", `"`+strconv.FormatUint(xxh3.Hash(body), 36)+`"`)
-	}
-	if out["Date"] == nil {
-		out["Date"] = []string{responded.UTC().Format(http.TimeFormat)}
-	}
-	out.Set("Content-Length", strconv.Itoa(len(body)))
-	return out
-}
-
-// matches reports whether r has the same values, for the headers resp
-// varies on, as the request resp was rendered for.
-func (resp *response) matches(r *http.Request) bool {
-	if len(resp.Vary) != len(resp.VaryValues) {
-		return false
-	}
-	for i, name := range resp.Vary {
-		if headerValue(r.Header, name) != resp.VaryValues[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // storedSize bounds the size of the value the cache will encode for the
 // response rec holds, rendered for r: body, header fields, the rendering
@@ -234,55 +144,6 @@ func (m *Middleware) putStatus(h http.Header, st status, room []string, resp *re
 	h["Cache-Status"] = room[len(room)-1 : len(room) : len(room)]
 }
 
-// appendMember returns the Cache-Status list of fields (one or more
-// field lines, which are one list: RFC 9110 5.3) with member after its
-// members, on one line. A member equal to member is left out: the
-// middleware's own, copied through by the handler, is not repeated.
-func appendMember(fields []string, member string) string {
-	var b strings.Builder
-	for _, f := range fields {
-		for f != "" {
-			var m string
-			m, f = nextMember(f)
-			if m = strings.TrimSpace(m); m != "" && m != member {
-				b.WriteString(m)
-				b.WriteString(", ")
-			}
-		}
-	}
-	b.WriteString(member)
-	return b.String()
-}
-
-// nextMember cuts the first member off a list field: up to the first
-// comma outside a quoted string (RFC 8941 3.3.3, with backslash escapes).
-func nextMember(f string) (member, rest string) {
-	quoted := false
-	for i := 0; i < len(f); i++ {
-		switch c := f[i]; {
-		case quoted && c == '\\':
-			i++
-		case c == '"':
-			quoted = !quoted
-		case c == ',' && !quoted:
-			return f[:i], f[i+1:]
-		}
-	}
-	return f, ""
-}
-
-// mergeField moves the values of name (canonical) set in h under other
-// letter cases (w.Header()["cache-status"]) under name, after its own:
-// net/http would send them as separate fields.
-func mergeField(h http.Header, name string) {
-	for k, vs := range h {
-		if k != name && len(k) == len(name) && strings.EqualFold(k, name) {
-			h[name] = append(h[name], vs...)
-			delete(h, k)
-		}
-	}
-}
-
 // pass has next answer r itself on w, a response that does not go
 // through the cache, with status st: the status header is set before next
 // runs, and the middleware's Cache-Status member is put after the
@@ -358,117 +219,44 @@ func (mw *memberWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the real writer.
 func (mw *memberWriter) Unwrap() http.ResponseWriter { return mw.ResponseWriter }
 
-// status is what a response says of how the middleware answered it: the
-// status header (Options.StatusHeader) and Cache-Status (RFC 9211).
-type status struct {
-	x         string // the status header: HIT, STALE, MISS or BYPASS
-	fwd       string // Cache-Status fwd; "" for a hit
-	fwdStatus int    // the status of the render that answered, if this request's
-	stored    bool   // the render that answered is stored
-	collapsed bool   // answered by another request's render
-	detail    string // a token
+// writeRange answers r, a GET with Range, with its range of resp (a 206
+// or a 416), and reports whether it did; otherwise write serves resp
+// whole, or a 304. See the comment above.
+func (m *Middleware) writeRange(w http.ResponseWriter, r *http.Request, resp *response, st status) bool {
+	if resp.Status != http.StatusOK || len(resp.Body) == 0 || resp.Header["Content-Range"] != nil ||
+		notModified(r, resp.Header) || !httprule.IfRange(r.Header["If-Range"], resp.Header) {
+		return false
+	}
+	size := int64(len(resp.Body))
+	start, end, sat := httprule.ParseRange(r.Header["Range"], size)
+	switch sat {
+	case httprule.RangeIgnored:
+		return false
+	case httprule.RangeUnsatisfiable:
+		h := w.Header()
+		m.putStatus(h, st, make([]string, 0, 2), resp)
+		h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+		h.Set("Content-Length", "0")
+		w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
+	default:
+		m.writePart(w, resp, start, end, st)
+	}
+	return true
 }
 
-// The status header's values, and the statuses that need nothing more.
-var (
-	statusHit = status{x: "HIT"}
-	// statusStale is a stored response served stale while one render
-	// refreshes it: a hit (this request was not forwarded), its ttl
-	// negative.
-	statusStale  = status{x: "STALE"}
-	statusBypass = status{x: "BYPASS", fwd: "bypass"}
-)
-
-// missStatus is the status of a response that this request's render
-// made, forwarded for fwd, with the render's status code.
-func missStatus(fwd string, code int, stored bool) status {
-	return status{x: "MISS", fwd: fwd, fwdStatus: code, stored: stored}
-}
-
-// collapsedStatus is the status of a response that another request's
-// render made, while this one, forwarded for fwd, waited for it.
-func collapsedStatus(fwd string) status { return status{x: "HIT", fwd: fwd, collapsed: true} }
-
-// graceStatus is the status of a stored response served in place of a
-// render that failed (Freshness.StaleIfError) with code (0: unknown, in
-// another process).
-func graceStatus(code int) status {
-	return status{x: "STALE", fwd: "stale", fwdStatus: code, detail: "stale-if-error"}
-}
-
-// bypassStatus is the status of a request the cache did not handle, for
-// reason (see bypass): fwd=method for a method the cache never answers,
-// otherwise fwd=bypass with the reason as a detail.
-func bypassStatus(reason string) status {
-	if reason == "method" {
-		return status{x: "BYPASS", fwd: "method"}
+// writePart answers with bytes start to end (inclusive, within the body)
+// of resp, a stored 200, as a 206, with the status header status.
+func (m *Middleware) writePart(w http.ResponseWriter, resp *response, start, end int64, st status) {
+	h := w.Header()
+	// resp is shared (see response): w gets copies.
+	for k, vs := range resp.Header {
+		h[k] = slices.Clone(vs)
 	}
-	return status{x: "BYPASS", fwd: "bypass", detail: bypassDetails[reason]}
-}
-
-// bypassDetails are the Cache-Status details of bypass's reasons.
-var bypassDetails = map[string]string{
-	"authorization":              "authorization",
-	"cookie":                     "cookie",
-	"range on HEAD":              "range-on-head",
-	"upgrade":                    "upgrade",
-	"request body":               "request-body",
-	"opaque or user-info target": "target",
-	"no-store":                   "request-no-store",
-	"no key for the request":     "no-key",
-}
-
-// cacheStatus is st's Cache-Status value, with the ttl of resp (its
-// remaining freshness lifetime at now, in whole seconds, negative once
-// stale) when it is set.
-func (st status) cacheStatus(resp *response, now time.Time) string {
-	if st.fwd == "" && resp == nil {
-		return "stampede; hit"
-	}
-	b := make([]byte, 0, 80)
-	b = append(b, "stampede"...)
-	if st.fwd == "" {
-		b = append(b, "; hit"...)
-	} else {
-		b = append(b, "; fwd="...)
-		b = append(b, st.fwd...)
-		if st.fwdStatus != 0 {
-			b = append(b, "; fwd-status="...)
-			b = strconv.AppendInt(b, int64(st.fwdStatus), 10)
-		}
-	}
-	if st.stored {
-		b = append(b, "; stored"...)
-	}
-	if st.collapsed {
-		b = append(b, "; collapsed"...)
-	}
-	if resp != nil && resp.FreshUntil > resp.Stored {
-		// Floor division: a response 0.5s past its freshness has a ttl
-		// of -1, never 0, which would say it is fresh.
-		ms := resp.FreshUntil - now.UnixMilli()
-		ttl := ms / 1000
-		if ms < 0 && ms%1000 != 0 {
-			ttl--
-		}
-		b = append(b, "; ttl="...)
-		b = strconv.AppendInt(b, ttl, 10)
-	}
-	if st.detail != "" {
-		b = append(b, "; detail="...)
-		b = append(b, st.detail...)
-	}
-	return string(b)
-}
-
-func (resp *response) fresh(now time.Time) bool { return now.UnixMilli() < resp.FreshUntil }
-
-// graceful reports whether resp may answer at now in place of a render
-// that failed (see Freshness.StaleIfError).
-func (resp *response) graceful(now time.Time) bool { return now.UnixMilli() < resp.GraceUntil }
-
-// mustRevalidate reports whether resp, kept past its stale window, may be
-// served only after a revalidation (see revalidate.go).
-func (resp *response) mustRevalidate(now time.Time) bool {
-	return resp.RevalidateFrom != 0 && now.UnixMilli() >= resp.RevalidateFrom && !resp.fresh(now)
+	h.Set("Age", strconv.FormatInt(max(0, m.now().UnixMilli()-resp.Stored)/1000, 10))
+	m.putStatus(h, st, make([]string, 0, 2), resp)
+	size := int64(len(resp.Body))
+	h.Set("Content-Range", "bytes "+strconv.FormatInt(start, 10)+"-"+strconv.FormatInt(end, 10)+"/"+strconv.FormatInt(size, 10))
+	h.Set("Content-Length", strconv.FormatInt(end-start+1, 10))
+	w.WriteHeader(http.StatusPartialContent)
+	_, _ = w.Write(resp.Body[start : end+1])
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/hotkv/stampede/cache"
@@ -60,13 +59,6 @@ type revalidation struct {
 	key string
 }
 
-// validators reports whether resp has a validator of the handler's to
-// revalidate with: its ETag (not a digest the middleware made), or a
-// Last-Modified.
-func (resp *response) validators() bool {
-	return resp.HandlerETag && first(resp.Header, "Etag") != "" || first(resp.Header, "Last-Modified") != ""
-}
-
 // conditions sets, in h (a render request's header, without any
 // conditional header of the client's), the conditions that revalidate
 // prior: If-None-Match with its ETag if the handler made it, and
@@ -105,61 +97,6 @@ func freshened(stored, h http.Header, responded time.Time) http.Header {
 		out["Date"] = []string{responded.UTC().Format(http.TimeFormat)}
 	}
 	return out
-}
-
-// revalidate answers x, for which prior, stored under key (the variant
-// key of x's base for vary), is kept past its stale window: one request
-// in the cluster revalidates it (see the comment at the top of this
-// file), the others wait for that render and answer with what it stored.
-//
-// again reports that x is not answered: the revalidation ended without
-// leaving a response for r under key (a write deleted it, or another
-// render replaced it, meanwhile), and r goes back to the key, where it
-// shares the one render (or finds the response) that every other
-// request for it, in every process, finds too. Rendering alone there
-// would re-open the stampede a write is bound to: at most one render per
-// key after it.
-func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *response) (o outcome, again bool) {
-	w, r := x.w, x.r
-	// The revalidation of this version of the stored response: once it
-	// is stored again, its next revalidation has a key of its own.
-	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
-	l := m.look(x, rkey, vary, &revalidation{prior: prior, key: key})
-	defer l.cancel()
-	if l.job != nil {
-		if o, done := m.take(x, l, false, nil); done {
-			return o, false
-		}
-	}
-	if err := r.Context().Err(); err != nil {
-		return outcome{kind: EventCanceled, err: err}, false // the client is gone
-	}
-	if err := l.res.err; err != nil && prior.graceful(m.now()) && renderFailed(err) && m.holds(r.Context(), x, prior) {
-		// The revalidation failed (here or in another process), or
-		// took longer than WaitTimeout, within prior's grace
-		// (Freshness.StaleIfError): prior answers.
-		m.write(w, r, prior, graceStatus(0))
-		return outcome{kind: EventStale, reason: "the revalidation failed; served stale (Freshness.StaleIfError)"}, false
-	}
-	if err := l.res.err; err != nil {
-		// The revalidation failed, or took longer than WaitTimeout:
-		// render for this request alone.
-		m.pass(w, r, x.next, status{x: "BYPASS", fwd: "stale", detail: "unshared"})
-		return unshared(err), false
-	}
-	// Another request revalidated it: read what it stored. (The cache
-	// counted this request once already, as a miss: this look is not
-	// counted.)
-	cur, _, gerr := engine.Peek[response](r.Context(), m.e, key)
-	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
-	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
-		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
-		// Fresh, or the very response the revalidation this request
-		// waited for stored (a no-cache one is never fresh).
-		m.write(w, r, &cur, collapsedStatus("stale"))
-		return outcome{kind: EventHit}, false
-	}
-	return outcome{}, true
 }
 
 // renderFailed reports whether err, a revalidation's, says its render

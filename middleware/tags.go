@@ -43,58 +43,11 @@ import (
 // the cache's load renders once more (see retryPurged), now knowing the
 // epoch: the waiters get that render.
 
-// TagPolicy is Options.Tags: which response fields tag a page, so that
-// PurgeTag can remove every page of a tag at once.
-type TagPolicy struct {
-	// Headers names the response fields that list the tags of a page:
-	// "Surrogate-Key" (Fastly, Varnish xkey) separates them by spaces,
-	// "Cache-Tag" (Cloudflare) by commas; any other name by either. Every
-	// line of each field counts. A page may have at most 128 tags, each
-	// at most 1,024 bytes, with no control characters; a response that
-	// lists more, or longer ones, is not stored. The fields are read in
-	// any letter case. Default: none, no page is tagged (PurgeTag still
-	// writes its records: a process that only purges needs no Headers).
-	Headers []string
-
-	// Keep passes the tag fields on to clients, and stores them with the
-	// page, for a cache further on that purges by them too. Default:
-	// false, they are removed from every response the middleware sends.
-	Keep bool
-
-	// Lifetime is how long a tag's record lives in the server after its
-	// last purge (or after the first page named it). When it ends, every
-	// page of the tag renders once more, as after a purge. Default: 24
-	// hours.
-	Lifetime time.Duration
-
-	// ClockSkew bounds how far apart the clocks of the processes that
-	// render and purge may be. A render of a page none of whose earlier
-	// versions named a tag is stored only if it began more than
-	// ClockSkew after that tag's last purge; otherwise it renders once
-	// more. Default: 1 second.
-	ClockSkew time.Duration
-}
-
 // Bounds of a page's tags.
 const (
 	maxTags   = 128
 	maxTagLen = 1024
 )
-
-// tagRef is a tag of a stored page, with the epoch of its record the
-// page's render saw.
-type tagRef struct {
-	_     struct{} `msgpack:",as_array"`
-	Name  string
-	Epoch uint64
-}
-
-// tagStamp is the record of a tag in the cache.
-type tagStamp struct {
-	_        struct{} `msgpack:",as_array"`
-	Epoch    uint64   // random: drawn by each purge, and when the record is made
-	PurgedAt int64    // Unix ms of the last purge, by the purging process's clock; 0: none
-}
 
 // tagKeyPrefix begins the cache key of every tag's record. Page keys
 // begin with a method ("GET "), and a Keys.Func key that begins so
@@ -238,16 +191,6 @@ func (m *Middleware) live(ctx context.Context, resp *response) bool {
 	ok, _ := m.tagsLive(ctx, resp)
 	return ok
 }
-
-// errPurgedDuringRender is the reason of a render that a purge of one of
-// its tags may have overtaken: it went to its own client only, and seen
-// holds the epochs after that purge, for the render again (retryPurged).
-type errPurgedDuringRender struct {
-	errNotStored
-	seen []tagRef
-}
-
-func (e errPurgedDuringRender) Unwrap() error { return e.errNotStored }
 
 // registerTags returns the tags of a render of tags (the names), begun
 // at requested, with the epochs of their records, making the records

@@ -87,10 +87,6 @@ func generationBase(base string, gen uint64) string {
 	return base + "\ngeneration " + strconv.FormatUint(gen, 36)
 }
 
-// marker reports whether resp is the marker of a base's variants (see
-// toStore), not a response: it has Vary names and no status.
-func (resp *response) marker() bool { return resp.Status == 0 && len(resp.Vary) > 0 }
-
 // variantKey extends base with the request's values of the headers a
 // response for base said it varies on.
 func variantKey(base string, vary []string, r *http.Request) string {

@@ -182,3 +182,70 @@ func parseAge(lines []string) (age time.Duration, ok bool) {
 	}
 	return time.Duration(min(n, 1<<31)) * time.Second, true
 }
+
+// expiresIn is the freshness lifetime an Expires field gives a response
+// (RFC 9111 4.2.1): Expires less the response's Date, or less when it was
+// received (responded) if it has no valid Date. (The time since its Date
+// counts in its age, see InitialAge.) An invalid Expires (such as "0"),
+// or several that disagree, means already expired: zero or less is
+// returned. h must be canonical.
+func expiresIn(h http.Header, responded time.Time) time.Duration {
+	expires, ok := httpDate(h.Values("Expires"))
+	if !ok {
+		return 0
+	}
+	from := responded
+	if date, ok := httpDate(h.Values("Date")); ok {
+		from = date
+	}
+	return expires.Sub(from)
+}
+
+// httpDate parses a field that holds one HTTP-date; ok is false if any of
+// its values is not one, or they differ.
+func httpDate(values []string) (t time.Time, ok bool) {
+	for i, v := range values {
+		d, ok := parseHTTPDate(v)
+		if !ok || i > 0 && !d.Equal(t) {
+			return time.Time{}, false
+		}
+		t = d
+	}
+	return t, len(values) > 0
+}
+
+// parseHTTPDate parses an HTTP-date in one of the three forms RFC 9110
+// 5.6.7 has recipients accept: IMF-fixdate ("Sun, 06 Nov 1994 08:49:37
+// GMT"), rfc850-date ("Sunday, 06-Nov-94 08:49:37 GMT") and asctime
+// ("Sun Nov  6 08:49:37 1994"), each with its exact spacing and two-digit
+// hours, minutes and seconds; the names in any letter case. http.ParseTime alone is laxer (Go's time
+// parsing takes a run of spaces for one, and a one-digit hour), and a
+// date a cache reads other than its sender meant is a freshness nobody
+// gave.
+func parseHTTPDate(v string) (time.Time, bool) {
+	v = strings.Trim(v, " \t")
+	var clock int // where hh:mm:ss starts
+	switch i := strings.IndexByte(v, ','); {
+	case i == 3 && len(v) == 29 && v[4] == ' ' && v[7] == ' ' && v[11] == ' ' && v[16] == ' ' && v[25] == ' ':
+		clock = 17 // IMF-fixdate
+	case i > 3 && len(v) == i+24 && v[i+1] == ' ' && v[i+4] == '-' && v[i+8] == '-' && v[i+11] == ' ' && v[i+20] == ' ':
+		clock = i + 12 // rfc850-date
+	case i < 0 && len(v) == 24 && v[3] == ' ' && v[7] == ' ' && v[10] == ' ' && v[19] == ' ' && (v[8] == ' ' || isDigit(v[8])) && isDigit(v[9]):
+		clock = 11 // asctime-date
+	default:
+		return time.Time{}, false
+	}
+	c := v[clock : clock+8]
+	if c[2] != ':' || c[5] != ':' || !isDigit(c[0]) || !isDigit(c[1]) || !isDigit(c[3]) || !isDigit(c[4]) || !isDigit(c[6]) || !isDigit(c[7]) {
+		return time.Time{}, false
+	}
+	if clock != 11 && v[len(v)-3:] != "GMT" && strings.EqualFold(v[len(v)-3:], "GMT") {
+		// Names in any letter case, as http.ParseTime reads the day's
+		// and the month's.
+		v = v[:len(v)-3] + "GMT"
+	}
+	t, err := http.ParseTime(v)
+	return t, err == nil
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
