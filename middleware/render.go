@@ -258,3 +258,35 @@ func selects(prior *response, h http.Header) bool {
 	canonicalHeader(h)
 	return httprule.Selects(prior.Header, prior.HandlerETag, prior.Vary, h)
 }
+
+// storable applies the storage rules (httprule.Store) to a response
+// recorded in rec, rendered for r at requested and received at
+// responded, and returns their verdict: why it may not be stored, or its
+// age, lifetime, stale window and grace.
+//
+// It first merges header fields the handler set in another letter case
+// than the canonical one (w.Header()["set-cookie"]) into rec's canonical
+// names, so that the rules and the header drops of storedHeader see
+// them.
+func (m *Middleware) storable(r *http.Request, rec *recorder, requested, responded time.Time) httprule.Verdict {
+	canonicalHeader(rec.header)
+	return httprule.Store(&httprule.Response{
+		Status: rec.status, Header: rec.header,
+		Requested: requested, Responded: responded,
+		Size: storedSize(r, rec),
+	}, &m.rules)
+}
+
+// flushRefusal says why the response rec records for r cannot be
+// stored, judged as the storage rules (storable) judge it at the end
+// of the render, on its status and header as they stand now, or "". It
+// is rec.refuses for a render (see run). The body so far counts towards
+// the size limits; the rules that need the whole body or the render's
+// end (an incomplete body, the request ending) are left to the end.
+func (m *Middleware) flushRefusal(r *http.Request, rec *recorder) string {
+	h := rec.header
+	defer func() { rec.header = h }()
+	rec.header = h.Clone() // storable merges the letter cases of the names
+	now := m.now()
+	return m.storable(r, rec, now, now).Reason
+}
