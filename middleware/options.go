@@ -499,9 +499,12 @@ type TagPolicy struct {
 	Keep bool
 
 	// Lifetime is how long a tag's record lives in the server after its
-	// last purge (or after the first page named it). When it ends, every
-	// page of the tag renders once more, as after a purge. Default: 24
-	// hours.
+	// last purge. A record the first page of a tag made lives twice as
+	// long as that page is kept (at least a minute), never longer than
+	// Lifetime: a handler that builds tags from request input cannot make
+	// clients fill the server with long-lived records. When a record
+	// ends, every page of the tag renders once more, as after a purge.
+	// Default: 24 hours.
 	Lifetime time.Duration
 
 	// ClockSkew bounds how far apart the clocks of the processes that

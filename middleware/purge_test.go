@@ -583,3 +583,41 @@ func TestPurgeTag_osProcesses(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 }
+
+// TestTags_recordLife: a tag record that a render made lives twice as
+// long as its page is kept, at least a minute and at most Tags.Lifetime,
+// so that tags built from request input cannot fill the server with
+// records that outlive their pages by a day; PurgeTag's live
+// Tags.Lifetime.
+func TestTags_recordLife(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 10*time.Second)
+	var cc atomic.Value
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", cc.Load().(string))
+		w.Header().Set("Surrogate-Key", strings.TrimPrefix(r.URL.Path, "/"))
+		fmt.Fprint(w, "page")
+	})
+	b := newTestBed(t, s, h, &bedOptions{mw: tagOptions()})
+	for _, tc := range []struct {
+		tag, cc  string
+		min, max time.Duration
+	}{
+		{"short", "max-age=10", 55 * time.Second, time.Minute},
+		{"hour", "max-age=3600", 2*time.Hour - 5*time.Second, 2 * time.Hour},
+		{"day", "max-age=86400", 24*time.Hour - 5*time.Second, 24 * time.Hour},
+	} {
+		cc.Store(tc.cc)
+		b.get(t, "/"+tc.tag).check(t, 200, "MISS", "page")
+		got, err := b.rc.PTTL(ctx, b.valueKeyOf("tag\n"+tc.tag)).Result()
+		if err != nil || got < tc.min || got > tc.max {
+			t.Errorf("record of a page with %s lives %v (%v); want %v to %v", tc.cc, got, err, tc.min, tc.max)
+		}
+	}
+	if err := b.mws[0].PurgeTag(ctx, "short"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.rc.PTTL(ctx, b.valueKeyOf("tag\nshort")).Result(); err != nil || got < 24*time.Hour-5*time.Second {
+		t.Errorf("record after PurgeTag lives %v (%v); want Tags.Lifetime, 24h", got, err)
+	}
+}

@@ -49,6 +49,7 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 	if d.freshening {
 		d.handlerETag = prior.HandlerETag // the ETag is prior's (httprule.KeptOnUpdate)
 	}
+	d.life = min(v.Lifetime, century) + min(v.Stale, century) + min(v.Grace, century)
 	reason := v.Reason
 	if reason == "" {
 		reason = renderRefusal(r, d, v.Lifetime)
@@ -89,10 +90,11 @@ func (m *Middleware) render(w http.ResponseWriter, r *http.Request, next http.Ha
 type recorded struct {
 	rr                   *http.Request // the request the handler ran with
 	rec                  *recorder
-	requested, responded time.Time // when the handler was called, and when it returned
-	headRoute            bool      // a HEAD route's render (see routedAsHead)
-	freshening           bool      // a 304 freshened prior: rec holds prior, updated (set by render)
-	handlerETag          bool      // rec's ETag is the handler's, not a digest of the body (set by render)
+	requested, responded time.Time     // when the handler was called, and when it returned
+	headRoute            bool          // a HEAD route's render (see routedAsHead)
+	freshening           bool          // a 304 freshened prior: rec holds prior, updated (set by render)
+	handlerETag          bool          // rec's ETag is the handler's, not a digest of the body (set by render)
+	life                 time.Duration // how long the cache keeps the response, as storable judged it (set by render)
 }
 
 // renderTags registers the tags of the render d (see registerTags), and
@@ -115,7 +117,7 @@ func (m *Middleware) renderTags(ctx context.Context, d *recorded, prior *respons
 	if len(names) == 0 {
 		return nil, "", false
 	}
-	return m.registerTags(ctx, names, d.requested, seen)
+	return m.registerTags(ctx, names, d.requested, seen, d.life)
 }
 
 // runSelecting runs r once (see run), revalidating prior if set; when

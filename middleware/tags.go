@@ -194,11 +194,12 @@ func (m *Middleware) live(ctx context.Context, resp *response) bool {
 
 // registerTags returns the tags of a render of tags (the names), begun
 // at requested, with the epochs of their records, making the records
-// that do not exist yet; seen are the epochs known before the render
-// began (see the comment at the top of this file). reason says why the
-// render may not be stored: a record could not be read or made, or
-// (with purged set) a purge may have overtaken the render.
-func (m *Middleware) registerTags(ctx context.Context, tags []string, requested time.Time, seen []tagRef) (refs []tagRef, reason string, purged bool) {
+// that do not exist yet (to live as recordLife says for a page kept for
+// life); seen are the epochs known before the render began (see the
+// comment at the top of this file). reason says why the render may not
+// be stored: a record could not be read or made, or (with purged set) a
+// purge may have overtaken the render.
+func (m *Middleware) registerTags(ctx context.Context, tags []string, requested time.Time, seen []tagRef, life time.Duration) (refs []tagRef, reason string, purged bool) {
 	type got struct {
 		st   tagStamp
 		err  error
@@ -215,7 +216,7 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 			// overtakes a load), and is then what this reads.
 			st, err = cache.GetOrLoad(ctx, m.c, key, func(context.Context) (tagStamp, error) {
 				return tagStamp{Epoch: rand.Uint64()}, nil
-			}, cache.WithTTL(m.tagLife))
+			}, cache.WithTTL(m.recordLife(life)))
 		}
 		gots[i] = got{st, err, lost}
 	})
@@ -243,6 +244,17 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		}
 	}
 	return refs, "", false
+}
+
+// recordLife is how long a tag record made by a render of a page kept
+// for life lives: twice that, at least a minute, at most Tags.Lifetime.
+// A page rendered later under the same tag may outlive the record: it
+// then renders once more, as after a purge.
+func (m *Middleware) recordLife(life time.Duration) time.Duration {
+	if life >= m.tagLife/2 {
+		return m.tagLife
+	}
+	return min(m.tagLife, max(2*life, time.Minute))
 }
 
 func epochOf(refs []tagRef, name string) uint64 {
