@@ -154,6 +154,11 @@ func FuzzMiddleware(f *testing.F) {
 		{"/vl", "max-age=60", "x-user", "alice\n", "alice", 0},
 		{"/vl", "max-age=60", "X-User", "alice\n\nbob", "alice\nbob", formValidators},
 		{"/vl", "max-age=60", "", "alice\nbob", "alice, bob", formCookieLines},
+		// Issue 39: a response's own stale-if-error is grace, never a
+		// stale window; with s-maxage, with validators, varied.
+		{"/sie", "max-age=1, stale-if-error=60", "", "alice", "bob", 0},
+		{"/sie", "s-maxage=1, stale-if-error=60, stale-while-revalidate=1", "X-User", "alice", "alice", formValidators},
+		{"/sie", "max-age=0, must-revalidate, stale-if-error=60", "x-user", "alice", "bob", formLowerCase | formSetCookie},
 	} {
 		f.Add(seed.target, seed.cc, seed.vary, seed.a, seed.b, seed.form)
 	}

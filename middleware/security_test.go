@@ -1026,3 +1026,45 @@ func TestSecurity_purge(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurity_onlyIfCached: a client's only-if-cached never makes the
+// handler run (a 504 where nothing stored answers it) and never gets a
+// stored response the request could not otherwise get: credentials, a
+// cookie or another variant still keep it from the stored page.
+func TestSecurity_onlyIfCached(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	var renders atomic.Int32
+	b := newTestBed(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		renders.Add(1)
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "X-User")
+		fmt.Fprintf(w, "for %s", r.Header.Get("X-User"))
+	}), nil)
+	const oic = "only-if-cached"
+	b.get(t, "/p", "X-User", "alice").check(t, 200, "MISS", "for alice") // answered once stored
+	for _, tc := range []struct {
+		name   string
+		hdr    []string
+		status int
+		x      string
+		body   string
+	}{
+		{"the stored variant", []string{"X-User", "alice", "Cache-Control", oic}, 200, "HIT", "for alice"},
+		{"another variant", []string{"X-User", "bob", "Cache-Control", oic}, http.StatusGatewayTimeout, "MISS", ""},
+		{"with credentials", []string{"X-User", "alice", "Authorization", "Bearer x", "Cache-Control", oic}, http.StatusGatewayTimeout, "BYPASS", ""},
+		{"with a cookie", []string{"X-User", "alice", "Cookie", "s=1", "Cache-Control", oic}, http.StatusGatewayTimeout, "BYPASS", ""},
+		{"on a second line", []string{"X-User", "bob", "Cache-Control", "max-age=0", "Cache-Control", oic}, http.StatusGatewayTimeout, "MISS", ""},
+		{"with no-cache", []string{"X-User", "carol", "Cache-Control", "no-cache, " + oic}, http.StatusGatewayTimeout, "MISS", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := b.get(t, "/p", tc.hdr...)
+			r.check(t, tc.status, tc.x, tc.body)
+			if r.status == http.StatusGatewayTimeout && r.header.Get("Cache-Status") != "" {
+				t.Errorf("Cache-Status %q on the cache's own 504", r.header.Get("Cache-Status"))
+			}
+		})
+	}
+	if n := renders.Load(); n != 1 {
+		t.Errorf("%d renders, want 1: only-if-cached never reaches the handler", n)
+	}
+}
