@@ -138,12 +138,12 @@ func (m *Middleware) serveExchange(x *exchange) outcome {
 		// has counted already.
 		p.counted = looked
 		looked = true
-		o, s := m.fromStored(x, key, vary, &p)
+		o, s := m.fromStored(x, &p)
 		if s == stepOn && x.onlyIfCached {
 			o, s = m.fromStoredOnly(x, &p)
 		}
 		if s == stepOn {
-			o, s = m.throughCache(x, key, vary, &p)
+			o, s = m.throughCache(x, &p)
 		}
 		if s == stepDone {
 			return o
@@ -188,10 +188,11 @@ func (m *Middleware) notCached(w http.ResponseWriter, x, reason string) outcome 
 	return outcome{kind: EventBypass, reason: reason}
 }
 
-// fromStored answers r from p, what a look under key found, if it can:
+// fromStored answers x.r from p, what a look under x.at.key found, if it can:
 // fresh hits first, without the machinery a render needs. A response
 // kept past its stale window is revalidated first.
-func (m *Middleware) fromStored(x *exchange, key string, vary []string, p *peeked) (outcome, step) {
+func (m *Middleware) fromStored(x *exchange, p *peeked) (outcome, step) {
+	key, vary := x.at.key, x.at.vary
 	cached, r := &p.resp, x.r
 	if cached.RevalidateFrom != 0 && (errors.Is(p.err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
 		cached.matches(r) && cached.mustRevalidate(m.now()) {
@@ -218,11 +219,12 @@ func (m *Middleware) fromStored(x *exchange, key string, vary []string, p *peeke
 	return outcome{}, stepOn
 }
 
-// throughCache answers r with GetOrLoad of key, which p, the look before,
+// throughCache answers x.r with GetOrLoad of x.at.key, which p, the look before,
 // did not answer: r renders the response for the cluster, or waits for
 // the render of the request that does, or (p stale) answers with p and
 // leaves the refresh to the cache.
-func (m *Middleware) throughCache(x *exchange, key string, vary []string, p *peeked) (outcome, step) {
+func (m *Middleware) throughCache(x *exchange, p *peeked) (outcome, step) {
+	key, vary := x.at.key, x.at.vary
 	w, r := x.w, x.r
 	// A stale response for r: GetOrLoad answers with it and starts a
 	// refresh, whose job may reach us before that answer does.
@@ -249,11 +251,12 @@ func (m *Middleware) throughCache(x *exchange, key string, vary []string, p *pee
 		m.pass(w, r, x.next, status{x: "BYPASS", fwd: x.fwd, detail: "unshared"})
 		return unshared(l.res.err), stepDone
 	}
-	return m.loaded(x, key, &l.res.resp)
+	return m.loaded(x, &l.res.resp)
 }
 
-// loaded answers r with resp, what GetOrLoad of key returned.
-func (m *Middleware) loaded(x *exchange, key string, resp *response) (outcome, step) {
+// loaded answers x.r with resp, what GetOrLoad of x.at.key returned.
+func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
+	key := x.at.key
 	switch {
 	case resp.marker():
 		// The base's marker (a render for other header values made
