@@ -690,23 +690,8 @@ func checkPurge(h *history, o checkOptions, res *result) {
 		}
 		res.violate(name, fmt.Sprintf("GET %s answered (X-Cache %s) with a render begun %s before a %s %s that returned %s before the request",
 			r.Key, r.Cache, time.Duration(p.Call-start), p.Kind, p.Key, time.Duration(r.Call-p.Return)), r, p)
-		if p.Kind == kPost || p.Kind == kPurgeURL {
-			res.Violations[len(res.Violations)-1].Known = knownURLPurge
-		}
 	}
 }
-
-// knownURLPurge names the window the suite found in the HTTP layer, which
-// issue 39 (the HTTP layer's redesign: "one rule for may this render be
-// stored or served after a purge ... purges by URL and tag, and POST
-// invalidation, win over every render that began before them") is to
-// close: a render that began before a PurgeURL or a POST to its URL is
-// stored after the invalidation (most often when the render is paused
-// between its end and its store), and a page so invalidated is still
-// served STALE (stale-while-revalidate and stale-if-error). Both delete
-// the URL's marker, which a render in flight writes anew. PurgeTag's
-// epochs close it for tags: a violation after a PurgeTag is not known.
-const knownURLPurge = "issue 39: a render in flight during PurgeURL or a POST is stored, and the page served stale, afterwards"
 
 // knownLostFailure names a window the suite found in the claim protocol:
 // a waiter that read another process's claim T subscribes to T's key

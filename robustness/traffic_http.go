@@ -145,8 +145,7 @@ func (w *worker) httpTraffic(ctx context.Context, r *rand.Rand) {
 			tag := pageTags(n)[r.IntN(2)]
 			pctx, info, rec := w.begin(octx, Record{Kind: kPurgeTag, Key: tag})
 			if w.cfg.sabotaged("purge") {
-				// Sabotage: a tag purge that says it happened and did not
-				// (a tag's, since purges by URL are issue 39's window).
+				// Sabotage: a tag purge that says it happened and did not.
 				w.end(info, rec, nil)
 				break
 			}
