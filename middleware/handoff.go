@@ -65,7 +65,7 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
 		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
 	}
-	seen, fwd := x.seen, x.fwd
+	seen, fwd := x.seen, x.fwd()
 	if rv != nil {
 		fwd = "stale"
 		if seen == nil {

@@ -35,16 +35,23 @@ type exchange struct {
 	w     http.ResponseWriter
 	r     *http.Request
 	next  http.Handler
-	base  string   // r's base key (see baseKey)
 	route string   // r's Event.Route
 	seen  []tagRef // the epochs of the tags of a purged page r found, for its render (see registerTags)
-	fwd   string   // Cache-Status fwd of a render for r: uri-miss, or vary-miss when its URL has a stored response with Vary
 
-	at place // where the look in progress looks
+	at place // where the look in progress looks: at.base is r's base key (see baseKey)
 
 	// onlyIfCached: r says only-if-cached (RFC 9111 5.2.1.7): it is
 	// answered from storage or with a 504, never by a render.
 	onlyIfCached bool
+}
+
+// fwd is the Cache-Status fwd of a render for x.r: uri-miss, or vary-miss
+// when its URL has a stored response with Vary.
+func (x *exchange) fwd() string {
+	if len(x.at.vary) > 0 {
+		return "vary-miss"
+	}
+	return "uri-miss"
 }
 
 // peeked is what a look under a key found (see find).

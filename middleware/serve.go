@@ -80,7 +80,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		return outcome{kind: EventBypass, reason: reason}
 	}
 	if onlyIfCached {
-		x := &exchange{w: w, r: r, next: next, base: base, route: route, onlyIfCached: true}
+		x := &exchange{w: w, r: r, next: next, route: route, at: place{base: base}, onlyIfCached: true}
 		return m.serveExchange(x)
 	}
 	if m.o.AllowNoCache && httprule.NoCache(r.Header) {
@@ -101,7 +101,7 @@ type step uint8
 
 // serve answers r through the cache; see Handler.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	return m.serveExchange(&exchange{w: w, r: r, next: next, base: base, route: route})
+	return m.serveExchange(&exchange{w: w, r: r, next: next, route: route, at: place{base: base}})
 }
 
 // serveExchange answers x.r through the cache; see Handler.
@@ -113,12 +113,8 @@ func (m *Middleware) serveExchange(x *exchange) outcome {
 	// the key after a revalidation a write overtook (see revalidate).
 	looked := false // a look was made in the current generation: GetOrLoad counted r then
 	for attempt := 0; attempt < 4; attempt++ {
-		x.at = m.placeOf(x.base, r)
-		key, vary := x.at.key, x.at.vary
-		x.fwd = "uri-miss"
-		if len(vary) > 0 {
-			x.fwd = "vary-miss"
-		}
+		x.at = m.placeOf(x.at.base, r)
+		key := x.at.key
 		p, current := m.find(r.Context(), x.at)
 		if !current {
 			continue // the index now holds what base's marker says
@@ -248,7 +244,7 @@ func (m *Middleware) throughCache(x *exchange, p *peeked) (outcome, step) {
 	if l.res.err != nil {
 		// The render failed, could not be stored, or took longer than
 		// WaitTimeout: render for this request alone.
-		m.pass(w, r, x.next, status{x: "BYPASS", fwd: x.fwd, detail: "unshared"})
+		m.pass(w, r, x.next, status{x: "BYPASS", fwd: x.fwd(), detail: "unshared"})
 		return unshared(l.res.err), stepDone
 	}
 	return m.loaded(x, &l.res.resp)
@@ -262,7 +258,7 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 		// The base's marker (a render for other header values made
 		// it): now that we know what the response varies on, look
 		// again under the variant's key.
-		m.vary.put(x.base, resp.Vary, resp.Version)
+		m.vary.put(x.at.base, resp.Vary, resp.Version)
 		return outcome{}, stepAgain
 	case !resp.matches(x.r) && len(x.at.vary) > 0 && !slices.Equal(resp.Vary, x.at.vary):
 		// A response whose Vary changed, for other header values: its
@@ -292,7 +288,7 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 		m.write(x.w, x.r, resp, statusStale)
 		return outcome{kind: EventStale}, stepDone
 	}
-	m.write(x.w, x.r, resp, collapsedStatus(x.fwd))
+	m.write(x.w, x.r, resp, collapsedStatus(x.fwd()))
 	return outcome{kind: EventHit}, stepDone
 }
 
@@ -304,7 +300,7 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 // bypass: r is a miss like any other (serve), which renders under the
 // cache's claim, or shares the render in flight.
 func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	x := &exchange{w: w, r: r, next: next, base: base, route: route}
+	x := &exchange{w: w, r: r, next: next, route: route, at: place{base: base}}
 	var p peeked
 	for range 2 { // again if the index changed (see find)
 		x.at = m.placeOf(base, r)
