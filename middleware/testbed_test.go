@@ -76,6 +76,7 @@ type bedOptions struct {
 	cache *cache.Options                  // for each pair; Namespace is the bed's, Now defaults to its clock
 	wrap  func(http.Handler) http.Handler // around each pair's cached handler
 	quiet bool                            // discard net/http's log (panics)
+	hook  redis.Hook                      // added to each pair's client, if set
 
 	// router, if set, builds each pair's handler from its Middleware
 	// instead of m.Handler(h) (e.g. a chi router with r.Use(m.Handler)).
@@ -103,7 +104,11 @@ func newTestBed(tb testing.TB, s *redistest.Server, h http.Handler, o *bedOption
 		if co.Now == nil {
 			co.Now = b.clock.Now
 		}
-		c, err := cache.New(s.Client(tb), &co)
+		rc := s.Client(tb)
+		if o.hook != nil {
+			rc.AddHook(o.hook)
+		}
+		c, err := cache.New(rc, &co)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
+	"github.com/redis/go-redis/v9"
 )
 
 // The windows between a purge (or a write) and the end of a render that
@@ -284,4 +286,46 @@ func TestMiddleware_onlyIfCached(t *testing.T) {
 	b.get(t, "/o").check(t, 200, "MISS", "body-1")
 	b.waitStored(t, "/o", "body-1")
 	b.get(t, "/o", "Cache-Control", "only-if-cached").check(t, 200, "HIT", "body-1")
+}
+
+// failFirstDel is a go-redis hook that fails the first pipeline holding a
+// DEL once armed, as a dropped connection does (no reply).
+type failFirstDel struct{ armed atomic.Bool }
+
+func (f *failFirstDel) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *failFirstDel) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (f *failFirstDel) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "del" && f.armed.CompareAndSwap(true, false) {
+				err := errors.New("injected: connection dropped")
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestInvalidate_deleteFailsOnce: a write's invalidation whose Delete
+// fails (a dropped connection: a fact about that moment) is sent once
+// more, and the page is gone for the next request.
+func TestInvalidate_deleteFailsOnce(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 10*time.Second)
+	g := newGatedRenders(ctx, "max-age=60")
+	f := &failFirstDel{}
+	b := newTestBed(t, s, g, &bedOptions{hook: f})
+	b.get(t, "/p").check(t, 200, "MISS", "render 1")
+	b.get(t, "/p").check(t, 200, "HIT", "render 1")
+	f.armed.Store(true)
+	b.do(t, http.MethodPost, "/p").check(t, http.StatusNoContent, "BYPASS", "")
+	if f.armed.Load() {
+		t.Fatal("the invalidation sent no DEL")
+	}
+	b.get(t, "/p").check(t, 200, "MISS", "render 2")
 }
