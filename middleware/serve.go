@@ -65,8 +65,8 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			reason = "no key for the request"
 		}
 	}
-	onlyIfCached := httprule.OnlyIfCached(r.Header)
-	if reason != "" && onlyIfCached && safeMethod(r.Method) {
+	asks := httprule.RequestAsks(r.Header)
+	if reason != "" && asks.OnlyIfCached && safeMethod(r.Method) {
 		return m.notCached(w, "BYPASS", "a bypass with only-if-cached")
 	}
 	if reason != "" {
@@ -79,11 +79,8 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 		iv.decide(http.StatusOK) // the handler wrote nothing: net/http sends 200
 		return outcome{kind: EventBypass, reason: reason}
 	}
-	if onlyIfCached {
-		x := &exchange{w: w, r: r, next: next, route: route, at: place{base: base}, onlyIfCached: true}
-		return m.serveExchange(x)
-	}
-	if m.o.AllowNoCache && httprule.NoCache(r.Header) {
+	x := &exchange{w: w, r: r, next: next, route: route, at: place{base: base}, onlyIfCached: asks.OnlyIfCached}
+	if !asks.OnlyIfCached && m.o.AllowNoCache && asks.NoCache {
 		if ranged(r) {
 			// A new render of a range for this client alone: the
 			// handler answers it, as without the cache; nothing is
@@ -91,21 +88,16 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next http.Ha
 			m.pass(w, r, next, status{x: "BYPASS", fwd: "request", detail: "range"})
 			return outcome{kind: EventBypass, reason: "range request with the client's no-cache"}
 		}
-		return m.renderAndStore(w, r, next, base, route)
+		return m.renderAndStore(x)
 	}
-	return m.serve(w, r, next, base, route)
+	return m.serve(x)
 }
 
 // step is what a step of serve leaves to do.
 type step uint8
 
-// serve answers r through the cache; see Handler.
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	return m.serveExchange(&exchange{w: w, r: r, next: next, route: route, at: place{base: base}})
-}
-
-// serveExchange answers x.r through the cache; see Handler.
-func (m *Middleware) serveExchange(x *exchange) outcome {
+// serve answers x.r through the cache; see Handler.
+func (m *Middleware) serve(x *exchange) outcome {
 	w, r, next := x.w, x.r, x.next
 	// A look for the Vary this process knows, one more when the base's
 	// marker names another Vary or generation, one under the variant's
@@ -299,8 +291,8 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 // purgerule.go). With nothing stored for r there is nothing to
 // bypass: r is a miss like any other (serve), which renders under the
 // cache's claim, or shares the render in flight.
-func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next http.Handler, base, route string) outcome {
-	x := &exchange{w: w, r: r, next: next, route: route, at: place{base: base}}
+func (m *Middleware) renderAndStore(x *exchange) outcome {
+	w, r, next, base := x.w, x.r, x.next, x.at.base
 	var p peeked
 	for range 2 { // again if the index changed (see find)
 		x.at = m.placeOf(base, r)
@@ -310,7 +302,7 @@ func (m *Middleware) renderAndStore(w http.ResponseWriter, r *http.Request, next
 		}
 	}
 	if p.err != nil && !errors.Is(p.err, cache.ErrStale) || p.found.Raw == nil || p.resp.marker() {
-		return m.serveExchange(x)
+		return m.serve(x)
 	}
 	// Nobody waits for this render: it lives and dies with its client.
 	// It is stored before its answer goes out (see renderFor), which then

@@ -145,18 +145,22 @@ func splitDirectives(v string) []string {
 	return out
 }
 
-// OnlyIfCached reports whether a request with header h says
-// only-if-cached in its Cache-Control (RFC 9111 5.2.1.7): it wants a
-// stored response or none.
-func OnlyIfCached(h http.Header) bool {
-	return parseCacheControl(h["Cache-Control"]).onlyIfCached
+// Asks is what a request's Cache-Control and Pragma ask of a cache, read
+// from every line of both.
+type Asks struct {
+	// NoCache: no-cache in Cache-Control or Pragma (RFC 9111 5.2.1.4,
+	// 5.4): its client asks for a response validated with the origin.
+	NoCache bool
+	// OnlyIfCached: only-if-cached in Cache-Control (RFC 9111 5.2.1.7):
+	// it wants a stored response or none.
+	OnlyIfCached bool
 }
 
-// NoCache reports whether a request with header h says no-cache in its
-// Cache-Control or Pragma, on any of their lines (RFC 9111 5.2.1.4,
-// 5.4): its client asks for a response validated with the origin.
-func NoCache(h http.Header) bool {
-	return parseCacheControl(h["Cache-Control"]).noCache || pragmaNoCache(h["Pragma"])
+// RequestAsks reads what a request with header h asks of a cache, parsing
+// its Cache-Control once.
+func RequestAsks(h http.Header) Asks {
+	cc := parseCacheControl(h["Cache-Control"])
+	return Asks{NoCache: cc.noCache || pragmaNoCache(h["Pragma"]), OnlyIfCached: cc.onlyIfCached}
 }
 
 // pragmaNoCache reports whether Pragma fields hold the no-cache directive
