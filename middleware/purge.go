@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hotkv/stampede/internal/failpoint"
@@ -125,15 +126,16 @@ func hasPort(host string) bool {
 }
 
 // deleteAll deletes each of keys: entries, or the markers of responses
-// with Vary (see generationBase). It tries them all and returns what
+// with Vary (see generationBase), concurrently (one round trip, not one
+// per key, as invalidate does). It tries them all and returns what
 // failed.
 func (m *Middleware) deleteAll(ctx context.Context, keys []string) error {
-	var errs []error
-	for _, k := range keys {
-		if err := m.c.Delete(ctx, k); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { errs[i] = m.c.Delete(ctx, k) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
