@@ -56,13 +56,7 @@ func TestProxy(t *testing.T) {
 			cfg := config{namespace: redistest.Key(t, "proxy"), opts: middleware.Options{
 				Freshness: middleware.FreshnessPolicy{TTL: time.Minute, Explicit: tt.explicit, Heuristic: tt.heuristic, HeuristicMaxAge: 24 * time.Hour},
 			}}
-			h, closeCache, err := handler(s.Client(t), u, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeCache()
-			proxy := httptest.NewServer(h)
-			defer proxy.Close()
+			proxy := startProxy(t, s, u, cfg)
 			var bodies []string
 			for range 2 {
 				resp, err := http.Get(proxy.URL + tt.path)
@@ -124,13 +118,7 @@ func TestProxy_chunked(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.namespace = redistest.Key(t, "proxy")
-	h, closeCache, err := handler(s.Client(t), u, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeCache()
-	proxy := httptest.NewServer(h)
-	defer proxy.Close()
+	proxy := startProxy(t, s, u, cfg)
 	get := func(path string) *http.Response {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxy.URL+path, nil)
@@ -255,4 +243,20 @@ func TestParseFlags_purge(t *testing.T) {
 			t.Errorf("X-Purge-Key lines %q: authorised %v, want %v", tt.lines, got, tt.want)
 		}
 	}
+}
+
+// startProxy serves the proxy for origin u with cfg on a loopback port,
+// over a client of s, until the test ends.
+func startProxy(t *testing.T, s *redistest.Server, u *url.URL, cfg config) *httptest.Server {
+	t.Helper()
+	h, closeCache, err := handler(s.Client(t), u, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewServer(h)
+	t.Cleanup(func() {
+		proxy.Close()
+		closeCache()
+	})
+	return proxy
 }
