@@ -329,3 +329,30 @@ func TestInvalidate_deleteFailsOnce(t *testing.T) {
 	}
 	b.get(t, "/p").check(t, 200, "MISS", "render 2")
 }
+
+// TestPurge_duringRender: a PurgeURL or a POST while the cache's load
+// renders a page (in another process) keeps that render out of the cache:
+// its client gets it, and the next request renders again.
+func TestPurge_duringRender(t *testing.T) {
+	for _, how := range []string{"PurgeURL", "POST"} {
+		t.Run(how, func(t *testing.T) {
+			s := redistest.Shared(t, redistest.Redis8)
+			ctx := testContext(t, 30*time.Second)
+			g := newGatedRenders(ctx, "max-age=60", 1)
+			b := newTestBed(t, s, g, &bedOptions{procs: 2})
+			first := b.goSend(ctx, http.MethodGet, "/p", procHeader, "0")
+			g.hold(t, 1)
+			if how == "POST" {
+				b.do(t, http.MethodPost, "/p", procHeader, "1").check(t, http.StatusNoContent, "BYPASS", "")
+			} else if err := b.mws[1].PurgeURL(ctx, b.srv.URL+"/p", nil); err != nil {
+				t.Fatal(err)
+			}
+			g.open(1)
+			if got := redistest.Recv(t, ctx, first, "the render's client"); got.err != nil || got.body != "render 1" {
+				t.Fatalf("the render's client: %v, %v", got.reply, got.err)
+			}
+			b.waitGone(t, "/p")
+			b.get(t, "/p", procHeader, "1").check(t, 200, "MISS", "render 2")
+		})
+	}
+}
