@@ -2,6 +2,7 @@ package redisx_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -121,5 +122,18 @@ func TestIsTransport(t *testing.T) {
 		if got := redisx.IsTransport(tt.err); got != tt.want {
 			t.Errorf("%s: IsTransport(%v) = %t, want %t", tt.name, tt.err, got, tt.want)
 		}
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	err := redisx.Invalid("cache", "Expiry.Stale %v is negative", -time.Second)
+	if got, want := err.Error(), "cache: Expiry.Stale -1s is negative"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, redisx.ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+	}
+	if errors.Is(err, redisx.ErrPermission) {
+		t.Errorf("errors.Is(%v, ErrPermission) = true", err)
 	}
 }
