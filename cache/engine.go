@@ -7,14 +7,10 @@ import (
 	"github.com/hotkv/stampede/internal/engine"
 )
 
-// Engine is for package middleware of this module and has no use outside
-// it: it returns the typed operations the middleware needs of c beyond
-// this package's API (a Get that leaves its counting in Stats to the
-// middleware and returns the entry as stored, a Set that writes only if
-// the key still holds such an entry, and Options.MaxValueSize as c
-// applies it). Its result's type is internal to the module. It is safe
-// for concurrent use.
-func (c *Cache) Engine() engine.View { return view{c} }
+// init gives package middleware of this module, through the internal
+// package engine, the typed operations it needs of a Cache beyond this
+// package's API (see engine.View); they are not public API.
+func init() { engine.Of = func(c any) engine.View { return view{c.(*Cache)} } }
 
 // view is the engine.View of a Cache.
 type view struct{ c *Cache }
@@ -52,6 +48,9 @@ func (v view) DeleteIfUnchanged(ctx context.Context, key string, old []byte) err
 	}
 	return c.wrote(ctx, "delete", k, err) // as Delete ends, failed or not
 }
+
+// Expire implements engine.View.
+func (view) Expire(ctx context.Context, fresh, stale time.Duration) bool { return expire(ctx, fresh, stale) }
 
 // MaxValueSize implements engine.View.
 func (v view) MaxValueSize() int { return v.c.s.maxSize }

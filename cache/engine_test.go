@@ -50,7 +50,7 @@ func TestEngine_SetIfUnchanged(t *testing.T) {
 				if err := cache.Set(ctx, other, "k", "v2"); err != nil {
 					t.Fatal(err)
 				}
-				if err := c.Engine().SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
+				if err := engine.Of(c).SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
 					t.Fatalf("Set after another Set: %v; want engine.ErrChanged", err)
 				}
 				get("v2")
@@ -62,7 +62,7 @@ func TestEngine_SetIfUnchanged(t *testing.T) {
 					})
 				}
 				old = seen()
-				if err := c.Engine().SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); err != nil {
+				if err := engine.Of(c).SetIfUnchanged(ctx, "k", "v3", old, time.Minute, 0); err != nil {
 					t.Fatalf("Set on an unchanged key: %v", err)
 				}
 				get("v3")
@@ -74,7 +74,7 @@ func TestEngine_SetIfUnchanged(t *testing.T) {
 				if err := other.Delete(ctx, "k"); err != nil {
 					t.Fatal(err)
 				}
-				if err := c.Engine().SetIfUnchanged(ctx, "k", "v4", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
+				if err := engine.Of(c).SetIfUnchanged(ctx, "k", "v4", old, time.Minute, 0); !errors.Is(err, engine.ErrChanged) {
 					t.Fatalf("Set after a Delete: %v; want engine.ErrChanged", err)
 				}
 				get("")
@@ -92,7 +92,7 @@ func TestEngine_Peek(t *testing.T) {
 	ctx := testCtx(t)
 	clk := newClock()
 	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: clk.Now})
-	e := c.Engine()
+	e := engine.Of(c)
 	if err := cache.Set(ctx, c, "k", "v1"); err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +156,13 @@ func TestEngine_DeleteIfUnchanged(t *testing.T) {
 		if err := cache.Set(ctx, other, "k", "v2"); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
+		if err := engine.Of(c).DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
 			t.Fatalf("Delete after another Set: %v; want engine.ErrChanged", err)
 		}
 		if v, err := cache.Get[string](ctx, other, "k"); err != nil || v != "v2" {
 			t.Fatalf("Get after the refused delete = %q, %v; want v2", v, err)
 		}
-		if err := c.Engine().DeleteIfUnchanged(ctx, "k", nil); !errors.Is(err, engine.ErrChanged) {
+		if err := engine.Of(c).DeleteIfUnchanged(ctx, "k", nil); !errors.Is(err, engine.ErrChanged) {
 			t.Fatalf("Delete with no entry seen: %v; want engine.ErrChanged", err)
 		}
 		redistest.WaitFor(t, ctx, "the writer to read v2", func() bool {
@@ -170,7 +170,7 @@ func TestEngine_DeleteIfUnchanged(t *testing.T) {
 			return err == nil && v == "v2"
 		})
 		old = seen()
-		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); err != nil {
+		if err := engine.Of(c).DeleteIfUnchanged(ctx, "k", old); err != nil {
 			t.Fatalf("Delete of an unchanged key: %v", err)
 		}
 		for name, cc := range map[string]*cache.Cache{"deleter": c, "other": other} {
@@ -178,7 +178,7 @@ func TestEngine_DeleteIfUnchanged(t *testing.T) {
 				t.Fatalf("%s's Get after the delete = %q, %v; want a miss", name, v, err)
 			}
 		}
-		if err := c.Engine().DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
+		if err := engine.Of(c).DeleteIfUnchanged(ctx, "k", old); !errors.Is(err, engine.ErrChanged) {
 			t.Fatalf("second delete: %v; want engine.ErrChanged", err)
 		}
 	})
@@ -201,7 +201,7 @@ func enginePair(t *testing.T, s *redistest.Server, near bool) (c, other *cache.C
 // peekRaw is the entry a Peek of "k" finds in c, as stored.
 func peekRaw(t *testing.T, ctx context.Context, c *cache.Cache) []byte {
 	t.Helper()
-	_, f, err := engine.Peek[string](ctx, c.Engine(), "k")
+	_, f, err := engine.Peek[string](ctx, engine.Of(c), "k")
 	if err != nil || f.Raw == nil {
 		t.Fatalf("Peek: %v, entry %q", err, f.Raw)
 	}

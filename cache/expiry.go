@@ -32,7 +32,7 @@ func LoadWithExpiry[V any](load func(ctx context.Context) (V, Expiry, error)) lo
 	return func(ctx context.Context) (V, error) {
 		v, e, err := load(ctx)
 		if err == nil && e.Fresh != 0 {
-			Expire(ctx, e.Fresh, e.Stale)
+			expire(ctx, e.Fresh, e.Stale)
 		}
 		return v, err
 	}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"time"
 
 	"github.com/hotkv/stampede/internal/redisx"
@@ -58,3 +59,7 @@ func Joined(c *Cache, key string) int { return c.flights.Joined(c.keys(key).valu
 // Slot is the Cluster hash slot of the keys whose hash tag is tag (the
 // server confirms it where tests rely on it).
 func Slot(tag string) uint16 { return redisx.Slot(tag) }
+
+// Expire is what package middleware sets a load's lifetime with from
+// inside its loader (engine.View.Expire), for the tests of that path.
+func Expire(ctx context.Context, fresh, stale time.Duration) bool { return expire(ctx, fresh, stale) }

@@ -26,10 +26,10 @@ func TestEngine_failedWriteDrops(t *testing.T) {
 		{"Set", func(ctx context.Context, c *cache.Cache, _ []byte) error { return cache.Set(ctx, c, "k", "new") }},
 		{"Delete", func(ctx context.Context, c *cache.Cache, _ []byte) error { return c.Delete(ctx, "k") }},
 		{"SetIfUnchanged", func(ctx context.Context, c *cache.Cache, old []byte) error {
-			return c.Engine().SetIfUnchanged(ctx, "k", "new", old, time.Minute, 0)
+			return engine.Of(c).SetIfUnchanged(ctx, "k", "new", old, time.Minute, 0)
 		}},
 		{"DeleteIfUnchanged", func(ctx context.Context, c *cache.Cache, old []byte) error {
-			return c.Engine().DeleteIfUnchanged(ctx, "k", old)
+			return engine.Of(c).DeleteIfUnchanged(ctx, "k", old)
 		}},
 	}
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {

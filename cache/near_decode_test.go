@@ -21,7 +21,7 @@ func TestNear_decodeFailureCountedOnce(t *testing.T) {
 	}{
 		{"Get", func(ctx context.Context, c *cache.Cache) { _, _ = cache.Get[int](ctx, c, "k") }},
 		{"Peek", func(ctx context.Context, c *cache.Cache) {
-			_, f, _ := engine.Peek[int](ctx, c.Engine(), "k")
+			_, f, _ := engine.Peek[int](ctx, engine.Of(c), "k")
 			f.Count()
 		}},
 		{"GetOrLoad", func(ctx context.Context, c *cache.Cache) {

@@ -468,23 +468,17 @@ func apply(it itemSettings, opts []Option) itemSettings {
 
 type expiryKey struct{}
 
-// expiry is where Expire leaves a loader's choice of TTLs.
+// expiry is where expire leaves a loader's choice of TTLs.
 type expiry struct {
 	set          bool
 	fresh, stale time.Duration
 }
 
-// Expire sets, from inside a loader, how long the value it is about to
-// return stays fresh and then stale, overriding the call's TTL and stale
-// time (WithTTL, WithStaleTTL or Options.Expiry); for values whose
-// lifetime is only known once loaded (an HTTP response's max-age, a
-// token's expiry). LoadWithExpiry, where the loader returns the Expiry
-// with its value, is the typed and preferred way; Expire suits code that
-// only has the loader's context. It reports whether ctx belongs to a load
-// whose result will be stored; elsewhere it does nothing. A fresh duration
-// below 1ms is raised to 1ms, a negative stale one to 0, and both are
-// clamped as Options.Expiry.TTL and Options.Expiry.Stale are.
-func Expire(ctx context.Context, fresh, stale time.Duration) bool {
+// expire sets, from inside a loader, the lifetime of the value it is
+// about to return (see engine.View.Expire): LoadWithExpiry's loader and
+// package middleware set it. It reports whether ctx belongs to a load
+// whose result will be stored.
+func expire(ctx context.Context, fresh, stale time.Duration) bool {
 	e, _ := ctx.Value(expiryKey{}).(*expiry)
 	if e == nil {
 		return false

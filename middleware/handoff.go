@@ -150,7 +150,7 @@ func (m *Middleware) background(ctx context.Context, x *exchange, prior *respons
 }
 
 // toStore is what the loader of the key of at returns for the render res
-// of r, with its lifetime set on ctx (cache.Expire).
+// of r, with its lifetime set on ctx (engine.View.Expire).
 //
 // A response that varies on headers while the key was base itself (the
 // first render of a resource, or the first since a write deleted its
@@ -200,7 +200,7 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv 
 	if rv != nil && rv.key != "" {
 		return m.storeRevalidated(ctx, r, at.base, rv, res)
 	}
-	cache.Expire(ctx, res.fresh, res.stale)
+	m.e.Expire(ctx, res.fresh, res.stale)
 	if len(res.resp.Vary) == 0 || len(at.vary) > 0 {
 		return res.resp, nil
 	}
@@ -210,7 +210,7 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv 
 	if err != nil {
 		return res.resp, nil
 	}
-	cache.Expire(ctx, markerLife(res), 0) // never stale: a refresh would start a generation
+	m.e.Expire(ctx, markerLife(res), 0) // never stale: a refresh would start a generation
 	return generationMarker(&res.resp), nil
 }
 

@@ -45,7 +45,7 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	m := &Middleware{c: c, e: c.Engine(), o: o, now: o.Now, statusHeader: o.StatusHeader, limit: o.StoreLimit, wait: o.WaitTimeout}
+	m := &Middleware{c: c, e: engine.Of(c), o: o, now: o.Now, statusHeader: o.StatusHeader, limit: o.StoreLimit, wait: o.WaitTimeout}
 	if m.now == nil {
 		m.now = time.Now
 	}

@@ -144,7 +144,7 @@ func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base
 		}
 		return response{}, err
 	}
-	cache.Expire(ctx, m.wait, 0)
+	m.e.Expire(ctx, m.wait, 0)
 	return response{Stored: res.resp.Stored, FreshUntil: res.resp.FreshUntil, Vary: res.resp.Vary, Version: res.resp.Version}, nil
 }
 
@@ -168,6 +168,6 @@ func (m *Middleware) endRevalidated(ctx context.Context, rv *revalidation) {
 // 2^-64), for as long as its waiters may wait. It tells them to read the
 // key again.
 func (m *Middleware) overtaken(ctx context.Context) response {
-	cache.Expire(ctx, m.wait, 0)
+	m.e.Expire(ctx, m.wait, 0)
 	return response{}
 }

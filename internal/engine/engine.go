@@ -2,8 +2,10 @@
 // needs of a cache beyond package cache's API: a read that leaves its
 // counting in the cache's Stats to the caller and returns the entry as
 // stored, a write and a delete that happen only if the key still holds
-// such an entry, and the largest value the cache stores. Package cache implements
-// View; (*cache.Cache).Engine returns it.
+// such an entry, the lifetime a loader sets from inside, and the largest
+// value the cache stores. Package cache implements View; Of returns a
+// Cache's. None of this is public API: a user of package cache has
+// cache.LoadWithExpiry, and compare-and-set is not offered.
 //
 // The middleware looks at a key with Peek before it asks GetOrLoad and,
 // unless that look answers the request, GetOrLoad counts what it finds:
@@ -46,10 +48,23 @@ type View interface {
 	// when old is nil.
 	DeleteIfUnchanged(ctx context.Context, key string, old []byte) error
 
+	// Expire sets, from inside a loader, how long the value it is about
+	// to return stays fresh and then stale, overriding the call's expiry,
+	// as a cache.LoadWithExpiry loader's Expiry does. It reports whether
+	// ctx belongs to a load whose result will be stored; elsewhere it
+	// does nothing. A fresh duration below 1ms is raised to 1ms, a
+	// negative stale one to 0, and both are clamped as the cache's
+	// ExpiryPolicy is.
+	Expire(ctx context.Context, fresh, stale time.Duration) bool
+
 	// MaxValueSize is the largest encoded value the cache stores
 	// (cache.Options.MaxValueSize, or its default).
 	MaxValueSize() int
 }
+
+// Of returns the View of c, a *cache.Cache. Package cache sets it when
+// it is initialised; other packages only call it.
+var Of func(c any) View
 
 // ErrChanged is what View.SetIfUnchanged returns when the key no longer
 // holds the entry expected: nothing was written.
