@@ -70,7 +70,7 @@ func TestACL_cache_leastPrivilege(t *testing.T) {
 		var now atomic.Int64
 		now.Store(time.Now().UnixNano())
 		opts := cache.Options{
-			Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, WaitTimeout: time.Minute, PollInterval: time.Minute,
+			Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour}, WaitTimeout: time.Minute, PollInterval: time.Minute,
 			Now: func() time.Time { return time.Unix(0, now.Load()) },
 		}
 		a := aclCache(t, u, ns, opts)

@@ -31,7 +31,7 @@ func BenchmarkHit(b *testing.B) {
 	s := redistest.Shared(b, redistest.Redis8)
 	ctx := context.Background()
 	c, rc := newCache(b, s, nil)
-	if err := cache.Set(ctx, c, "profile:42", sample, cache.WithTTL(time.Hour)); err != nil {
+	if err := cache.Set(ctx, c, "profile:42", sample, cache.WithExpiry(cache.Expiry{Fresh: time.Hour})); err != nil {
 		b.Fatal(err)
 	}
 	rawKey := redistest.Key(b, "raw")
@@ -190,7 +190,7 @@ func BenchmarkNearHit(b *testing.B) {
 	s := redistest.Shared(b, redistest.Redis8)
 	ctx := context.Background()
 	c, _ := newCache(b, s, &cache.Options{Near: &cache.Near{MaxEntries: 100_000}})
-	if err := cache.Set(ctx, c, "profile:42", sample, cache.WithTTL(time.Hour)); err != nil {
+	if err := cache.Set(ctx, c, "profile:42", sample, cache.WithExpiry(cache.Expiry{Fresh: time.Hour})); err != nil {
 		b.Fatal(err)
 	}
 	load := func(context.Context) (profile, error) { panic("a hit must not load") }

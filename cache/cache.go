@@ -269,7 +269,7 @@ func (c *Cache) log(level slog.Level, msg string, args ...any) {
 // entry encodes payload for storage.
 func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime time.Duration) (string, time.Duration) {
 	now := c.s.now()
-	fresh := it.ttl
+	fresh := it.fresh
 	stale := it.stale
 	if notFound {
 		fresh, stale = it.negative, 0
@@ -459,17 +459,17 @@ func (c *Cache) nearGet(key string, dst engine.Dst) (g getResult, ok bool) {
 
 // Set stores v under key, replacing what is there, and wakes processes
 // waiting for key. A rebuild in progress for key will not overwrite it.
-func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...Option) error {
+func Set[V any](ctx context.Context, c *Cache, key string, v V, opts ...SetOption) error {
 	return c.set(ctx, key, v, nil, opts)
 }
 
 // set is Set of v, the value of a V. With old set it writes only if key
 // still holds old (see setIfUnchanged).
-func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []Option) error {
+func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []SetOption) error {
 	if err := c.check(key); err != nil {
 		return err
 	}
-	it, err := c.item(opts)
+	it, err := c.setItem(opts)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -208,7 +209,7 @@ func TestNew_nilClient(t *testing.T) {
 			if c != nil {
 				t.Errorf("New returned a Cache for a nil client")
 			}
-			wantInvalid(t, err, cache.ErrInvalid, "nil Redis client")
+			wantInvalid(t, err, lock.ErrInvalid, "nil Redis client")
 		})
 	}
 }
@@ -234,26 +235,38 @@ func TestCalls_badInput(t *testing.T) {
 		want error
 		text string
 	}{
-		{"GetOrLoad empty key", func() error { _, err := cache.GetOrLoad(ctx, c, "", load); return err }, cache.ErrInvalid, "empty key"},
-		{"Get empty key", func() error { _, err := cache.Get[string](ctx, c, ""); return err }, cache.ErrInvalid, "empty key"},
-		{"Set empty key", func() error { return cache.Set(ctx, c, "", "v") }, cache.ErrInvalid, "empty key"},
-		{"Delete empty key", func() error { return c.Delete(ctx, "") }, cache.ErrInvalid, "empty key"},
-		{"GetOrLoad nil loader", func() error { _, err := cache.GetOrLoad[string](ctx, c, "k", nil); return err }, cache.ErrInvalid, `nil loader for key "k"`},
-		{"GetOrLoad nil cache", func() error { _, err := cache.GetOrLoad(ctx, nilCache, "k", load); return err }, cache.ErrInvalid, "nil *Cache"},
-		{"Get nil cache", func() error { _, err := cache.Get[string](ctx, nilCache, "k"); return err }, cache.ErrInvalid, "nil *Cache"},
-		{"Set nil cache", func() error { return cache.Set(ctx, nilCache, "k", "v") }, cache.ErrInvalid, "nil *Cache"},
-		{"Delete nil cache", func() error { return nilCache.Delete(ctx, "k") }, cache.ErrInvalid, "nil *Cache"},
-		{"GetOrLoad WithTTL(0)", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(0)); return err }, cache.ErrInvalid, "WithTTL 0s is below 1ms"},
-		{"GetOrLoad WithTTL negative", func() error { _, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithTTL(-time.Second)); return err }, cache.ErrInvalid, "WithTTL -1s is below 1ms"},
-		{"GetOrLoad WithStaleTTL negative", func() error {
-			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithStaleTTL(-time.Second))
+		{"GetOrLoad empty key", func() error { _, err := cache.GetOrLoad(ctx, c, "", load); return err }, lock.ErrInvalid, "empty key"},
+		{"Get empty key", func() error { _, err := cache.Get[string](ctx, c, ""); return err }, lock.ErrInvalid, "empty key"},
+		{"Set empty key", func() error { return cache.Set(ctx, c, "", "v") }, lock.ErrInvalid, "empty key"},
+		{"Delete empty key", func() error { return c.Delete(ctx, "") }, lock.ErrInvalid, "empty key"},
+		{"GetOrLoad nil loader", func() error { _, err := cache.GetOrLoad[string](ctx, c, "k", nil); return err }, lock.ErrInvalid, `nil loader for key "k"`},
+		{"GetOrLoad nil cache", func() error { _, err := cache.GetOrLoad(ctx, nilCache, "k", load); return err }, lock.ErrInvalid, "nil *Cache"},
+		{"Get nil cache", func() error { _, err := cache.Get[string](ctx, nilCache, "k"); return err }, lock.ErrInvalid, "nil *Cache"},
+		{"Set nil cache", func() error { return cache.Set(ctx, nilCache, "k", "v") }, lock.ErrInvalid, "nil *Cache"},
+		{"Delete nil cache", func() error { return nilCache.Delete(ctx, "k") }, lock.ErrInvalid, "nil *Cache"},
+		{"GetOrLoad WithExpiry Fresh below 1ms", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithExpiry(cache.Expiry{Fresh: time.Microsecond}))
 			return err
-		}, cache.ErrInvalid, "WithStaleTTL -1s is negative"},
-		{"GetOrLoad WithNegativeTTL negative", func() error {
-			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithNegativeTTL(-time.Second))
+		}, lock.ErrInvalid, "cache: WithExpiry: Fresh 1µs is below 1ms"},
+		{"GetOrLoad WithExpiry Fresh negative", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithExpiry(cache.Expiry{Fresh: -time.Second}))
 			return err
-		}, cache.ErrInvalid, "WithNegativeTTL -1s is negative"},
-		{"Set WithTTL(0)", func() error { return cache.Set(ctx, c, "k", "v", cache.WithTTL(0)) }, cache.ErrInvalid, "WithTTL 0s is below 1ms"},
+		}, lock.ErrInvalid, "cache: WithExpiry: Fresh -1s is below 1ms"},
+		{"GetOrLoad WithExpiry Stale negative", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithExpiry(cache.Expiry{Fresh: time.Minute, Stale: -time.Second}))
+			return err
+		}, lock.ErrInvalid, "cache: WithExpiry: Stale -1s is negative"},
+		{"GetOrLoad WithNegative negative", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithNegative(-time.Second))
+			return err
+		}, lock.ErrInvalid, "cache: WithNegative -1s is negative"},
+		{"GetOrLoad WithWaitTimeout below 1ms", func() error {
+			_, err := cache.GetOrLoad(ctx, c, "k", load, cache.WithWaitTimeout(time.Microsecond))
+			return err
+		}, lock.ErrInvalid, "cache: WithWaitTimeout 1µs is below 1ms"},
+		{"Set WithExpiry Fresh below 1ms", func() error {
+			return cache.Set(ctx, c, "k", "v", cache.WithExpiry(cache.Expiry{Fresh: time.Microsecond}))
+		}, lock.ErrInvalid, "cache: WithExpiry: Fresh 1µs is below 1ms"},
 		{"Set above MaxValueSize", func() error { return cache.Set(ctx, c, "k", strings.Repeat("x", 100)) }, cache.ErrValueTooLarge, "MaxValueSize is 16"},
 	}
 	for _, tt := range tests {

@@ -31,7 +31,7 @@ func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
 		ctx := testCtx(t)
 		ns := namespace(t)
 		clk := newClock()
-		exp := cache.ExpiryPolicy{TTL: time.Minute, Negative: time.Minute}
+		exp := cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}
 		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
 		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
 			PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
@@ -272,7 +272,7 @@ func staleCache(t *testing.T, ctx context.Context, s *redistest.Server) *cache.C
 	t.Helper()
 	var clock atomic.Int64 // offset from the real time, ns
 	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
-	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: now})
+	c := newCacheOn(t, s.Client(t), &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour}, Now: now})
 	if err := cache.Set(ctx, c, "k", "old"); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestCluster_killedMasterSlotMap(t *testing.T) {
 	t.Cleanup(func() { redistest.WaitDialsEnd(t) }) // runs after rc.Close
 	t.Cleanup(func() { _ = rc.Close() })
 	ns := namespace(t)
-	c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl}, FailOpenCooldown: cooldown})
+	c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: ttl}, FailOpenCooldown: cooldown})
 
 	// A key whose slot the first master (the one killed) owns.
 	var key string
@@ -231,7 +231,7 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 	for _, a := range []string{from, to} {
 		nrc := redis.NewClient(&redis.Options{Addr: a, PoolSize: 1, PipelinePoolSize: -1})
 		t.Cleanup(func() { _ = nrc.Close() })
-		writers[a] = nodeWriter{nrc, newCacheOn(t, nrc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute}})}
+		writers[a] = nodeWriter{nrc, newCacheOn(t, nrc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})}
 	}
 	if err := cache.Set(ctx, writers[from].c, key, 0); err != nil {
 		t.Fatal(err)
@@ -239,8 +239,8 @@ func testClusterFailover(t *testing.T, kind redistest.Kind, mode string) {
 	run.wrote(0, failoverWrite{at: time.Now(), replicated: true})
 	// A second process loads the expiring key too.
 	const cooldown = 200 * time.Millisecond // FailOpenCooldown
-	other := newCacheOn(t, cluster(), &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl}, FailOpenCooldown: cooldown})
-	expiring := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl}, FailOpenCooldown: cooldown})
+	other := newCacheOn(t, cluster(), &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: ttl}, FailOpenCooldown: cooldown})
+	expiring := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: ttl}, FailOpenCooldown: cooldown})
 	// A fenced holder of a lock in the master's slots, in a process of
 	// its own: the store it writes to keeps the largest fence it took.
 	locks, err := lock.New(cluster(), nil)

@@ -3,7 +3,7 @@
 // recomputed once, not once per request or once per process.
 //
 //	c, err := cache.New(rdb, &cache.Options{
-//		Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute},
+//		Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute},
 //	})
 //	...
 //	u, err := cache.GetOrLoad(ctx, c, "user:42", func(ctx context.Context) (User, error) {
@@ -24,7 +24,7 @@
 // expires after LockTTL and is taken over; the claim is kept alive while
 // the loader runs.
 //
-// A value past its TTL but within its stale time (Options.Expiry, see
+// A value past its fresh time but within its stale time (Options.Expiry, see
 // ExpiryPolicy) is served at once while one
 // process, holding the entry's rebuild lock, refreshes it in the
 // background. The refreshed value is written only if the key still holds

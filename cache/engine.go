@@ -25,7 +25,7 @@ func (v view) SetIfUnchanged(ctx context.Context, key string, val any, old []byt
 	if old == nil {
 		return engine.ErrChanged // no entry was found: nothing to be unchanged
 	}
-	return v.c.set(ctx, key, val, old, []Option{WithTTL(ttl), WithStaleTTL(stale)})
+	return v.c.set(ctx, key, val, old, []SetOption{WithExpiry(Expiry{Fresh: ttl, Stale: stale})})
 }
 
 // DeleteIfUnchanged implements engine.View.
@@ -50,7 +50,9 @@ func (v view) DeleteIfUnchanged(ctx context.Context, key string, old []byte) err
 }
 
 // Expire implements engine.View.
-func (view) Expire(ctx context.Context, fresh, stale time.Duration) bool { return expire(ctx, fresh, stale) }
+func (view) Expire(ctx context.Context, fresh, stale time.Duration) bool {
+	return expire(ctx, fresh, stale)
+}
 
 // MaxValueSize implements engine.View.
 func (v view) MaxValueSize() int { return v.c.s.maxSize }
@@ -73,3 +75,6 @@ func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl
 	}
 	return c.wrote(ctx, "set", k, err)
 }
+
+// OnStored implements engine.View.
+func (view) OnStored(ctx context.Context, fn func()) context.Context { return onStored(ctx, fn) }

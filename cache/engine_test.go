@@ -91,7 +91,7 @@ func TestEngine_Peek(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis7)
 	ctx := testCtx(t)
 	clk := newClock()
-	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: clk.Now})
+	c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour}, Now: clk.Now})
 	e := engine.Of(c)
 	if err := cache.Set(ctx, c, "k", "v1"); err != nil {
 		t.Fatal(err)

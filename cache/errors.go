@@ -2,16 +2,16 @@ package cache
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
 
 // ErrMiss is returned by Get when there is no usable value for the key.
 var ErrMiss = errors.New("cache: miss")
 
-// ErrStale is returned by Get together with a value that is past its TTL
-// but within Expiry.Stale. (GetOrLoad serves such a value with a nil error and
+// ErrStale is returned by Get together with a value that is past its fresh
+// time but within Expiry.Stale. (GetOrLoad serves such a value with a nil error and
 // refreshes it in the background.)
 var ErrStale = errors.New("cache: stale value")
 
@@ -30,12 +30,6 @@ var ErrValueTooLarge = errors.New("cache: value too large")
 // ErrClosed is returned by operations on a closed Cache.
 var ErrClosed = errors.New("cache: closed")
 
-// ErrInvalid is lock.ErrInvalid: it is wrapped by every error about bad
-// arguments or options, from cache or from lock, so errors.Is matches
-// either against any stampede package's error; such errors are returned
-// before any server call.
-var ErrInvalid = lock.ErrInvalid
-
 // ErrPermission is lock.ErrPermission: it is matched by errors caused by
 // the server's ACL refusing the client's user a command, key or channel
 // the cache needs (see docs/permissions.md). GetOrLoad
@@ -45,6 +39,8 @@ var ErrInvalid = lock.ErrInvalid
 // with ErrRemoteLoad.
 var ErrPermission = lock.ErrPermission
 
+// invalid returns an error about a bad argument or option, matching
+// lock.ErrInvalid, returned before any server call.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("cache: %w: "+format, append([]any{ErrInvalid}, args...)...)
+	return redisx.Invalid("cache", format, args...)
 }

@@ -2,23 +2,35 @@ package cache_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/lock"
 )
 
-// One ErrInvalid across packages: a bad argument to either package matches
-// both packages' ErrInvalid.
+// One ErrInvalid across packages, lock's: a bad argument to cache matches
+// it, and its text names the package and the argument, not the sentinel.
 func TestErrInvalid_shared(t *testing.T) {
-	if cache.ErrInvalid != lock.ErrInvalid {
-		t.Fatal("cache.ErrInvalid is not lock.ErrInvalid")
-	}
 	_, cerr := cache.New(nil, nil)
 	_, lerr := lock.New(nil, nil)
 	for _, err := range []error{cerr, lerr} {
-		if !errors.Is(err, cache.ErrInvalid) || !errors.Is(err, lock.ErrInvalid) {
-			t.Errorf("%v: does not match both ErrInvalid", err)
+		if !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%v: does not match lock.ErrInvalid", err)
 		}
+	}
+	if strings.Contains(cerr.Error(), lock.ErrInvalid.Error()) {
+		t.Errorf("%q: repeats the sentinel's text %q instead of naming the problem alone", cerr, lock.ErrInvalid)
+	}
+	if !strings.HasPrefix(cerr.Error(), "cache: ") {
+		t.Errorf("%q: want the cache: prefix", cerr)
+	}
+}
+
+// ErrPermission is lock's: cache re-exports it, for the run-time refusals
+// a cache's user checks for.
+func TestErrPermission_shared(t *testing.T) {
+	if cache.ErrPermission != lock.ErrPermission {
+		t.Fatal("cache.ErrPermission is not lock.ErrPermission")
 	}
 }

@@ -22,7 +22,7 @@ func ExampleGetOrLoad() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}})
+	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}})
 	if err != nil {
 		panic(err)
 	}
@@ -94,7 +94,7 @@ func ExampleGetOrLoad_retry() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
 	defer c.Close()
 
 	calls := 0
@@ -120,7 +120,7 @@ func ExampleSet() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
 	defer c.Close()
 	ctx := context.Background()
 
@@ -151,7 +151,7 @@ func ExampleNear() {
 	// Hits are answered in this process, and an entry leaves every
 	// process's near cache when its value changes on the server.
 	c, err := cache.New(rdb, &cache.Options{
-		Expiry: cache.ExpiryPolicy{TTL: time.Minute},
+		Expiry: cache.ExpiryPolicy{Fresh: time.Minute},
 		Near:   &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20},
 	})
 	if err != nil {
@@ -183,7 +183,7 @@ func ExampleGetOrLoadMany() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Negative: 30 * time.Second}})
+	c, err := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Negative: 30 * time.Second}})
 	if err != nil {
 		panic(err)
 	}
@@ -241,7 +241,7 @@ func Example_getOrLoad() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient
 	c, err := cache.New(rdb, &cache.Options{
 		Expiry: cache.ExpiryPolicy{
-			TTL:   time.Minute,      // fresh for
+			Fresh: time.Minute,      // fresh for
 			Stale: 10 * time.Minute, // then served stale while one process refreshes
 		},
 	})
@@ -276,7 +276,7 @@ func Example_getOrLoad() {
 func Example_near() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	c, err := cache.New(rdb, &cache.Options{
-		Expiry: cache.ExpiryPolicy{TTL: time.Minute},
+		Expiry: cache.ExpiryPolicy{Fresh: time.Minute},
 		Near:   &cache.Near{MaxEntries: 100_000, MaxBytes: 64 << 20}, // Lease: 1s by default
 	})
 	if err != nil {

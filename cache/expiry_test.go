@@ -18,7 +18,7 @@ func TestLoadWithExpiry(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	ns := namespace(t)
-	c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}})
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}})
 	for _, tt := range []struct {
 		key      string
 		e        cache.Expiry

@@ -66,7 +66,7 @@ func TestFailOpen_said(t *testing.T) {
 			rc, done := tc.start(t)
 			defer done()
 			logs := captureDefault(t)
-			c, err := cache.New(rc, &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute}, FailOpenCooldown: time.Hour})
+			c, err := cache.New(rc, &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute}, FailOpenCooldown: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -223,10 +223,10 @@ func testSentinelFailover(t *testing.T, kind redistest.Kind, mode string) {
 	wo.PoolSize, wo.PipelinePoolSize = 1, -1
 	wrc := redis.NewFailoverClient(wo)
 	t.Cleanup(func() { _ = wrc.Close() })
-	w := newCacheOn(t, wrc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
+	w := newCacheOn(t, wrc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
 	// A second process loads the expiring key too.
-	other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: ttl}})
-	expiring := newCacheOn(t, rc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: ttl}})
+	other := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{Fresh: ttl}})
+	expiring := newCacheOn(t, rc, &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{Fresh: ttl}})
 	if err := cache.Set(ctx, w, "k", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -195,7 +195,7 @@ func TestGetOrLoadMany_deleteDuringLoadBesideOthers(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: 300 * time.Millisecond, Stale: 400 * time.Millisecond}}
+		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: 300 * time.Millisecond, Stale: 400 * time.Millisecond}}
 		c, other := newCacheOn(t, s.Client(t), opts), newCacheOn(t, s.Client(t), opts)
 		if err := cache.Set(ctx, c, "hit", "h"); err != nil {
 			t.Fatal(err)

@@ -566,7 +566,7 @@ func TestGetOrLoad_faults_slowServer(t *testing.T) {
 			p := startProxy(t, s.Addrs()[0])
 			clk := &skipClock{}
 			// The clock moves minutes ahead: the value's TTL must outlast that.
-			c := newCacheOn(t, timedClient(t, p.Addr(), tt.tm), &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}, FailOpenCooldown: cooldown, Now: clk.Now})
+			c := newCacheOn(t, timedClient(t, p.Addr(), tt.tm), &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}, FailOpenCooldown: cooldown, Now: clk.Now})
 			direct := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
 			warm(t, ctx, c, direct, "k", "warm")
 			before := c.Stats()
@@ -933,7 +933,7 @@ func TestGetOrLoad_faults_connectionResets(t *testing.T) {
 				// No retries: go-redis would otherwise retry most resets away.
 				rc := redis.NewClient(&redis.Options{Addr: p.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
 				t.Cleanup(func() { _ = rc.Close() })
-				in.c = newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl, Stale: tt.stale}, LockTTL: lockTTL,
+				in.c = newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: ttl, Stale: tt.stale}, LockTTL: lockTTL,
 					WaitTimeout: 5 * time.Second, PollInterval: 50 * time.Millisecond, FailOpenCooldown: cooldown, Observer: in.log.observe})
 				cs = append(cs, in)
 			}

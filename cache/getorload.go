@@ -17,7 +17,7 @@ import (
 // every other process sharing the server, cause one load between them:
 //
 //   - fresh value: returned after one GET, no lock traffic;
-//   - stale value (past TTL, within Expiry.Stale): returned at once, and one
+//   - stale value (past Expiry.Fresh, within Expiry.Stale): returned at once, and one
 //     process in the cluster refreshes it in the background;
 //   - no value: callers in this process share one flight; across processes
 //     the one that claims the key loads, writes and announces, the others
@@ -43,7 +43,7 @@ import (
 // load runs on a context detached from all callers (it keeps the first
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
 // caller's own ctx only decides how long that caller waits.
-func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], opts ...Option) (V, error) {
+func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], opts ...LoadOption) (V, error) {
 	var zero V
 	if err := c.check(key); err != nil {
 		return zero, err
@@ -51,7 +51,7 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if load == nil {
 		return zero, invalid("nil loader for key %q", key)
 	}
-	it, err := c.item(opts)
+	it, err := c.loadItem(opts)
 	if err != nil {
 		return zero, err
 	}

@@ -267,7 +267,7 @@ func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load
 	res, err := c.runAs(context.WithValue(ctx, expiryKey{}, exp), k, load, r)
 	took := time.Since(start)
 	if exp.set {
-		it.ttl, it.stale = exp.fresh, exp.stale
+		it.fresh, it.stale = exp.fresh, exp.stale
 	}
 	_ = stop() // a lost claim is seen by the conditional write that follows
 	if err == nil && !res.notFound && len(res.payload) > c.s.maxSize {

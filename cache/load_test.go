@@ -139,8 +139,8 @@ func TestGetOrLoad_noStaleSet(t *testing.T) {
 				clk := newClock()
 				ns := namespace(t)
 				rc := s.Client(t)
-				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
-				reader := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
+				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
+				reader := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
 				if tt.stale {
 					if _, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "old", nil }); err != nil {
 						t.Fatal(err)

@@ -47,7 +47,7 @@ import (
 // none either: the error is a *BatchError listing it with its error (for
 // load's error, every key of that call), and the result still holds every
 // other key's value. Loader errors are never stored. Other errors end the
-// whole call with a nil map: ErrInvalid (a nil Cache or loader, an empty
+// whole call with a nil map: lock.ErrInvalid (a nil Cache or loader, an empty
 // key, named by its position), ErrClosed, and the caller's own
 // cancellation or deadline. Keys may repeat: each is read and loaded
 // once. No keys returns an empty map without a server call.
@@ -66,7 +66,7 @@ import (
 //
 // NOTE: every key of one call shares the call's options (WithTTL and the
 // others).
-func GetOrLoadMany[V any](ctx context.Context, c *Cache, keys []string, load func(ctx context.Context, keys []string) (map[string]V, error), opts ...Option) (map[string]V, error) {
+func GetOrLoadMany[V any](ctx context.Context, c *Cache, keys []string, load func(ctx context.Context, keys []string) (map[string]V, error), opts ...LoadOption) (map[string]V, error) {
 	if c == nil {
 		return nil, invalid("nil *Cache")
 	}
@@ -84,7 +84,7 @@ func GetOrLoadMany[V any](ctx context.Context, c *Cache, keys []string, load fun
 	if len(uniq) == 0 {
 		return out, nil
 	}
-	it, err := c.item(opts)
+	it, err := c.loadItem(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func isHashable(err error) (ok bool) {
 }
 
 // distinct returns keys without repeats, in their first order, or
-// ErrInvalid naming the first empty key.
+// lock.ErrInvalid naming the first empty key.
 func distinct(keys []string) ([]string, error) {
 	seen := make(map[string]struct{}, len(keys))
 	uniq := make([]string, 0, len(keys))

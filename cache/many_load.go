@@ -413,7 +413,7 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 	took := time.Since(start)
 	c.emit(ctx, EventLoad, users[0], took, err) // ctx: the loader's own, as Event.Context says
 	if exp.set {
-		it.ttl, it.stale = exp.fresh, exp.stale
+		it.fresh, it.stale = exp.fresh, exp.stale
 	}
 	switch {
 	case errors.Is(err, loader.ErrNotFound):

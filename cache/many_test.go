@@ -168,7 +168,7 @@ func TestGetOrLoadMany_badInput(t *testing.T) {
 			switch {
 			case tt.want == "" && (err != nil || got == nil || len(got) != 0):
 				t.Errorf("got %v, %v; want an empty map", got, err)
-			case tt.want != "" && (!errors.Is(err, cache.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || got != nil):
+			case tt.want != "" && (!errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || got != nil):
 				t.Errorf("got %v, %v; want ErrInvalid with %q", got, err, tt.want)
 			}
 			if cmds := rec.reset(); len(cmds) != 0 {
@@ -397,7 +397,7 @@ func TestGetOrLoadMany_staleRefreshedOnce(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
+		opts := &cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 		a, rc := newCache(t, s, opts)
 		b := newCacheOn(t, rc, opts)
 		keys := keyRange("s", 0, 20)
@@ -968,7 +968,7 @@ func TestGetOrLoadMany_staleNotFound(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
+		c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
 		keys := []string{"g0", "g1"}
 		if _, err := cache.GetOrLoadMany(ctx, c, keys, newBatchLoader("v1:").load); err != nil {
 			t.Fatal(err)

@@ -88,7 +88,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 		return ld.res, nil
 	}
 	if wrote {
-		ld.it.wrote()
+		storedNotice(wctx)
 	}
 	c.announceWrite(wctx, k, l, wrote, val)
 	return ld.res, nil

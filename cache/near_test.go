@@ -18,7 +18,7 @@ import (
 
 // nearOpts returns options with a near cache, in the test's namespace.
 func nearOpts(tb testing.TB) *cache.Options {
-	return &cache.Options{Namespace: namespace(tb), Expiry: cache.ExpiryPolicy{TTL: time.Minute}, Near: &cache.Near{MaxEntries: 1000}}
+	return &cache.Options{Namespace: namespace(tb), Expiry: cache.ExpiryPolicy{Fresh: time.Minute}, Near: &cache.Near{MaxEntries: 1000}}
 }
 
 // nearCache returns a Cache with a near cache on s, with a client of its
@@ -351,7 +351,7 @@ func TestNear_concurrentFillsKept(t *testing.T) {
 		ctx := testCtx(t)
 		opts := nearOpts(t)
 		opts.Near.MaxEntries = 10000
-		w := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{TTL: time.Hour}})
+		w := newCacheOn(t, s.Client(t), &cache.Options{Namespace: opts.Namespace, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}})
 		const n = 2000
 		for i := range n {
 			if err := cache.Set(ctx, w, fmt.Sprint("m", i), "x"); err != nil {

@@ -130,30 +130,30 @@ type Options struct {
 // how long entries are fresh, stale and remembered as not found, and how
 // they are refreshed. Each zero field means its default.
 //
-// The fields work together. A loaded value is fresh for TTL, less a
+// The fields work together. A loaded value is fresh for Fresh, less a
 // random fraction of up to Jitter. With EarlyRefresh, a hit on a fresh
-// value may refresh it in the background shortly before TTL ends. Past
-// TTL the value is served stale for up to Stale more while one process in
+// value may refresh it in the background shortly before Fresh ends. Past
+// Fresh the value is served stale for up to Stale more while one process in
 // the whole cluster reloads it; once that ends the server drops it. A
 // background refresh that fails is not retried by any process for
 // RefreshBackoff, and the value is served meanwhile. A loader's
-// loader.ErrNotFound is remembered for Negative. WithTTL, WithStaleTTL
-// and WithNegativeTTL override TTL, Stale and Negative for one call, and
-// a loader may set its own value's lifetime (LoadWithExpiry, Expire).
+// loader.ErrNotFound is remembered for Negative. WithExpiry and
+// WithNegative override Fresh, Stale and Negative for one call, and a
+// loader may set its own value's lifetime (LoadWithExpiry).
 type ExpiryPolicy struct {
-	// TTL is how long a loaded value is fresh. Values above 100 years
+	// Fresh is how long a loaded value is fresh. Values above 100 years
 	// (math.MaxInt64 for "forever") are clamped to 100 years.
 	// Default: 1 minute.
-	TTL time.Duration
+	Fresh time.Duration
 
-	// Stale is how long after TTL a value may still be served while one
+	// Stale is how long after Fresh a value may still be served while one
 	// caller in the whole cluster reloads it in the background. The server
-	// drops the key after TTL+Stale, which is clamped to 100 years, so
+	// drops the key after Fresh+Stale, which is clamped to 100 years, so
 	// math.MaxInt64 means "stale until 100 years after it was written".
 	// Zero disables stale serving. Default: 0.
 	Stale time.Duration
 
-	// Jitter shortens each entry's TTL by a random fraction of up to
+	// Jitter shortens each entry's Fresh time by a random fraction of up to
 	// Jitter, so that keys written together do not expire together.
 	// Must be in [0, 1). Default: 0.
 	Jitter float64
@@ -224,9 +224,9 @@ type Near struct {
 }
 
 // maxExpiry is the longest expiry the cache gives an entry: 100 years.
-// Expiry.TTL, Expiry.Stale and Expiry.Negative set larger (math.MaxInt64
-// is a common "forever"), per call or by Expire, are clamped to it, and so
-// is the server's expiry TTL+Stale; the server refuses expiries that
+// Expiry.Fresh, Expiry.Stale and Expiry.Negative set larger (math.MaxInt64
+// is a common "forever"), per call or by a loader, are clamped to it, and
+// so is the server's expiry Fresh+Stale; the server refuses expiries that
 // overflow when added to its clock, and a Duration sum would wrap around
 // first. LockTTL, Expiry.RefreshBackoff and FailOpenCooldown are clamped
 // to it too (the
@@ -271,7 +271,7 @@ func or[T comparable](v, def T) T {
 	return v
 }
 
-// settings returns the settings of o (nil: every default), or ErrInvalid
+// settings returns the settings of o (nil: every default), or lock.ErrInvalid
 // for the first option out of range.
 func (o *Options) settings() (settings, error) {
 	if o == nil {
@@ -299,7 +299,7 @@ func (o *Options) settings() (settings, error) {
 func (o *Options) defaults() settings {
 	s := settings{
 		ns:                or(o.Namespace, "stampede"),
-		ttl:               or(o.Expiry.TTL, time.Minute),
+		ttl:               or(o.Expiry.Fresh, time.Minute),
 		stale:             o.Expiry.Stale,
 		negative:          o.Expiry.Negative,
 		lockTTL:           min(or(o.LockTTL, 5*time.Second), maxExpiry),
@@ -338,7 +338,7 @@ func (o *Options) checkDurations() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"Expiry.TTL", o.Expiry.TTL}, {"Expiry.Stale", o.Expiry.Stale}, {"Expiry.Negative", o.Expiry.Negative},
+	}{{"Expiry.Fresh", o.Expiry.Fresh}, {"Expiry.Stale", o.Expiry.Stale}, {"Expiry.Negative", o.Expiry.Negative},
 		{"LockTTL", o.LockTTL}, {"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout},
 		{"PollInterval", o.PollInterval}, {"Expiry.RefreshBackoff", o.Expiry.RefreshBackoff},
 		{"FailOpenCooldown", o.FailOpenCooldown}} {
@@ -400,70 +400,123 @@ func printable(s string) bool {
 	return true
 }
 
-// Option changes one call's settings (GetOrLoad, Set).
-type Option func(*itemSettings)
+// LoadOption changes the settings of one GetOrLoad or GetOrLoadMany call.
+// A nil LoadOption is skipped. An option keeps no state of its own: one
+// value may be given to many calls, also concurrently.
+type LoadOption interface{ applyLoad(*itemSettings) }
+
+// SetOption changes the settings of one Set call. A nil SetOption is
+// skipped.
+type SetOption interface{ applySet(*itemSettings) }
+
+// Option changes the settings of any call that takes options: GetOrLoad,
+// GetOrLoadMany and Set. Options that apply to loads only are
+// LoadOptions, so that giving one to Set does not compile.
+type Option interface {
+	LoadOption
+	SetOption
+}
+
+// loadOption is a LoadOption; anyOption is an Option.
+type (
+	loadOption func(*itemSettings)
+	anyOption  func(*itemSettings)
+)
+
+func (o loadOption) applyLoad(s *itemSettings) { o(s) }
+func (o anyOption) applyLoad(s *itemSettings)  { o(s) }
+func (o anyOption) applySet(s *itemSettings)   { o(s) }
 
 type itemSettings struct {
-	ttl, stale, negative, wait time.Duration
-	stored                     func() // OnStored's; nil: none
+	fresh, stale, negative, wait time.Duration
 }
 
-// WithTTL sets how long this value is fresh (clamped as Options.Expiry.TTL).
-func WithTTL(d time.Duration) Option { return func(s *itemSettings) { s.ttl = d } }
+// WithExpiry sets this value's lifetime, in place of the Cache's
+// ExpiryPolicy.Fresh and Stale: fresh for e.Fresh, then served stale for
+// e.Stale while it is reloaded. A zero e.Fresh keeps the policy's (both
+// Fresh and Stale), as a zero Expiry returned by a LoadWithExpiry loader
+// does. e.Fresh must be at least 1ms and e.Stale not negative; both are
+// clamped as ExpiryPolicy's are (at most 100 years). A LoadWithExpiry
+// loader's Expiry overrides this one.
+func WithExpiry(e Expiry) Option {
+	return anyOption(func(s *itemSettings) {
+		if e.Fresh != 0 {
+			s.fresh, s.stale = e.Fresh, e.Stale
+		}
+	})
+}
 
-// WithStaleTTL sets how long this value may be served stale after its TTL
-// (clamped as Options.Expiry.Stale).
-func WithStaleTTL(d time.Duration) Option { return func(s *itemSettings) { s.stale = d } }
+// WithNegative sets how long a not-found result (loader.ErrNotFound) of
+// this call's load is remembered, in place of ExpiryPolicy.Negative;
+// zero remembers nothing. It must not be negative (at most 100 years).
+func WithNegative(d time.Duration) LoadOption {
+	return loadOption(func(s *itemSettings) { s.negative = d })
+}
 
-// WithNegativeTTL sets how long a not-found result is remembered (at most
-// 100 years).
-func WithNegativeTTL(d time.Duration) Option { return func(s *itemSettings) { s.negative = d } }
+// WithWaitTimeout sets how long this call waits for another process's
+// load, in place of Options.WaitTimeout. It must be at least 1ms.
+func WithWaitTimeout(d time.Duration) LoadOption {
+	return loadOption(func(s *itemSettings) { s.wait = d })
+}
 
-// WithWaitTimeout sets how long this call waits for another process's load.
-func WithWaitTimeout(d time.Duration) Option { return func(s *itemSettings) { s.wait = d } }
+type storedKey struct{}
 
-// OnStored has fn called once this call's load has been written to the
-// server, so that a caller can say it stored the value (an HTTP cache's
-// Cache-Status) only when it did. fn is not called when nothing was
-// written: the loader failed or found nothing, the server failed or
-// refused the write, a Delete or Set came first, or the call was answered
-// by another load (in this process or another) or by a stored value. fn
-// runs on the load's goroutine before the call returns, and must not
-// block.
-func OnStored(fn func()) Option { return func(s *itemSettings) { s.stored = fn } }
+// onStored returns ctx carrying fn, to be called once a load started by
+// a call with that ctx has been written to the server (see
+// engine.View.OnStored).
+func onStored(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, storedKey{}, fn)
+}
 
-// wrote calls OnStored's fn, if the call that started the load set one.
-func (it itemSettings) wrote() {
-	if it.stored != nil {
-		it.stored()
+// storedNotice calls the fn that ctx, the context of the call that started a
+// load, carries (onStored), if any, once that load was written.
+func storedNotice(ctx context.Context) {
+	if fn, _ := ctx.Value(storedKey{}).(func()); fn != nil {
+		fn()
 	}
 }
 
-func (c *Cache) item(opts []Option) (itemSettings, error) {
-	it := itemSettings{ttl: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
+// item returns the settings of a call given opts, checked.
+func item[O any](c *Cache, opts []O, apply func(O, *itemSettings)) (itemSettings, error) {
+	it := itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
 	if len(opts) > 0 {
-		it = apply(it, opts) // the options take its address: keep that off the hit path
+		it = applyAll(it, opts, apply) // the options take its address: keep that off the hit path
 	}
 	switch {
-	case it.ttl < time.Millisecond:
-		return it, invalid("WithTTL %v is below 1ms", it.ttl)
+	case it.fresh < time.Millisecond:
+		return it, invalid("WithExpiry: Fresh %v is below 1ms", it.fresh)
 	case it.stale < 0:
-		return it, invalid("WithStaleTTL %v is negative", it.stale)
+		return it, invalid("WithExpiry: Stale %v is negative", it.stale)
 	case it.negative < 0:
-		return it, invalid("WithNegativeTTL %v is negative", it.negative)
+		return it, invalid("WithNegative %v is negative", it.negative)
 	case it.wait < time.Millisecond:
 		return it, invalid("WithWaitTimeout %v is below 1ms", it.wait)
 	}
 	return it, nil
 }
 
-func apply(it itemSettings, opts []Option) itemSettings {
+func applyAll[O any](it itemSettings, opts []O, apply func(O, *itemSettings)) itemSettings {
 	for _, o := range opts {
-		if o != nil {
-			o(&it)
-		}
+		apply(o, &it)
 	}
 	return it
+}
+
+// loadItem and setItem return the settings of a load's or a Set's call.
+func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
+	return item(c, opts, func(o LoadOption, s *itemSettings) {
+		if o != nil {
+			o.applyLoad(s)
+		}
+	})
+}
+
+func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
+	return item(c, opts, func(o SetOption, s *itemSettings) {
+		if o != nil {
+			o.applySet(s)
+		}
+	})
 }
 
 type expiryKey struct{}

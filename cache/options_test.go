@@ -10,6 +10,7 @@ import (
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/lock"
 )
 
 // TestGetOrLoad_ttlJitter: Expiry.Jitter shortens each entry's fresh time
@@ -31,7 +32,7 @@ func TestGetOrLoad_ttlJitter(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := testCtx(t)
 				ns := namespace(t)
-				c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: ttl, Stale: stale, Jitter: tt.jitter}})
+				c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: ttl, Stale: stale, Jitter: tt.jitter}})
 				const n = 20
 				lo := time.Duration(float64(ttl)*(1-tt.jitter)) + stale - 2*time.Second // 2s for the test's own time
 				hi := ttl + stale
@@ -85,14 +86,13 @@ func TestGetOrLoad_foreverDurations(t *testing.T) {
 	tests := []struct {
 		name string
 		opts cache.Options
-		call []cache.Option
+		call cache.Option // nil: none
 		load func(ctx context.Context) (string, error)
 	}{
 		{name: "Options.Expiry.Stale", opts: cache.Options{Expiry: cache.ExpiryPolicy{Stale: forever}}},
-		{name: "Options.Expiry.TTL and Stale", opts: cache.Options{Expiry: cache.ExpiryPolicy{TTL: forever, Stale: forever}}},
-		{name: "Options.Expiry.TTL with jitter", opts: cache.Options{Expiry: cache.ExpiryPolicy{TTL: forever, Jitter: 0.5}}},
-		{name: "WithStaleTTL", call: []cache.Option{cache.WithStaleTTL(forever)}},
-		{name: "WithTTL and WithStaleTTL", call: []cache.Option{cache.WithTTL(forever), cache.WithStaleTTL(forever)}},
+		{name: "Options.Expiry.Fresh and Stale", opts: cache.Options{Expiry: cache.ExpiryPolicy{Fresh: forever, Stale: forever}}},
+		{name: "Options.Expiry.Fresh with jitter", opts: cache.Options{Expiry: cache.ExpiryPolicy{Fresh: forever, Jitter: 0.5}}},
+		{name: "WithExpiry", call: cache.WithExpiry(cache.Expiry{Fresh: forever, Stale: forever})},
 		{name: "Expire", load: func(ctx context.Context) (string, error) {
 			cache.Expire(ctx, forever, forever)
 			return "v", nil
@@ -110,7 +110,7 @@ func TestGetOrLoad_foreverDurations(t *testing.T) {
 				if load == nil {
 					load = func(context.Context) (string, error) { return "v", nil }
 				}
-				if v, err := cache.GetOrLoad(ctx, c, "k", load, tt.call...); err != nil || v != "v" {
+				if v, err := cache.GetOrLoad(ctx, c, "k", load, tt.call); err != nil || v != "v" {
 					t.Fatalf("GetOrLoad = %q, %v", v, err)
 				}
 				if v, err := cache.Get[string](ctx, c, "k"); err != nil || v != "v" {
@@ -125,7 +125,7 @@ func TestGetOrLoad_foreverDurations(t *testing.T) {
 				}
 
 				// Set with the same durations stores too, with an expiry.
-				if err := cache.Set(ctx, c, "set", "s", tt.call...); err != nil {
+				if err := cache.Set(ctx, c, "set", "s", tt.call); err != nil {
 					t.Fatalf("Set: %v", err)
 				}
 				ttl, err = rc.PTTL(ctx, valueKey(opts.Namespace, "set")).Result()
@@ -157,7 +157,7 @@ func TestExpire(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	ns := namespace(t)
-	c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}})
+	c, rc := newCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}})
 	set := false
 	_, err := cache.GetOrLoad(ctx, c, "token", func(ctx context.Context) (string, error) {
 		set = cache.Expire(ctx, 2*time.Minute, 3*time.Minute)
@@ -181,7 +181,7 @@ func TestNew_badOptions(t *testing.T) {
 		opts cache.Options
 		text string
 	}{
-		{"negative Expiry.TTL", cache.Options{Expiry: cache.ExpiryPolicy{TTL: -time.Second}}, "Expiry.TTL -1s is negative"},
+		{"negative Expiry.Fresh", cache.Options{Expiry: cache.ExpiryPolicy{Fresh: -time.Second}}, "Expiry.Fresh -1s is negative"},
 		{"negative Expiry.Stale", cache.Options{Expiry: cache.ExpiryPolicy{Stale: -time.Second}}, "Expiry.Stale -1s is negative"},
 		{"negative Expiry.Negative", cache.Options{Expiry: cache.ExpiryPolicy{Negative: -time.Second}}, "Expiry.Negative -1s is negative"},
 		{"negative LockTTL", cache.Options{LockTTL: -time.Second}, "LockTTL -1s is negative"},
@@ -190,7 +190,7 @@ func TestNew_badOptions(t *testing.T) {
 		{"negative PollInterval", cache.Options{PollInterval: -time.Second}, "PollInterval -1s is negative"},
 		{"negative Expiry.RefreshBackoff", cache.Options{Expiry: cache.ExpiryPolicy{RefreshBackoff: -time.Second}}, "Expiry.RefreshBackoff -1s is negative"},
 		{"negative FailOpenCooldown", cache.Options{FailOpenCooldown: -time.Second}, "FailOpenCooldown -1s is negative"},
-		{"Expiry.TTL below 1ms", cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Microsecond}}, "Expiry.TTL 1µs is below 1ms"},
+		{"Expiry.Fresh below 1ms", cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Microsecond}}, "Expiry.Fresh 1µs is below 1ms"},
 		{"LockTTL below 10ms", cache.Options{LockTTL: 5 * time.Millisecond}, "LockTTL 5ms is below 10ms"},
 		{"Expiry.Jitter negative", cache.Options{Expiry: cache.ExpiryPolicy{Jitter: -0.1}}, "Expiry.Jitter -0.1 is outside [0, 1)"},
 		{"Expiry.Jitter 1", cache.Options{Expiry: cache.ExpiryPolicy{Jitter: 1}}, "Expiry.Jitter 1 is outside [0, 1)"},
@@ -213,7 +213,7 @@ func TestNew_badOptions(t *testing.T) {
 				_ = c.Close()
 				t.Errorf("New returned a Cache with an error %v", err)
 			}
-			wantInvalid(t, err, cache.ErrInvalid, tt.text)
+			wantInvalid(t, err, lock.ErrInvalid, tt.text)
 		})
 	}
 	if cmds := rec.reset(); len(cmds) != 0 {

@@ -52,7 +52,7 @@ func envDur(name string) time.Duration {
 func workerCache() (*cache.Cache, redis.UniversalClient) {
 	rc := redistest.WorkerClient()
 	c, err := cache.New(rc, &cache.Options{
-		Namespace: env("NS"), Expiry: cache.ExpiryPolicy{TTL: envDur("TTL"), Stale: envDur("STALE")},
+		Namespace: env("NS"), Expiry: cache.ExpiryPolicy{Fresh: envDur("TTL"), Stale: envDur("STALE")},
 		LockTTL: envDur("LOCKTTL"), WaitTimeout: 20 * time.Second, LoadTimeout: 20 * time.Second,
 	})
 	if err != nil {

@@ -159,7 +159,7 @@ func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte
 		c.announce(ctx, k, l, noticeError, werr.Error())
 	default:
 		if wrote && werr == nil {
-			ld.it.wrote()
+			storedNotice(ctx)
 		}
 		c.announceWrite(ctx, k, l, wrote, val)
 	}

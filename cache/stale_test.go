@@ -28,7 +28,7 @@ func TestGetOrLoad_staleWhileOneRefreshes(t *testing.T) {
 			t.Run(fmt.Sprintf("%dB", size), func(t *testing.T) {
 				ctx := testCtx(t)
 				clk := newClock()
-				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
+				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 				const n = 3
 				var cs []*cache.Cache
 				var recs []*recorder
@@ -128,7 +128,7 @@ func TestGetOrLoad_lateRefresherDoesNotReload(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		clk := newClock()
-		opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
+		opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
 		rc0, rc1 := s.Client(t), s.Client(t)
 		rec0, rec1 := record(rc0), record(rc1)
 		c0, c1 := newCacheOn(t, rc0, &opts), newCacheOn(t, rc1, &opts)
@@ -217,7 +217,7 @@ func TestGetOrLoad_staleIfError(t *testing.T) {
 				}
 			}
 		}
-		opts := cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute, RefreshBackoff: 10 * time.Minute}, Now: clk.Now}
+		opts := cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute, RefreshBackoff: 10 * time.Minute}, Now: clk.Now}
 		rc := s.Client(t)
 		rec := record(rc)
 		aOpts := opts
@@ -365,7 +365,7 @@ func TestGetOrLoad_earlyRefresh(t *testing.T) {
 				ns := namespace(t)
 				rc := s.Client(t)
 				rec := record(rc)
-				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, EarlyRefresh: tt.beta}})
+				c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, EarlyRefresh: tt.beta}})
 				var loads atomic.Int32
 				load := func(ctx context.Context) (int, error) {
 					n := loads.Add(1)
@@ -439,7 +439,7 @@ func TestGetOrLoad_notFoundEndsStaleValue(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := testCtx(t)
 				clk := newClock()
-				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour, Negative: tt.negative}, Now: clk.Now}
+				opts := cache.Options{Namespace: namespace(t), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour, Negative: tt.negative}, Now: clk.Now}
 				rc := s.Client(t)
 				c, other := newCacheOn(t, rc, &opts), newCacheOn(t, rc, &opts)
 				row := "deleted row"
@@ -528,7 +528,7 @@ func TestGetOrLoad_noStaleWindowStaysFreshUntilGone(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	clk := newClock()
-	c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}, Now: clk.Now})
+	c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}, Now: clk.Now})
 	if _, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (string, error) { return "v", nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func TestEvent_Context(t *testing.T) {
 		}},
 		{"refresh", []cache.EventKind{cache.EventStale, cache.EventRefresh}, func(t *testing.T, ctx context.Context, lc *loadContexts) {
 			clk := newClock()
-			c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: time.Hour}, Now: clk.Now, Observer: lc.observe})
+			c, _ := newCache(t, s, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour}, Now: clk.Now, Observer: lc.observe})
 			if _, err := cache.GetOrLoad(ctx, c, "k", lc.load("v1")); err != nil {
 				t.Fatal(err)
 			}

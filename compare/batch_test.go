@@ -169,7 +169,7 @@ func TestCompare_batch(t *testing.T) {
 	stampedeRow := func(name string, call func(ctx context.Context, c *cache.Cache, src *source, ids []string) (map[string]string, error)) batchRow {
 		ns := namespace()
 		r := batchRow{name: name, h: &trips{}, src: &source{}}
-		opts := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}}
+		opts := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}}
 		warmer, err := cache.New(newClient(nil), opts)
 		if err != nil {
 			t.Fatal(err)

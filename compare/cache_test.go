@@ -64,7 +64,7 @@ func TestCompare_coldKey(t *testing.T) {
 				ns := namespace()
 				var gets []getter
 				for range instances {
-					c := newStampede(t, s, ns, cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
+					c := newStampede(t, s, ns, cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
 					gets = append(gets, func(ctx context.Context) (string, error) {
 						return cache.GetOrLoad(ctx, c, key, loader.Func[string](load))
 					})
@@ -143,7 +143,7 @@ func TestCompare_hotKeyExpired(t *testing.T) {
 				now.Store(time.Now().UnixNano())
 				opts := cache.Options{
 					Expiry: cache.ExpiryPolicy{
-						TTL:   time.Minute,
+						Fresh: time.Minute,
 						Stale: 10 * time.Minute,
 					},
 					Now: func() time.Time { return time.Unix(0, now.Load()) },

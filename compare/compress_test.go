@@ -37,7 +37,7 @@ func TestCompare_compression(t *testing.T) {
 		} {
 			ns := namespace()
 			c := newStampede(t, s, ns, cache.Options{Codec: st.codec})
-			if err := cache.Set(ctx, c, "k", v, cache.WithTTL(time.Minute)); err != nil {
+			if err := cache.Set(ctx, c, "k", v, cache.WithExpiry(cache.Expiry{Fresh: time.Minute})); err != nil {
 				t.Fatal(err)
 			}
 			got, err := cache.Get[[]sample.Doc](ctx, c, "k")

@@ -70,7 +70,7 @@ func hitRows(tb testing.TB, s *redistest.Server, value string) []hitRow {
 
 	// (b) and (c) stampede, without and with the near cache.
 	for _, near := range []bool{false, true} {
-		opts := cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Hour}}
+		opts := cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Hour}}
 		name := "stampede"
 		if near {
 			opts.Near = &cache.Near{MaxEntries: 100_000}

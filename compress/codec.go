@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/lock"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
@@ -87,7 +88,7 @@ type Codec struct {
 var _ cache.Codec = (*Codec)(nil)
 
 // New returns a Codec that compresses inner's output as opts say. It
-// returns an error matching cache.ErrInvalid when inner is nil or an option
+// returns an error matching lock.ErrInvalid when inner is nil or an option
 // is out of range.
 func New(inner cache.Codec, opts *Options) (*Codec, error) {
 	var o Options
@@ -139,7 +140,7 @@ func must(inner cache.Codec, opts *Options, alg Algorithm) *Codec {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("compress: %w: "+format, append([]any{cache.ErrInvalid}, args...)...)
+	return fmt.Errorf("compress: %w: "+format, append([]any{lock.ErrInvalid}, args...)...)
 }
 
 // Marshal encodes v with the inner codec and compresses the result when it

@@ -10,6 +10,7 @@ import (
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/compress"
 	"github.com/hotkv/stampede/internal/testkit/sample"
+	"github.com/hotkv/stampede/lock"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
@@ -174,7 +175,7 @@ func TestNew_invalid(t *testing.T) {
 		{"unknown algorithm", cache.Msgpack, &compress.Options{Algorithm: 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := compress.New(tc.inner, tc.opts); !errors.Is(err, cache.ErrInvalid) {
+			if _, err := compress.New(tc.inner, tc.opts); !errors.Is(err, lock.ErrInvalid) {
 				t.Errorf("New: %v; want ErrInvalid", err)
 			}
 			defer func() {

@@ -44,7 +44,7 @@ import (
 // Options.Prefix is empty.
 const DefaultPrefix = "gocron:"
 
-// DefaultTTL is the lock's expiry while a job runs when Options.Freshness.TTL is 0
+// DefaultTTL is the lock's expiry while a job runs when Options.TTL is 0
 // (or MinHold, if that is longer).
 const DefaultTTL = 30 * time.Second
 

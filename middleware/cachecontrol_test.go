@@ -89,7 +89,7 @@ func TestMiddleware_expiresAndPragma(t *testing.T) {
 		}, middleware.Options{}, 30 * time.Second},
 		{"Expires from now", func(now time.Time) http.Header {
 			return http.Header{"Expires": {now.Add(40 * time.Second).Format(http.TimeFormat)}}
-		}, middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Hour}}, 40 * time.Second},
+		}, middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Hour}}, 40 * time.Second},
 		{"Expires within an old Date's lifetime", func(now time.Time) http.Header {
 			// Rendered an hour ago upstream, with one hour and 20s to live.
 			return http.Header{"Date": {now.Add(-time.Hour).Format(http.TimeFormat)}, "Expires": {now.Add(20 * time.Second).Format(http.TimeFormat)}}
@@ -104,7 +104,7 @@ func TestMiddleware_expiresAndPragma(t *testing.T) {
 		{"Pragma with Cache-Control", func(time.Time) http.Header {
 			return http.Header{"Pragma": {"no-cache"}, "Cache-Control": {"public, max-age=45"}}
 		}, middleware.Options{}, 45 * time.Second},
-		{"Pragma other", func(time.Time) http.Header { return http.Header{"Pragma": {"x-other"}} }, middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 25 * time.Second}}, 25 * time.Second},
+		{"Pragma other", func(time.Time) http.Header { return http.Header{"Pragma": {"x-other"}} }, middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 25 * time.Second}}, 25 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,7 @@
 // names read in any letter case. s-maxage, then max-age, then Expires
 // (less Date), then (with Options.Freshness.Heuristic, for a response with
 // Last-Modified) a fraction of the time since Last-Modified, then
-// Options.Freshness.TTL give the freshness lifetime (an Expires that is invalid or
+// Options.Freshness.Fresh give the freshness lifetime (an Expires that is invalid or
 // not in the future is not stored), counted from the
 // response's age when received (RFC 9111 4.2.3: its Age field, or the
 // time since its Date if that is more; of Age the first member of the

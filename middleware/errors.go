@@ -2,20 +2,14 @@ package middleware
 
 import (
 	"errors"
-	"fmt"
 
-	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// ErrInvalid is cache.ErrInvalid (and lock.ErrInvalid): it is wrapped by
-// every error New returns for bad arguments or options, so errors.Is
-// matches it against any stampede package's bad-argument error.
-var ErrInvalid = cache.ErrInvalid
-
-// invalid returns an error about bad arguments or options, wrapping
-// ErrInvalid.
+// invalid returns an error about bad arguments or options, matching
+// lock.ErrInvalid.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("middleware: %w: "+format, append([]any{ErrInvalid}, args...)...)
+	return redisx.Invalid("middleware", format, args...)
 }
 
 // errNotStored is the loader's error for a response that must not be

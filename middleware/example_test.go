@@ -65,7 +65,7 @@ func ExampleMiddleware_Handler() {
 	c, stop := exampleCache()
 	defer stop()
 
-	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 5 * time.Minute}})
+	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 5 * time.Minute}})
 	if err != nil {
 		panic(err)
 	}

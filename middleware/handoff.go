@@ -206,7 +206,7 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv 
 	}
 	gen := res.resp.Version
 	key := variantKey(generationBase(at.base, gen), res.resp.Vary, r)
-	err := cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(res.fresh), cache.WithStaleTTL(res.stale))
+	err := cache.Set(ctx, m.c, key, res.resp, cache.WithExpiry(cache.Expiry{Fresh: res.fresh, Stale: res.stale}))
 	if err != nil {
 		return res.resp, nil
 	}
@@ -229,7 +229,7 @@ func (m *Middleware) moveGeneration(ctx context.Context, r *http.Request, at pla
 		return
 	}
 	key := variantKey(generationBase(at.base, res.resp.Version), res.resp.Vary, r)
-	if cache.Set(ctx, m.c, key, res.resp, cache.WithTTL(max(res.fresh, time.Millisecond)), cache.WithStaleTTL(res.stale)) != nil {
+	if cache.Set(ctx, m.c, key, res.resp, cache.WithExpiry(cache.Expiry{Fresh: max(res.fresh, time.Millisecond), Stale: res.stale})) != nil {
 		return
 	}
 	_ = m.e.SetIfUnchanged(ctx, at.base, generationMarker(&res.resp), found.Raw, markerLife(res), 0)
@@ -260,8 +260,8 @@ func (m *Middleware) look(x *exchange, key string, vary []string, rv *revalidati
 	// routing state of its own (see detachRoute).
 	gctx, cancel := context.WithTimeout(detachRoute(ctx), m.wait)
 	go func() {
-		resp, err := cache.GetOrLoad(gctx, m.c, key, h.loader(m, x, vary, rv),
-			cache.WithWaitTimeout(m.wait), cache.OnStored(func() { h.tellStored(true) }))
+		lctx := m.e.OnStored(gctx, func() { h.tellStored(true) })
+		resp, err := cache.GetOrLoad(lctx, m.c, key, h.loader(m, x, vary, rv), cache.WithWaitTimeout(m.wait))
 		// A write of this call's load comes before the call returns. One
 		// still to come (the call gave up waiting after WaitTimeout) is
 		// not counted on.

@@ -64,8 +64,8 @@ func New(c *cache.Cache, opts *Options) (*Middleware, error) {
 	if m.wait == 0 {
 		m.wait = 5 * time.Second
 	}
-	if m.o.Freshness.TTL == 0 {
-		m.o.Freshness.TTL = time.Minute
+	if m.o.Freshness.Fresh == 0 {
+		m.o.Freshness.Fresh = time.Minute
 	}
 	m.rules = m.o.rules(m.maxValue)
 	for _, h := range o.Keys.Headers {

@@ -217,7 +217,7 @@ func TestNear_coherence(t *testing.T) {
 			_, _ = fmt.Fprintf(w, "body=v%d;", version.Add(1))
 		})
 		b := nearBed(t, s, h, &bedOptions{procs: 2, mw: &middleware.Options{
-			Freshness: middleware.FreshnessPolicy{TTL: time.Minute, Stale: time.Hour}, AllowNoCache: true,
+			Freshness: middleware.FreshnessPolicy{Fresh: time.Minute, Stale: time.Hour}, AllowNoCache: true,
 		}})
 		a, bc := b.caches[0], b.caches[1]
 		const A, B = "0", "1"

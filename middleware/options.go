@@ -157,21 +157,21 @@ type Options struct {
 // FreshnessPolicy is Options.Freshness: how long a response is fresh,
 // stale and kept for revalidation, when its own fields do not say.
 type FreshnessPolicy struct {
-	// TTL is how long a response is fresh when its Cache-Control has
+	// Fresh is how long a response is fresh when its Cache-Control has
 	// neither s-maxage nor max-age and it has no Expires (unless
 	// Explicit). Default: 1 minute.
-	TTL time.Duration
+	Fresh time.Duration
 
 	// Explicit stores only responses that say how long they are
 	// fresh (Cache-Control s-maxage or max-age, or Expires), as a shared
 	// cache in front of an origin is usually set up: a response that
-	// does not say is passed through and not stored, and TTL is not
+	// does not say is passed through and not stored, and Fresh is not
 	// used. Since every stored response then carries its origin's word,
 	// unless Options.Statuses or Options.ShouldCache is set it may have any final status
 	// RFC 9111 allows (302, 307, 400, ... too), but 206, the 5xx other
 	// than 501 (never stored, see Options.Statuses) and 304 and 412. With
 	// Heuristic, a response whose freshness that heuristic gives
-	// is stored too. Default: false, such responses are fresh for TTL
+	// is stored too. Default: false, such responses are fresh for the duration Fresh
 	// (the handler is the application's own, whose pages seldom say), with
 	// the default list of Options.Statuses.
 	Explicit bool
@@ -192,8 +192,8 @@ type FreshnessPolicy struct {
 	// Last-Modified that is not one valid HTTP-date (or several that
 	// disagree), or that is later than the Date, gives no heuristic. A
 	// response the heuristic applies to takes its lifetime from it and
-	// not from TTL, and is stored even with Explicit; one it
-	// gives no lifetime is fresh for TTL, or with Explicit not
+	// not from Fresh, and is stored even with Explicit; one it
+	// gives no lifetime is fresh for the duration Fresh, or with Explicit not
 	// stored. It must be between 0 and 1. Default: 0, no heuristic.
 	Heuristic float64
 
@@ -202,8 +202,8 @@ type FreshnessPolicy struct {
 	HeuristicMaxAge time.Duration
 
 	// Stale is how long after that a response may be served while one
-	// render refreshes it, when its Cache-Control has neither
-	// stale-while-revalidate nor stale-if-error. Default: 0.
+	// render refreshes it, when its Cache-Control has no
+	// stale-while-revalidate. Default: 0.
 	Stale time.Duration
 
 	// Revalidate is how long a stored response with a validator of the
@@ -243,8 +243,10 @@ type FreshnessPolicy struct {
 	// serves it, with Cache-Status fwd=stale. Never for a response whose
 	// Cache-Control says must-revalidate, proxy-revalidate, no-cache or
 	// s-maxage (which implies proxy-revalidate). A response's own
-	// stale-if-error is part of its stale window instead. Default: 0,
-	// off: a failed render's answer goes to its client.
+	// stale-if-error is a grace too, and the longer of the two applies
+	// (it is never part of its stale window: a healthy handler is asked
+	// first). Default: 0, off: a
+	// failed render's answer goes to its client.
 	StaleIfError time.Duration
 }
 
@@ -346,10 +348,10 @@ func (o *Options) validate() error {
 // validate checks the durations and the fraction of a FreshnessPolicy.
 func (f *FreshnessPolicy) validate() error {
 	switch {
-	case f.TTL < 0:
-		return invalid("Freshness.TTL %v is negative", f.TTL)
-	case f.TTL > 0 && f.TTL < time.Millisecond:
-		return invalid("Freshness.TTL %v is below 1ms", f.TTL)
+	case f.Fresh < 0:
+		return invalid("Freshness.Fresh %v is negative", f.Fresh)
+	case f.Fresh > 0 && f.Fresh < time.Millisecond:
+		return invalid("Freshness.Fresh %v is below 1ms", f.Fresh)
 	case !(f.Heuristic >= 0 && f.Heuristic <= 1):
 		return invalid("Freshness.Heuristic %v is not between 0 and 1", f.Heuristic)
 	case f.HeuristicMaxAge < 0:
@@ -452,7 +454,7 @@ func (o *Options) rules(maxValue int) httprule.Policy {
 	return httprule.Policy{
 		Statuses: o.Statuses, ShouldCache: o.ShouldCache,
 		SurrogateControl: o.SurrogateControl, Targeted: o.Targeted,
-		TTL: f.TTL, Explicit: f.Explicit, Heuristic: f.Heuristic, HeuristicMaxAge: f.HeuristicMaxAge,
+		TTL: f.Fresh, Explicit: f.Explicit, Heuristic: f.Heuristic, HeuristicMaxAge: f.HeuristicMaxAge,
 		Stale: f.Stale, StaleIfError: f.StaleIfError,
 		Revalidate: f.Revalidate, RevalidateNoCache: f.RevalidateNoCache,
 		MaxSize: maxValue,

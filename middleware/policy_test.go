@@ -143,10 +143,10 @@ func TestMiddleware_ttl(t *testing.T) {
 		opts         middleware.Options
 		fresh, stale time.Duration // 0, 0: not stored
 	}{
-		{"Options.TTL", "", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 30 * time.Second, 0},
+		{"Options.TTL", "", middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 30 * time.Second}}, 30 * time.Second, 0},
 		{"default TTL", "public", middleware.Options{}, time.Minute, 0},
-		{"max-age over TTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 50 * time.Second, 0},
-		{"s-maxage over max-age", "max-age=50, s-maxage=70", middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 30 * time.Second}}, 70 * time.Second, 0},
+		{"max-age over TTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 30 * time.Second}}, 50 * time.Second, 0},
+		{"s-maxage over max-age", "max-age=50, s-maxage=70", middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 30 * time.Second}}, 70 * time.Second, 0},
 		{"s-maxage first", "s-maxage=70, max-age=50", middleware.Options{}, 70 * time.Second, 0},
 		{"quoted and upper case", `MAX-AGE="45"`, middleware.Options{}, 45 * time.Second, 0},
 		{"Options.StaleTTL", "max-age=50", middleware.Options{Freshness: middleware.FreshnessPolicy{Stale: 15 * time.Second}}, 50 * time.Second, 15 * time.Second},
@@ -418,7 +418,7 @@ func TestMiddleware_explicitFreshness(t *testing.T) {
 					w.Header().Set(tt.header[i], v)
 				}
 				fmt.Fprintf(w, "r%d", renders.Add(1))
-			}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: tt.explicit, TTL: time.Hour}}})
+			}), &bedOptions{mw: &middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: tt.explicit, Fresh: time.Hour}}})
 			if !tt.stored {
 				b.get(t, "/x").check(t, 200, "BYPASS", "r1")
 				b.get(t, "/x").check(t, 200, "BYPASS", "r2")
@@ -543,15 +543,15 @@ func TestMiddleware_heuristicFreshness(t *testing.T) {
 		{"two Last-Modified that disagree", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour), at(-20 * time.Hour)}},
 			middleware.Options{Freshness: middleware.FreshnessPolicy{Explicit: explicit, Heuristic: fraction}}, 0},
 		{"Last-Modified is Date: no freshness, not TTL", 200, map[string][]func(time.Time) string{"Last-Modified": {at(0)}, "Date": {at(0)}},
-			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: time.Hour}}, 0},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, Fresh: time.Hour}}, 0},
 		{"defaults: heuristic before TTL", 200, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, time.Hour},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, Fresh: 10 * time.Minute}}, time.Hour},
 		{"defaults: TTL without Last-Modified", 200, nil,
-			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, Fresh: 10 * time.Minute}}, 10 * time.Minute},
 		{"defaults: TTL for Last-Modified in the future", 200, map[string][]func(time.Time) string{"Last-Modified": {at(time.Hour)}},
-			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, Fresh: 10 * time.Minute}}, 10 * time.Minute},
 		{"defaults: TTL for a status Statuses allows but the heuristic does not cover", 302, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
-			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, TTL: 10 * time.Minute}, Statuses: []int{200, 302}}, 10 * time.Minute},
+			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction, Fresh: 10 * time.Minute}, Statuses: []int{200, 302}}, 10 * time.Minute},
 		{"defaults: Statuses still decide", 404, map[string][]func(time.Time) string{"Last-Modified": {at(-10 * time.Hour)}},
 			middleware.Options{Freshness: middleware.FreshnessPolicy{Heuristic: fraction}, Statuses: []int{200}}, 0},
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
+	"github.com/hotkv/stampede/lock"
 	"github.com/hotkv/stampede/middleware"
 )
 
@@ -304,7 +305,7 @@ func TestPurgeURL(t *testing.T) {
 		b.get(t, "/other", procHeader, "1").check(t, 200, "HIT", "/other #1")
 		for _, bad := range []string{"/v", "ftp://x/", "http://u@host/", "http://%zz", "mailto:a@b"} {
 			err := b.mws[0].PurgeURL(ctx, bad, nil)
-			if !errors.Is(err, middleware.ErrInvalid) || !strings.Contains(err.Error(), "PurgeURL") {
+			if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "PurgeURL") {
 				t.Errorf("PurgeURL(%q) = %v; want an invalid-argument error naming PurgeURL", bad, err)
 			}
 		}

@@ -331,7 +331,7 @@ func FuzzRange(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = c.Close() })
-	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: 24 * time.Hour}})
+	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: 24 * time.Hour}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,9 +14,9 @@ import (
 // stand at the flush; otherwise it is a hint, and the recorder goes on
 // recording.
 func TestRecorder_flush(t *testing.T) {
-	defaults := Options{Freshness: FreshnessPolicy{TTL: time.Minute}}
-	explicit := Options{Freshness: FreshnessPolicy{TTL: time.Minute, Explicit: true}}
-	revalidating := Options{Freshness: FreshnessPolicy{TTL: time.Minute, RevalidateNoCache: true}}
+	defaults := Options{Freshness: FreshnessPolicy{Fresh: time.Minute}}
+	explicit := Options{Freshness: FreshnessPolicy{Fresh: time.Minute, Explicit: true}}
+	revalidating := Options{Freshness: FreshnessPolicy{Fresh: time.Minute, RevalidateNoCache: true}}
 	for _, tt := range []struct {
 		name   string
 		o      Options
@@ -39,8 +39,8 @@ func TestRecorder_flush(t *testing.T) {
 		{name: "Vary: *", o: defaults, header: http.Header{"Vary": {"*"}}, reason: "Vary: *"},
 		{name: "server error", o: defaults, status: 500, reason: "server error"},
 		{name: "status not storable", o: defaults, status: 201, reason: "status 201"},
-		{name: "Surrogate-Control: no-store", o: Options{Freshness: FreshnessPolicy{TTL: time.Minute}, SurrogateControl: true}, header: http.Header{"Surrogate-Control": {"no-store"}}, reason: "Surrogate-Control: no-store"},
-		{name: "targeted no-store", o: Options{Freshness: FreshnessPolicy{TTL: time.Minute}, Targeted: []string{"CDN-Cache-Control"}}, header: http.Header{"Cache-Control": {"max-age=60"}, "Cdn-Cache-Control": {"no-store"}}, reason: "no-store"},
+		{name: "Surrogate-Control: no-store", o: Options{Freshness: FreshnessPolicy{Fresh: time.Minute}, SurrogateControl: true}, header: http.Header{"Surrogate-Control": {"no-store"}}, reason: "Surrogate-Control: no-store"},
+		{name: "targeted no-store", o: Options{Freshness: FreshnessPolicy{Fresh: time.Minute}, Targeted: []string{"CDN-Cache-Control"}}, header: http.Header{"Cache-Control": {"max-age=60"}, "Cdn-Cache-Control": {"no-store"}}, reason: "no-store"},
 		{name: "no freshness, explicit", o: explicit, reason: "no explicit freshness (s-maxage, max-age, Expires)"},
 		{name: "max-age=0", o: defaults, header: http.Header{"Cache-Control": {"max-age=0"}}, reason: "max-age=0"},
 	} {

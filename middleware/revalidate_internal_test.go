@@ -28,7 +28,7 @@ func FuzzFreshened(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1], seed[2], seed[3])
 	}
-	o := Options{Freshness: FreshnessPolicy{TTL: time.Minute}}
+	o := Options{Freshness: FreshnessPolicy{Fresh: time.Minute}}
 	m := &Middleware{o: o, rules: o.rules(1 << 20), maxValue: 1 << 20}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, n1, v1, n2, v2 string) {

@@ -12,11 +12,11 @@ import (
 	"github.com/hotkv/stampede/internal/httprule"
 )
 
-// Cache returns middleware that caches responses in c for ttl (unless a
+// Cache returns middleware that caches responses in c for fresh (unless a
 // response's Cache-Control says otherwise), for r.Use in chi or to wrap
-// any http.Handler. It panics if ttl is invalid.
-func Cache(c *cache.Cache, ttl time.Duration) func(http.Handler) http.Handler {
-	m, err := New(c, &Options{Freshness: FreshnessPolicy{TTL: ttl}})
+// any http.Handler. It panics if fresh is invalid.
+func Cache(c *cache.Cache, fresh time.Duration) func(http.Handler) http.Handler {
+	m, err := New(c, &Options{Freshness: FreshnessPolicy{Fresh: fresh}})
 	if err != nil {
 		panic(err)
 	}

@@ -127,7 +127,7 @@ func (m *Middleware) PurgeTag(ctx context.Context, tags ...string) error {
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	for _, t := range tags {
 		st := tagStamp{Epoch: rand.Uint64(), PurgedAt: now}
-		if err := cache.Set(ctx, m.c, tagKey(t), st, cache.WithTTL(m.tagLife)); err != nil {
+		if err := cache.Set(ctx, m.c, tagKey(t), st, cache.WithExpiry(cache.Expiry{Fresh: m.tagLife})); err != nil {
 			errs = append(errs, fmt.Errorf("middleware: purge tag %q: %w", t, err))
 		}
 	}
@@ -216,7 +216,7 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 			// overtakes a load), and is then what this reads.
 			st, err = cache.GetOrLoad(ctx, m.c, key, func(context.Context) (tagStamp, error) {
 				return tagStamp{Epoch: rand.Uint64()}, nil
-			}, cache.WithTTL(m.recordLife(life)))
+			}, cache.WithExpiry(cache.Expiry{Fresh: m.recordLife(life)}))
 		}
 		gots[i] = got{st, err, lost}
 	})

@@ -87,11 +87,11 @@ func TestMiddleware_Stats_varyRelookCountsOnce(t *testing.T) {
 		w.Header().Set("Vary", "Accept-Language")
 		fmt.Fprint(w, "lang=", r.Header.Get("Accept-Language"))
 	})
-	m1, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}})
+	m1, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}}) // "another process"
+	m2, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Minute}}) // "another process"
 	if err != nil {
 		t.Fatal(err)
 	}

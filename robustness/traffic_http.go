@@ -48,7 +48,7 @@ type web struct {
 func (w *worker) openWeb(logger *slog.Logger, near *cache.Near) (*web, error) {
 	c, err := cache.New(w.rc, &cache.Options{
 		Namespace: w.cfg.Prefix + ":http", Observer: observe,
-		Expiry:  cache.ExpiryPolicy{TTL: time.Second, RefreshBackoff: 100 * time.Millisecond},
+		Expiry:  cache.ExpiryPolicy{Fresh: time.Second, RefreshBackoff: 100 * time.Millisecond},
 		LockTTL: lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
 		PollInterval: poll, FailOpenCooldown: cooldown, Near: near, Logger: logger,
 	})
@@ -56,7 +56,7 @@ func (w *worker) openWeb(logger *slog.Logger, near *cache.Near) (*web, error) {
 		return nil, err
 	}
 	mw, err := middleware.New(c, &middleware.Options{
-		Freshness:   middleware.FreshnessPolicy{TTL: time.Second},
+		Freshness:   middleware.FreshnessPolicy{Fresh: time.Second},
 		WaitTimeout: time.Second,
 		Tags:        middleware.TagPolicy{Headers: []string{"Surrogate-Key"}},
 		Logger:      logger,

@@ -283,7 +283,7 @@ func (w *worker) open() error {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w.lin, err = cache.New(w.rc, &cache.Options{
 		Namespace: w.cfg.Prefix + ":lin",
-		Expiry:    cache.ExpiryPolicy{TTL: time.Hour},
+		Expiry:    cache.ExpiryPolicy{Fresh: time.Hour},
 		LockTTL:   lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
 		PollInterval: poll, FailOpenCooldown: cooldown, DigestThreshold: 256,
 		Observer: observe, Logger: logger,
@@ -297,7 +297,7 @@ func (w *worker) open() error {
 	}
 	w.exp, err = cache.New(w.rc, &cache.Options{
 		Namespace: w.cfg.Prefix + ":exp",
-		Expiry:    cache.ExpiryPolicy{TTL: expTTL, Stale: expStale, Negative: expTTL, RefreshBackoff: 100 * time.Millisecond},
+		Expiry:    cache.ExpiryPolicy{Fresh: expTTL, Stale: expStale, Negative: expTTL, RefreshBackoff: 100 * time.Millisecond},
 		LockTTL:   lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
 		PollInterval: poll, FailOpenCooldown: cooldown, DigestThreshold: 256,
 		Near: near, Observer: observe, Logger: logger,

@@ -177,7 +177,7 @@ func (w *worker) newCache() (*cache.Cache, error) {
 		Observer:  w.coh.observe,
 		Namespace: namespace(w.cfg.Prefix),
 		Expiry: cache.ExpiryPolicy{
-			TTL:            time.Second,
+			Fresh:          time.Second,
 			Stale:          500 * time.Millisecond,
 			RefreshBackoff: 200 * time.Millisecond,
 			Jitter:         0.2,

@@ -81,7 +81,7 @@ func (w *worker) openWeb() (*web, error) {
 		Near:      w.near(),
 		Logger:    w.logger,
 		Expiry: cache.ExpiryPolicy{
-			TTL:            time.Second, // the responses' max-age decides, through cache.Expire
+			Fresh:          time.Second, // the responses' max-age decides, through cache.Expire
 			RefreshBackoff: 200 * time.Millisecond,
 		},
 		LockTTL:          time.Second,
@@ -93,7 +93,7 @@ func (w *worker) openWeb() (*web, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Second}, WaitTimeout: time.Second})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Second}, WaitTimeout: time.Second})
 	if err != nil {
 		_ = c.Close()
 		return nil, err

@@ -238,7 +238,7 @@ func TestCacheObserver(t *testing.T) {
 	clk := &metricstest.Clock{}
 	ns := redistest.Key(t, "ns")
 	rdb := s.Client(t)
-	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute},
+	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute},
 		Now: clk.Now, Observer: b.tel.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestCacheObserver_nearTier(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := metricstest.Context(t)
 	b := newBed(t, nil)
-	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute},
+	c, err := cache.New(s.NewClient(), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{Fresh: time.Minute},
 		Near: &cache.Near{MaxEntries: 100}, Observer: b.tel.CacheObserver("near")})
 	if err != nil {
 		t.Fatal(err)

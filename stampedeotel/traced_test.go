@@ -22,7 +22,7 @@ func TestTraced(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	b := newBed(t, nil)
 	clk := &metricstest.Clock{}
-	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
+	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"), Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestTraced_CacheObserver(t *testing.T) {
 	tracer := b.tp.Tracer("test")
 	clk := &metricstest.Clock{}
 	c, err := cache.New(s.Client(t), &cache.Options{Namespace: redistest.Key(t, "ns"),
-		Expiry: cache.ExpiryPolicy{TTL: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now, Observer: b.tel.CacheObserver("users")})
+		Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now, Observer: b.tel.CacheObserver("users")})
 	if err != nil {
 		t.Fatal(err)
 	}

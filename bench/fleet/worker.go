@@ -184,7 +184,7 @@ func (w *worker) open(ctx context.Context, design string, near bool, ns string, 
 	} else {
 		w.rdb = redis.NewClient(&redis.Options{Addr: w.addrs[0], Dialer: dial, PoolSize: 4})
 	}
-	o := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: 10 * time.Minute}}
+	o := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: 10 * time.Minute}}
 	if near {
 		o.Near = &cache.Near{MaxEntries: 10_000}
 	}

@@ -43,7 +43,7 @@ type approachOptions struct {
 func newGetter(name string, rdb *redis.Client, o approachOptions) (getter, error) {
 	switch name {
 	case "stampede", nearApproach, broadcastApproach:
-		opts := &cache.Options{Namespace: o.ns, Expiry: cache.ExpiryPolicy{TTL: o.ttl, Stale: o.stale},
+		opts := &cache.Options{Namespace: o.ns, Expiry: cache.ExpiryPolicy{Fresh: o.ttl, Stale: o.stale},
 			WaitTimeout: 30 * time.Second, LoadTimeout: 30 * time.Second, Broadcast: name == broadcastApproach}
 		if name == nearApproach {
 			opts.Near = &cache.Near{MaxEntries: 100_000}

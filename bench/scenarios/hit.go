@@ -31,7 +31,7 @@ func storeHitItem(ctx context.Context, e *Env, ns string) error {
 	if err != nil {
 		return err
 	}
-	err = cache.Set(ctx, c, "item", newItem("item"), cache.WithTTL(time.Hour))
+	err = cache.Set(ctx, c, "item", newItem("item"), cache.WithExpiry(cache.Expiry{Fresh: time.Hour}))
 	_ = c.Close()
 	if err != nil {
 		return fmt.Errorf("store the item: %w", err)

@@ -62,7 +62,7 @@ func runNearMemory(rdb *redis.Client, j job, start time.Time) (*podResult, error
 	// One entry as the cache stores it, copied to every key: the stored
 	// form holds no key, and writing it with pipelined SETs is much
 	// faster than a Set per key.
-	plain, err := cache.New(rdb, &cache.Options{Namespace: j.NS, Expiry: cache.ExpiryPolicy{TTL: time.Hour}})
+	plain, err := cache.New(rdb, &cache.Options{Namespace: j.NS, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}})
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func keyList(prefix string, n int) []string {
 // nearCache returns a Cache of namespace ns with a near cache of max
 // entries, once the near cache answers.
 func nearCache(rdb *redis.Client, ns string, max int) (*cache.Cache, error) {
-	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{TTL: time.Hour}, Near: &cache.Near{MaxEntries: max}})
+	c, err := cache.New(rdb, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: time.Hour}, Near: &cache.Near{MaxEntries: max}})
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,7 @@ func cacheApproaches(ctx context.Context, e *Env, notes *[]string) []string {
 func runNearJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any)) (*podResult, error) {
 	switch j.Kind {
 	case "coh-writer":
-		c, err := cache.New(rdb, &cache.Options{Namespace: j.NS, Expiry: cache.ExpiryPolicy{TTL: time.Hour, Stale: time.Hour},
+		c, err := cache.New(rdb, &cache.Options{Namespace: j.NS, Expiry: cache.ExpiryPolicy{Fresh: time.Hour, Stale: time.Hour},
 			WaitTimeout: 5 * time.Second, LoadTimeout: 5 * time.Second})
 		if err != nil {
 			return nil, err

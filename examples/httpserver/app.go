@@ -40,7 +40,7 @@ func newApp(rdb *redis.Client, cfg config) (*app, error) {
 		return nil, err
 	}
 	// The response's own Cache-Control (none here) would override TTL.
-	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: cfg.ttl}})
+	m, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: cfg.ttl}})
 	if err != nil {
 		c.Close()
 		return nil, err

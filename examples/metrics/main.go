@@ -123,7 +123,7 @@ func newApp(rdb *redis.Client) (*app, error) {
 	// One Cache for the pages and the prices; its Observer counts both,
 	// labelled cache="shop". The middleware's Observer counts requests by
 	// route, the lock Client's Observer the reindex lock.
-	c, err := cache.New(rdb, &cache.Options{Namespace: "examples/metrics", Expiry: cache.ExpiryPolicy{TTL: time.Minute}, Observer: m.CacheObserver("shop")})
+	c, err := cache.New(rdb, &cache.Options{Namespace: "examples/metrics", Expiry: cache.ExpiryPolicy{Fresh: time.Minute}, Observer: m.CacheObserver("shop")})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func newApp(rdb *redis.Client) (*app, error) {
 		c.Close()
 		return nil, err
 	}
-	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}, Observer: m.MiddlewareObserver("pages")})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Minute}, Observer: m.MiddlewareObserver("pages")})
 	if err != nil {
 		c.Close()
 		return nil, err

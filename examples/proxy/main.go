@@ -127,7 +127,7 @@ func parseFlags(args []string) (config, error) {
 	if *shared {
 		cfg.opts = *middleware.SharedOptions()
 	}
-	cfg.opts.Freshness.TTL, cfg.opts.Freshness.Stale, cfg.opts.Freshness.HeuristicMaxAge = *ttl, *staleTTL, *heuristicMax
+	cfg.opts.Freshness.Fresh, cfg.opts.Freshness.Stale, cfg.opts.Freshness.HeuristicMaxAge = *ttl, *staleTTL, *heuristicMax
 	for _, change := range changes {
 		change(&cfg.opts)
 	}

@@ -54,7 +54,7 @@ func TestProxy(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("explicit=%v,heuristic=%v%s", tt.explicit, tt.heuristic, tt.path), func(t *testing.T) {
 			cfg := config{namespace: redistest.Key(t, "proxy"), opts: middleware.Options{
-				Freshness: middleware.FreshnessPolicy{TTL: time.Minute, Explicit: tt.explicit, Heuristic: tt.heuristic, HeuristicMaxAge: 24 * time.Hour},
+				Freshness: middleware.FreshnessPolicy{Fresh: time.Minute, Explicit: tt.explicit, Heuristic: tt.heuristic, HeuristicMaxAge: 24 * time.Hour},
 			}}
 			proxy := startProxy(t, s, u, cfg)
 			var bodies []string
@@ -171,7 +171,7 @@ func TestProxy_chunked(t *testing.T) {
 // wherever it comes on the command line.
 func TestParseFlags(t *testing.T) {
 	preset := *middleware.SharedOptions()
-	preset.Freshness.TTL, preset.Freshness.HeuristicMaxAge = time.Minute, 24*time.Hour
+	preset.Freshness.Fresh, preset.Freshness.HeuristicMaxAge = time.Minute, 24*time.Hour
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -201,7 +201,7 @@ func TestParseFlags(t *testing.T) {
 			o.CacheRequestsWithCookies, o.Freshness.Stale = false, 30*time.Second
 		}},
 		{"defaults plus one, in any order", []string{"-explicit", "-shared=false", "-ttl", "5m"}, func(o *middleware.Options) {
-			o.Freshness.Explicit, o.Freshness.TTL = true, 5*time.Minute
+			o.Freshness.Explicit, o.Freshness.Fresh = true, 5*time.Minute
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute, HeuristicMaxAge: 24 * time.Hour}}
+			want := middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Minute, HeuristicMaxAge: 24 * time.Hour}}
 			tt.want(&want)
 			if !reflect.DeepEqual(cfg.opts, want) {
 				t.Errorf("parseFlags(%q).opts = %+v, want %+v", tt.args, cfg.opts, want)

@@ -89,7 +89,7 @@ func worker(id int) error {
 	switch mode {
 	case modeDirect:
 	case modeCached:
-		c, err = cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{TTL: time.Minute}})
+		c, err = cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
 		if err != nil {
 			return err
 		}

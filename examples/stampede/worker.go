@@ -163,7 +163,7 @@ func worker(id int) error {
 			return v, "waited", rdb.Set(ctx, keys.naive, b, ttl).Err()
 		}
 	case approachCache:
-		c, err = cache.New(rdb, &cache.Options{Namespace: keys.namespace, Expiry: cache.ExpiryPolicy{TTL: ttl, Stale: staleTTL}})
+		c, err = cache.New(rdb, &cache.Options{Namespace: keys.namespace, Expiry: cache.ExpiryPolicy{Fresh: ttl, Stale: staleTTL}})
 		if err != nil {
 			return err
 		}

@@ -31,8 +31,8 @@ type View interface {
 	// Get's does.
 	Peek(ctx context.Context, key string, dst Dst) (Found, error)
 
-	// SetIfUnchanged is cache.Set of v with cache.WithTTL(ttl) and
-	// cache.WithStaleTTL(stale) that writes only if key still holds old,
+	// SetIfUnchanged is cache.Set of v with
+	// cache.WithExpiry(cache.Expiry{Fresh: ttl, Stale: stale}) that writes only if key still holds old,
 	// an entry as Found.Raw returned it, in one conditional write on the
 	// server (SET IFEQ, or a script where the server has none): a Set or
 	// Delete that came after the Peek wins. It returns ErrChanged, having
@@ -56,6 +56,18 @@ type View interface {
 	// negative stale one to 0, and both are clamped as the cache's
 	// ExpiryPolicy is.
 	Expire(ctx context.Context, fresh, stale time.Duration) bool
+
+	// OnStored returns ctx carrying fn, which a GetOrLoad called with
+	// that ctx calls once the load it started has been written to the
+	// server, so that the middleware says it stored a response
+	// (Cache-Status) only when it did. fn is not called when nothing was
+	// written: the loader failed or found nothing, the server failed or
+	// refused the write, a Delete or Set came first, or the call was
+	// answered by another load (in this process or another) or by a
+	// stored value. fn runs on the load's goroutine, before the call
+	// returns unless the load is a background refresh, and must not
+	// block.
+	OnStored(ctx context.Context, fn func()) context.Context
 
 	// MaxValueSize is the largest encoded value the cache stores
 	// (cache.Options.MaxValueSize, or its default).

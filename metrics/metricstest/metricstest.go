@@ -63,7 +63,7 @@ func NewMiddleware(tb testing.TB, rc cache.RedisClient, obs func(middleware.Even
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{TTL: time.Minute}, Observer: obs})
+	mw, err := middleware.New(c, &middleware.Options{Freshness: middleware.FreshnessPolicy{Fresh: time.Minute}, Observer: obs})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func BenchNearHit(b *testing.B, newClient func() redis.UniversalClient, observer
 			name = "with-observer"
 		}
 		b.Run(name, func(b *testing.B) {
-			opts := &cache.Options{Namespace: redistest.Key(b, "ns"), Expiry: cache.ExpiryPolicy{TTL: time.Hour}, Near: &cache.Near{MaxEntries: 100}}
+			opts := &cache.Options{Namespace: redistest.Key(b, "ns"), Expiry: cache.ExpiryPolicy{Fresh: time.Hour}, Near: &cache.Near{MaxEntries: 100}}
 			if observed {
 				opts.Observer = observer(b)
 			}
