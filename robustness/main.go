@@ -32,6 +32,10 @@
 // what a TAKEOVER can lose is excused (check_takeover.go). A failed run
 // writes report.md (and Porcupine's visualisation of a key that is not
 // linearizable) in its directory and exits 1.
+//
+// The soak (soak/, go run ./robustness/soak) is the module's other
+// command: mixed traffic under random network faults for minutes or
+// hours, checked against a few invariants at its end.
 package main
 
 import (

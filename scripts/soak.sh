@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # soak.sh runs the soak's long form against a real Redis 8: it provisions
 # the servers (scripts/provision.sh), starts the Redis >= 8.4 binary on a
-# free loopback port with a temporary directory, runs go run ./soak for the
-# given duration (default 5m) and stops the server. Arguments after the
-# duration go to the soak, e.g.
+# free loopback port with a temporary directory, runs go run
+# ./robustness/soak for the given duration (default 5m) and stops the
+# server. Arguments after the duration go to the soak, e.g.
 #
 #   scripts/soak.sh                    # 5 minutes, 4 workers
 #   scripts/soak.sh 30m -workers 8 -seed 42 -json soak.json
@@ -53,4 +53,4 @@ done
 [ -n "$pid" ] || { echo "soak.sh: could not start $bin" >&2; cat "$dir/server.log" >&2 || true; exit 1; }
 echo "soak.sh: $("$bin" --version | awk '{print $1, $2, $3}') on 127.0.0.1:$port (pid $pid)" >&2
 
-go run ./soak -duration "$duration" -redis "redis://127.0.0.1:$port" "$@"
+go run ./robustness/soak -duration "$duration" -redis "redis://127.0.0.1:$port" "$@"

@@ -2,11 +2,14 @@
 // Redis-protocol server for a bounded time, from several worker processes,
 // and ends with a summary whose invariants must hold: no lost updates, no
 // stale sets, no read older than the coherence bound, and no growth of
-// goroutines or heap.
+// goroutines or heap. It is part of the robustness module (its tests run
+// with the robustness suite's); from the repository root:
 //
-//	go run ./soak                                  # 3 minutes on an embedded miniredis
-//	go run ./soak -duration 30s -workers 3 -redis redis://127.0.0.1:6379
+//	go run ./robustness/soak                       # 3 minutes on an embedded miniredis
+//	go run ./robustness/soak -duration 30s -workers 3 -redis redis://127.0.0.1:6379
 //	scripts/soak.sh 5m                             # the long form, on a Redis 8 it starts
+//
+// and go run ./soak from the robustness folder.
 //
 // Each worker process puts its own fault proxy (internal/testkit/faultproxy) in
 // front of the server for its cache and lock clients, and injects latency,
@@ -114,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum.Command = strings.TrimSpace("go run ./soak " + strings.Join(args, " "))
+	sum.Command = strings.TrimSpace("go run ./robustness/soak " + strings.Join(args, " "))
 	writeTable(stdout, sum)
 	if o.json != "" {
 		b, err := json.MarshalIndent(sum, "", "  ")

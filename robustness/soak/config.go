@@ -54,7 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.url, "redis", os.Getenv("REDIS_URL"), "server URL (redis://host:port); empty: an embedded miniredis. Default: $REDIS_URL")
 	fs.StringVar(&o.json, "json", "", "also write the summary as JSON to this file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: go run ./soak [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "usage: go run ./robustness/soak [flags]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
