@@ -1,7 +1,8 @@
 // Package stampede_test checks the documentation: every Go snippet in
 // README.md, ARCHITECTURE.md, CHANGELOG.md and docs/*.md is the body of an
-// Example function that go test compiles, and every relative link and
-// godoc link in them points at something that exists.
+// Example function that go test compiles, every relative link and godoc
+// link in them points at something that exists, and no heading of theirs
+// (CHANGELOG.md's aside) has more than maxSectionLines lines under it.
 //
 // A snippet opens with the line
 //
@@ -294,6 +295,111 @@ func headingAnchors(tb testing.TB, file string) map[string]bool {
 		seen[slug]++
 	}
 	return a
+}
+
+// maxSectionLines is the most lines a heading may have under it, so that
+// a reader who lands on a heading finds what it names within a screen or
+// two: the lines from the one after the heading to the one before the
+// next heading of any level, fenced code included (a title's run to its
+// first subheading).
+const maxSectionLines = 80
+
+// sectionExempt are the docFiles whose sections are not bounded:
+// CHANGELOG.md is a history, headed by release and package, whose
+// sections grow with every change by design.
+var sectionExempt = map[string]bool{"CHANGELOG.md": true}
+
+// TestDocs_sections fails for a heading with more than maxSectionLines
+// lines under it, naming the file, the heading, its line and the count.
+// Break such a section up with headings a reader can land on.
+func TestDocs_sections(t *testing.T) {
+	n, longest, where := 0, 0, ""
+	for _, file := range docFiles(t) {
+		if sectionExempt[file] {
+			continue
+		}
+		if _, err := os.Stat(file); err != nil {
+			continue // TestDocs_snippets reports it
+		}
+		for _, s := range sections(t, file) {
+			n++
+			if s.lines > longest {
+				longest, where = s.lines, fmt.Sprintf("%s:%d %q", file, s.line, s.heading)
+			}
+			if s.lines > maxSectionLines {
+				t.Errorf("%s:%d: heading %q has %d lines under it, more than %d: break it up with headings a reader can land on",
+					file, s.line, s.heading, s.lines, maxSectionLines)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no headings found")
+	}
+	t.Logf("%d headings; the longest section, %d lines, is %s", n, longest, where)
+}
+
+// TestDocs_sectionsCounted checks how sections counts, on a page made up
+// for it: a fenced "#" line is no heading, and a title's lines run to its
+// first subheading.
+func TestDocs_sectionsCounted(t *testing.T) {
+	page := "intro before any heading\n" +
+		"# Title\n\ntext\n\n" +
+		"## One\n\n```sh\n# a comment, not a heading\n```\n\n" +
+		"### One.one\n#hashtag, not a heading\n" +
+		"## Two\n"
+	file := filepath.Join(t.TempDir(), "page.md")
+	if err := os.WriteFile(file, []byte(page), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := []section{
+		{heading: beforeFirst, line: 1, lines: 1},
+		{heading: "# Title", line: 2, lines: 3},
+		{heading: "## One", line: 6, lines: 5},
+		{heading: "### One.one", line: 12, lines: 1},
+		{heading: "## Two", line: 14, lines: 0},
+	}
+	got := sections(t, file)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sections:\n got  %v\n want %v", got, want)
+	}
+}
+
+// section is a heading of a Markdown file and the lines under it.
+type section struct {
+	heading string // the heading's line, "# Title"
+	line    int    // its line, 1-based
+	lines   int    // the lines under it, to the next heading of any level
+}
+
+var headingRe = regexp.MustCompile(`^#{1,6}(\s|$)`)
+
+// beforeFirst names the lines before a file's first heading.
+const beforeFirst = "(before the first heading)"
+
+// sections returns the headings of file outside fenced code, each with the
+// lines under it. Lines before the first heading, if any, are a section
+// of their own, named beforeFirst.
+func sections(tb testing.TB, file string) []section {
+	tb.Helper()
+	lines := readLines(tb, file)
+	var out []section
+	cur, from := section{heading: beforeFirst, line: 1}, 0 // from: cur's first line under it
+	fence := false
+	for i, line := range lines {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+		}
+		if fence || !headingRe.MatchString(line) {
+			continue
+		}
+		cur.lines = i - from
+		if cur.heading != beforeFirst || cur.lines > 0 {
+			out = append(out, cur)
+		}
+		cur, from = section{heading: strings.TrimSpace(line), line: i + 1}, i+1
+	}
+	cur.lines = len(lines) - from
+	return append(out, cur)
 }
 
 // checkGodoc checks "/pkg#Name" or "/pkg#Type.Member" against the

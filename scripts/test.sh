@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # test.sh provisions the servers the tests need (scripts/provision.sh) and
-# runs the whole test suite with the race detector, one module at a time,
-# in go.work's order: the library (the root module), then the nested
-# modules bench, compare (stampede next to other libraries), compress,
-# examples, gocronlock, robustness (the suite, its nemesis and the soak's
-# 20 s form), stampedeotel and stampedeprom. go test ./... covers only the
-# module it runs in, hence the loop.
+# runs the whole test suite with the race detector, one module at a time:
+# every module go.work uses, in its order, the library (the root module)
+# first. The list is read from go.work, so a module added there is tested
+# too. go test ./... covers only the module it runs in, hence the loop.
 #
 # Each module is tested on its own go.mod and go.sum (GOWORK=off), as it
 # builds outside this repository; the nested ones reach the library here
