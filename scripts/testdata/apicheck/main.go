@@ -117,6 +117,10 @@ func load(dir string) (*module, error) {
 	cfg := &packages.Config{
 		Dir:  dir,
 		Mode: packages.NeedName | packages.NeedFiles | packages.NeedTypes | packages.NeedModule,
+		// go list -export compiles the packages; -trimpath keeps their
+		// folder out of the build cache's keys, so that loading an older
+		// tree (loadAt) compiles only the packages that differ.
+		Env: append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath")),
 	}
 	pkgs, err := packages.Load(cfg, "./...")
 	if err != nil {
