@@ -18,8 +18,9 @@
 # each line removed or added and apidiff's verdict on each change
 # (compatible or not) from the source of the last commit that changed api/.
 # Once a release tag vX.Y.Z exists, it also fails when a package's lines
-# differ from that tag's api/ and CHANGELOG.md's "## Unreleased" section
-# has no "###" heading naming the package.
+# differ from that tag's api/ and CHANGELOG.md's newest section ("##
+# Unreleased", or the release's own in the commit that makes it) has no
+# "###" heading naming the package.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 modules=(. compress gocronlock stampedeprom stampedeotel)

@@ -172,15 +172,20 @@ func TestUnreleased(t *testing.T) {
 		found bool
 		words []string
 	}{
-		{"# Changelog\n\n## v0.1.0\n\n### cache\n", false, nil},
+		// No section above the tag's.
+		{"# Changelog\n\n## v0.1.0 (2026-01-01)\n\n### cache\n", false, nil},
+		{"# Changelog\n\n### cache\n", false, nil},
+		// An empty one.
 		{"## Unreleased\n\n## v0.1.0 (2026-01-01)\n\n### cache\n", true, nil},
 		{"## Unreleased (will be v0.2.0)\n\n### lock\n\n- x\n\n### metrics (new), stampedeprom\n\n## v0.1.0\n\n### cache\n", true,
 			[]string{"lock", "metrics", "new", "stampedeprom"}},
+		// The commit that releases v0.2.0.
+		{"# Changelog\n\n## v0.2.0 (2026-02-01)\n\n### metricstest\n\n## v0.1.0\n\n### cache\n", true, []string{"metricstest"}},
 	} {
 		if err := os.WriteFile(file, []byte(c.text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		words, found := unreleased(file)
+		words, found := unreleased(file, "v0.1.0")
 		var got []string
 		for w := range words {
 			got = append(got, w)

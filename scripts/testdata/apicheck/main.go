@@ -23,10 +23,12 @@
 //
 // When a release tag exists (the newest vX.Y.Z, as git sorts versions)
 // and has an api/, then for each package whose lines differ between that
-// tag's baseline and the working tree's, the "## Unreleased" section of
-// REPO/CHANGELOG.md must have a "###" heading that names the package (the
-// last element of its path, as a word); if one is missing, it prints
-// apidiff's report from the tag to the working tree and fails.
+// tag's baseline and the working tree's, the newest section of
+// REPO/CHANGELOG.md (its first "## " heading: "Unreleased", or the version
+// being released, but not the tag's) must have a "###" heading that names
+// the package (the last element of its path, as a word); if one is
+// missing, it prints apidiff's report from the tag to the working tree and
+// fails.
 //
 // It lives under testdata so that the library's module neither builds it
 // nor requires golang.org/x/exp; it is a module of its own.
@@ -231,10 +233,9 @@ func checkBaselines(r *repo, mods []*module) bool {
 	return ok
 }
 
-// checkChangelog reports whether CHANGELOG.md's "## Unreleased" section
-// has a "###" heading naming each package whose baseline changed since the
-// last release tag. It holds when there is no such tag, or the tag has no
-// api/.
+// checkChangelog reports whether the newest section of CHANGELOG.md has a
+// "###" heading naming each package whose baseline changed since the last
+// release tag. It holds when there is no such tag, or the tag has no api/.
 func checkChangelog(r *repo, mods []*module) bool {
 	tags, err := r.git("tag", "-l", "v[0-9]*", "--sort=-v:refname")
 	if err != nil || tags == "" {
@@ -247,7 +248,7 @@ func checkChangelog(r *repo, mods []*module) bool {
 	}
 	changed := map[*module][]string{} // module → its packages changed since tag
 	var missing []string
-	section, found := unreleased(filepath.Join(r.root, "CHANGELOG.md"))
+	section, found := unreleased(filepath.Join(r.root, "CHANGELOG.md"), tag)
 	for _, m := range mods {
 		then, _ := r.git("show", tag+":"+filepath.ToSlash(m.txt)) // none: a module new since tag
 		now, err := os.ReadFile(filepath.Join(r.root, m.txt))
@@ -272,10 +273,10 @@ func checkChangelog(r *repo, mods []*module) bool {
 	}
 	slices.Sort(missing)
 	if !found {
-		fmt.Printf("apicheck: the exported API changed since %s, and CHANGELOG.md has no \"## Unreleased\" section to say so\n", tag)
+		fmt.Printf("apicheck: the exported API changed since %s, and CHANGELOG.md has no \"## Unreleased\" section above %s's to say so\n", tag, tag)
 	} else {
-		fmt.Printf("apicheck: the exported API of %s changed since %s, and the \"## Unreleased\" section of\n"+
-			"  CHANGELOG.md has no \"###\" heading naming %s: say there what changed and how to upgrade.\n",
+		fmt.Printf("apicheck: the exported API of %s changed since %s, and the newest section of CHANGELOG.md\n"+
+			"  (\"## Unreleased\") has no \"###\" heading naming %s: say there what changed and how to upgrade.\n",
 			strings.Join(missing, ", "), tag, strings.Join(missing, ", "))
 	}
 	for _, m := range mods {
@@ -293,23 +294,25 @@ func checkChangelog(r *repo, mods []*module) bool {
 	return false
 }
 
-// unreleased returns the words of the "###" headings in the section of a
-// changelog whose "## " heading starts with "Unreleased" (up to the next
-// "## " heading), and whether there is such a section.
-func unreleased(file string) (words map[string]bool, found bool) {
+// unreleased returns the words of the "###" headings in the newest
+// section of a changelog (from its first "## " heading to the next), and
+// whether there is one that is not tag's: "## Unreleased …" before a
+// release, "## vX.Y.Z (date)" in the commit that releases vX.Y.Z.
+func unreleased(file, tag string) (words map[string]bool, found bool) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, false
 	}
 	words = map[string]bool{}
-	in := false
 	for _, l := range strings.Split(string(b), "\n") {
 		if h, ok := strings.CutPrefix(l, "## "); ok {
-			in = strings.HasPrefix(h, "Unreleased")
-			found = found || in
+			if found || h == tag || strings.HasPrefix(h, tag+" ") {
+				break
+			}
+			found = true
 			continue
 		}
-		if h, ok := strings.CutPrefix(l, "### "); ok && in {
+		if h, ok := strings.CutPrefix(l, "### "); ok && found {
 			for _, w := range strings.FieldsFunc(h, func(r rune) bool {
 				return !(r == '_' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
 			}) {
