@@ -273,7 +273,9 @@ func checkChangelog(r *repo, mods []*module) bool {
 	}
 	slices.Sort(missing)
 	if !found {
-		fmt.Printf("apicheck: the exported API changed since %s, and CHANGELOG.md has no \"## Unreleased\" section above %s's to say so\n", tag, tag)
+		fmt.Printf("apicheck: the exported API of %s changed since %s, and CHANGELOG.md has no section\n"+
+			"  above %s's (\"## Unreleased\") with a \"###\" heading naming each: say there what changed and how to upgrade.\n",
+			strings.Join(missing, ", "), tag, tag)
 	} else {
 		fmt.Printf("apicheck: the exported API of %s changed since %s, and the newest section of CHANGELOG.md\n"+
 			"  (\"## Unreleased\") has no \"###\" heading naming %s: say there what changed and how to upgrade.\n",
