@@ -222,7 +222,8 @@ func checkBaselines(r *repo, mods []*module) bool {
 		}
 		fmt.Printf("  apidiff, from the source of %s (the last commit that changed api/) to the working tree:\n", rev)
 		if removed, added := diff(parseListing(b), base.lines); len(removed)+len(added) > 0 {
-			fmt.Printf("  (%s's own API differs from %s by %d lines; they appear below too)\n", rev, m.txt, len(removed)+len(added))
+			fmt.Printf("  (%s was not checked: its own API differs from its %s by %d lines, so apidiff's\n"+
+				"  verdicts below are on the changes since %s, not since the baseline)\n", rev, m.txt, len(removed)+len(added), rev)
 		}
 		printReport(apidiff.ModuleChanges(&base.Module, &m.Module))
 	}
