@@ -74,6 +74,11 @@ type Iface interface {
 	private()
 }
 
+type Both interface {
+	Iface
+	x.View
+}
+
 func GetOrLoad[V any](ctx context.Context, c *Cache[V], key string, load Func[V], opts ...Option) (V, error) {
 	return load(ctx)
 }
@@ -140,6 +145,12 @@ func TestListing(t *testing.T) {
 		"type Cache[V any] struct, embedded inner",
 		"type Caps = x.Caps",
 		"type Func[V any] func(context.Context) (V, error)",
+		"type Both interface",
+		"type Both interface, Do(context.Context, ...any) error",
+		"type Both interface, Peek(string) (x.Found, error)",
+		"type Both interface, embedded Iface",
+		"type Both interface, embedded x.View",
+		"type Both interface, unexported methods",
 		"type Iface interface",
 		"type Iface interface, Do(context.Context, ...any) error",
 		"type Iface interface, unexported methods",

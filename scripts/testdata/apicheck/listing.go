@@ -153,6 +153,11 @@ func (l *lister) typeLines(obj *types.TypeName, name string, hidden bool) {
 		if unexported {
 			lines = append(lines, decl+", unexported methods")
 		}
+		for i := range u.NumEmbeddeds() { // what it can be used as
+			w := l.writer()
+			w.typ(u.EmbeddedType(i))
+			lines = append(lines, decl+", embedded "+w.String())
+		}
 	default:
 		w := l.writer()
 		w.typ(u)
