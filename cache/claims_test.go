@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
 )
@@ -52,6 +53,61 @@ func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
 		r := redistest.Recv(t, ctx, waiter, "cache b")
 		if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "upstream answered 503") || calls.Load() != 0 {
 			t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad with a's error and no load", r.v, r.err, calls.Load())
+		}
+	})
+}
+
+// TestGetOrLoad_replaceWaiterReadsAgain: a caller that read bytes it
+// cannot use, found the rebuild lock R held and waited for R, does not
+// take R's value when R wrote it over other bytes: a Set, then the bytes
+// the caller read, came after R's write and before R announced (R paused
+// by a failpoint). R's value is older than what the caller read; the
+// caller reads the key again and loads. (Before: it took R's value, older
+// than a Set it had seen; the robustness suite's knownReplaceWaiter.)
+func TestGetOrLoad_replaceWaiterReadsAgain(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		clk := newClock()
+		exp := cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
+		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
+		c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
+			PollInterval: 20 * time.Millisecond, WaitTimeout: time.Minute})
+		if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
+			t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
+		}
+		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+
+		release, open := gate(t)
+		paused := make(chan struct{}, 1)
+		follow(t, func(_ context.Context, call, name string) {
+			if call == "R" && name == failpoint.CacheWritten {
+				paused <- struct{}{}
+				<-release
+			}
+		})
+		rebuild := goGetOrLoad(mark(ctx, "R"), a, "k", func(context.Context) (string, error) { return "R's value", nil })
+		redistest.Recv(t, ctx, paused, "cache a to write R's value over the not-found")
+		if err := cache.Set(ctx, b, "k", "set after R's write"); err != nil {
+			t.Fatalf("Set: %v", err)
+		}
+		if err := s.Client(t).Set(ctx, valueKey(ns, "k"), "bytes nobody can decode", 0).Err(); err != nil {
+			t.Fatalf("writing the bytes c reads: %v", err)
+		}
+		var calls atomic.Int32
+		waiter := goGetOrLoad(ctx, c, "k", func(context.Context) (string, error) {
+			calls.Add(1)
+			return "c's own load", nil
+		})
+		redistest.WaitFor(t, ctx, "cache c to wait for R, subscribed", func() bool { return cache.CoveredWaits(c) > 0 })
+		open()
+
+		if r := redistest.Recv(t, ctx, rebuild, "cache a"); r.err != nil || r.v != "R's value" {
+			t.Errorf("cache a: %q, %v; want R's value", r.v, r.err)
+		}
+		if r := redistest.Recv(t, ctx, waiter, "cache c"); r.err != nil || r.v != "c's own load" || calls.Load() != 1 {
+			t.Errorf("cache c: %q, %v, %d loads; want its own load: R's value is older than the bytes it read", r.v, r.err, calls.Load())
 		}
 	})
 }

@@ -472,7 +472,7 @@ func (m *many[V]) refreshStale(ctx context.Context) {
 func (c *Cache) awaitClaim(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, claim string, sent time.Time) (outcome, error) {
 	wt := &watch{began: time.Now()}
 	wt.start = wt.began
-	wt.saw(claim, sent)
+	wt.saw(claim, sent, false) // a claim on the value key (MGET found it)
 	c.n.waits.Add(1)
 	failpoint.Inject(ctx, failpoint.CacheWait)
 	n, err := c.await(ctx, k, w, min(it.wait, c.s.poll), sent)

@@ -43,6 +43,10 @@ type verdict struct {
 	// matched to what this caller read, and any notice or poll sends it
 	// back to reading the key).
 	claim string
+	// replace says that claim is the rebuild lock held beside bytes the
+	// caller could not use, not a claim on the value key: that rebuild's
+	// write may have replaced other bytes (see seenClaim.replace).
+	replace bool
 	// old is the stored value to replace.
 	old []byte
 	// seen is when the read that found the claim (or old) was sent: the
@@ -59,4 +63,10 @@ func answer(res outcome, err error) verdict {
 // or "" for the rebuild lock) a read sent at seen found.
 func waitFor(claim string, seen time.Time) verdict {
 	return verdict{next: waitRebuild, claim: claim, seen: seen}
+}
+
+// waitForReplace is waitFor the rebuild holding the rebuild lock (token
+// claim) beside bytes that a read sent at seen could not use.
+func waitForReplace(claim string, seen time.Time) verdict {
+	return verdict{next: waitRebuild, claim: claim, replace: true, seen: seen}
 }

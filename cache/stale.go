@@ -41,7 +41,7 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 	case l == nil:
 		// Another process rebuilds it: wait for the outcome announced
 		// under its lock's token, which is this caller's answer too.
-		return waitFor(holder, sent)
+		return waitForReplace(holder, sent)
 	}
 	if !c.stillHolds(ctx, k, l, old) {
 		return verdict{next: readAgain}

@@ -75,15 +75,23 @@ type watch struct {
 type seenClaim struct {
 	token string
 	sent  time.Time
+	// replace: the claim is the rebuild lock, found beside bytes the
+	// read could not use. That rebuild's write is conditional on the
+	// bytes it read itself, which may be older: a Set, then the bytes
+	// this read found, may have come after its write and before its
+	// announcement. So its value (or not-found) is no answer; the key is
+	// read again, and holds it if the write replaced what this read
+	// found.
+	replace bool
 }
 
 // saw records the claim of a rebuild that a read sent at sent found ("":
-// none).
-func (wt *watch) saw(token string, sent time.Time) {
+// none), the rebuild lock if replace.
+func (wt *watch) saw(token string, sent time.Time, replace bool) {
 	if token == "" || wt.knows(token) != nil {
 		return
 	}
-	wt.claims = append(wt.claims, seenClaim{token: token, sent: sent})
+	wt.claims = append(wt.claims, seenClaim{token: token, sent: sent, replace: replace})
 }
 
 // knows returns the claim with token this waiter saw, or nil.
@@ -117,7 +125,7 @@ func (wt *watch) since() time.Time {
 // own read of the key found.
 func (c *Cache) fill(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], bad []byte, first firstRead) (outcome, error) {
 	wt := &watch{began: time.Now()}
-	wt.saw(first.claim, first.sent)
+	wt.saw(first.claim, first.sent, false)
 	// Registered before the first read, so that an announcement sent
 	// between a read and the wait that follows is not missed (as far as
 	// the subscription reaches: see await).
@@ -168,7 +176,7 @@ func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader
 		case readAgain:
 			continue
 		}
-		wt.saw(v.claim, v.seen)
+		wt.saw(v.claim, v.seen, v.replace)
 		if wt.start.IsZero() {
 			wt.start = time.Now()
 			c.n.waits.Add(1)
@@ -287,6 +295,12 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		// A poll, a Set, or news of a rebuild this caller did not see
 		// claim the key (it may predate a Delete): read the key again.
 		return verdict{next: readAgain}
+	}
+	switch n.kind {
+	case noticeValue, noticeNotFound:
+		if cl.replace {
+			return verdict{next: readAgain} // see seenClaim.replace
+		}
 	}
 	switch n.kind {
 	case noticeValue:

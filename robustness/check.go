@@ -216,9 +216,6 @@ func checkReadYourWrites(h *history, o checkOptions, res *result) {
 			}
 			res.violate(name, fmt.Sprintf("%s of %s/%s returned %s, made before a %s that returned %s before the read began",
 				r.Kind, r.NS, key, v, w.Kind, time.Duration(r.Call-w.Return)), r, w, src)
-			if or.load != nil && flagged(r, key, "wait") && h.garbageBetween(r.NS+"/"+key, w.Return, r.Call) {
-				res.Violations[len(res.Violations)-1].Known = knownReplaceWaiter
-			}
 		})
 	}
 }
@@ -344,30 +341,6 @@ func (h *history) wroteBetween(nsKey string, from, to int64) bool {
 	}
 	return false
 }
-
-// garbageBetween says whether undecodable bytes were written under nsKey
-// ("ns/key") between from and to.
-func (h *history) garbageBetween(nsKey string, from, to int64) bool {
-	h.wroteBetween(nsKey, 0, 0) // builds h.writes
-	for _, r := range h.writes[nsKey] {
-		if r.Kind == kGarbage && r.Call >= from && r.Call < to {
-			return true
-		}
-	}
-	return false
-}
-
-// knownReplaceWaiter names a window the suite found in the claim
-// protocol's replace path: a caller reads undecodable bytes, finds the
-// rebuild lock R held, waits for R's announcement and takes R's value;
-// but R wrote that value over older bytes, and a Set, then the bytes the
-// caller read, came after R's write and before R announced (R paused by
-// a failpoint). R's value is older than what the caller read. Classified
-// by the history: the read waited on the key, its value is a load's, and
-// undecodable bytes were written after the Set it missed. The fix: a
-// replace-path waiter takes R's outcome only if R's write replaced the
-// bytes it read.
-const knownReplaceWaiter = "the claim protocol: a replace-path waiter takes a rebuild's value older than the bytes it read"
 
 // checkRemoteFailure: a caller that waited for another process's rebuild
 // that failed gets cache.ErrRemoteLoad (never the loader's error as its
