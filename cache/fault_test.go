@@ -850,7 +850,7 @@ func (l *eventLog) unexplained(d time.Duration) []time.Time {
 //     key: every transport error becomes a fail-open load, and no loader
 //     fails, so there is no expected error kind at all;
 //   - loads whose result is stored (under a claim or the refresh lock;
-//     cache.Expire tells them apart) run at most one at a time per key
+//     the load's expiry tells them apart) run at most one at a time per key
 //     across all Caches, also with Expiry.Stale 0, where a value read in the
 //     instant between its FreshUntil and its expiry on the server is
 //     fresh, not stale (a refresh then would run beside the claim that

@@ -64,7 +64,7 @@ import (
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
 // caller's own ctx only decides how long that caller waits.
 //
-// NOTE: every key of one call shares the call's options (WithTTL and the
+// NOTE: every key of one call shares the call's options (WithExpiry and the
 // others).
 func GetOrLoadMany[V any](ctx context.Context, c *Cache, keys []string, load func(ctx context.Context, keys []string) (map[string]V, error), opts ...LoadOption) (map[string]V, error) {
 	if c == nil {

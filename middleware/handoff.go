@@ -23,7 +23,7 @@ type handoff struct {
 	waiting bool // the request still waits and can take a job
 	jobs    chan *job
 	// stored gets true when the cache has written the load of this
-	// request's GetOrLoad (cache.OnStored), false when that call returned
+	// request's GetOrLoad (engine.View.OnStored), false when that call returned
 	// without: whichever comes first is the answer.
 	stored chan bool
 }
