@@ -49,11 +49,8 @@ func FromContext(ctx context.Context) *Lock {
 //
 // Its options are those of Obtain (WithRetry, WithMaxWait, WithMetadata,
 // WithFencing) and WithRefreshEvery.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Option) error {
-	s, err := gather("Do", doAccepts, opts)
-	if err != nil {
-		return err
-	}
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...DoOption) error {
+	s := doSettings(opts)
 	if fn == nil {
 		return invalid("nil fn for key %q", key)
 	}

@@ -15,6 +15,26 @@
 //		// another instance is building it
 //	}
 //
+// # Per-call options
+//
+// Obtain takes ObtainOptions, Do DoOptions and RunOnce RunOnceOptions.
+// Each constructor returns an option of exactly the calls it applies to,
+// so that one given to a call it does not apply to does not compile:
+//
+//	WithRetry, WithMaxWait      WaitOption     Obtain, Do
+//	WithMetadata, WithFencing   Option         Obtain, Do, RunOnce
+//	WithRefreshEvery            DoOption       Do
+//	WithMinHold                 RunOnceOption  RunOnce
+//
+// c.RunOnce(ctx, key, maxHold, fn, lock.WithRetry(r)), for one, is a
+// compile error (WaitOption does not implement RunOnceOption), and so is
+// c.Obtain(ctx, key, ttl, lock.WithMinHold(d)). A nil option is skipped,
+// so Obtain(ctx, key, ttl, nil) means all defaults. An option keeps no
+// state of its own: one value may be given to many calls, also
+// concurrently. Options kept for several calls are kept one by one (fence
+// := lock.WithFencing()) or in a slice per call ([]lock.DoOption), since a
+// slice is passed (opts...) only as a slice of the call's own option type.
+//
 // # Commands
 //
 // Obtain is one SET key value NX PX ttl. The value is a 128-bit random

@@ -138,12 +138,8 @@ func (l *Lock) Fence() int64 { return l.fence }
 // ended ctx makes no attempt. Its options are WithRetry, WithMaxWait,
 // WithMetadata and WithFencing; no option means one attempt, no metadata,
 // no fencing.
-func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	s, err := gather("Obtain", obtainAccepts, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.obtainWith(ctx, key, ttl, s)
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	return c.obtainWith(ctx, key, ttl, obtainSettings(opts))
 }
 
 // obtainWith obtains the lock for Obtain, Do and RunOnce once their

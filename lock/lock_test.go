@@ -488,16 +488,16 @@ func TestClient_Obtain_cancelledWhileWaiting(t *testing.T) {
 			called := make(chan int, 1)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			opts := []lock.Option{lock.WithRetry(blockingRetry{called}), lock.WithMaxWait(time.Hour)}
+			retry, maxWait := lock.WithRetry(blockingRetry{called}), lock.WithMaxWait(time.Hour)
 			errs := make(chan error, 1)
 			go func() {
 				if name == "Obtain" {
-					_, err := c.Obtain(wctx, key, time.Minute, opts...)
+					_, err := c.Obtain(wctx, key, time.Minute, retry, maxWait)
 					errs <- err
 					return
 				}
 				errs <- c.Do(wctx, key, time.Minute, func(context.Context) error { return errors.New("ran") },
-					opts...)
+					retry, maxWait)
 			}()
 			select {
 			case <-called: // the first attempt found the lock held; now it waits

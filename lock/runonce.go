@@ -24,11 +24,8 @@ import (
 //
 // Its options are WithMinHold, WithMetadata and WithFencing; RunOnce never
 // waits for a held lock, so WithRetry and WithMaxWait do not apply.
-func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts ...Option) (ran bool, err error) {
-	s, err := gather("RunOnce", runOnceAccepts, opts)
-	if err != nil {
-		return false, err
-	}
+func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts ...RunOnceOption) (ran bool, err error) {
+	s := runOnceSettings(opts)
 	switch {
 	case fn == nil:
 		return false, invalid("nil fn for key %q", key)
