@@ -53,7 +53,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 					var cnt cmdCounter
 					rc := s.Client(b)
 					rc.AddHook(&cnt)
-					c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
+					c, err := lock.New(&redisx.Forced{Client: rc, Caps: redisx.Mirror[redisx.Capabilities](caps)}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

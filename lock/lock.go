@@ -70,20 +70,23 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 // first Obtain.
 func (c *Client) CapabilitiesFor(ctx context.Context, key string) (Capabilities, error) {
 	caps, err := c.conn.CapabilitiesFor(ctx, key)
-	if r := c.handoffOff.Load(); r != nil {
-		caps.HandoffDenied = r.reply
-	}
-	return caps, err
+	return c.public(caps), err
 }
 
 // Capabilities returns the strategies in use on the client's server,
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	caps, err := c.conn.Capabilities(ctx)
+	return c.public(caps), err
+}
+
+// public is caps, as the Client's connection learnt them, in their public
+// form, with the Client's own refusal of the hand-off script.
+func (c *Client) public(caps redisx.Capabilities) Capabilities {
 	if r := c.handoffOff.Load(); r != nil {
 		caps.HandoffDenied = r.reply
 	}
-	return caps, err
+	return redisx.Mirror[Capabilities](caps)
 }
 
 // Lock is one acquisition of a key. Its methods are safe for concurrent

@@ -31,7 +31,7 @@ func newClient(tb testing.TB, s *redistest.Server, opts *lock.Options) (*lock.Cl
 func newForced(tb testing.TB, s *redistest.Server, caps lock.Capabilities) (*lock.Client, redis.UniversalClient) {
 	tb.Helper()
 	rc := s.Client(tb)
-	c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
+	c, err := lock.New(&redisx.Forced{Client: rc, Caps: redisx.Mirror[redisx.Capabilities](caps)}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
