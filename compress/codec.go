@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
@@ -87,7 +88,7 @@ type Codec struct {
 var _ cache.Codec = (*Codec)(nil)
 
 // New returns a Codec that compresses inner's output as opts say. It
-// returns an error matching cache.ErrInvalid when inner is nil or an option
+// returns an error matching lock.ErrInvalid when inner is nil or an option
 // is out of range.
 func New(inner cache.Codec, opts *Options) (*Codec, error) {
 	var o Options
@@ -96,13 +97,13 @@ func New(inner cache.Codec, opts *Options) (*Codec, error) {
 	}
 	switch {
 	case inner == nil:
-		return nil, invalid("inner codec is nil")
+		return nil, invalid("inner (the codec whose output is compressed) is nil")
 	case o.Algorithm != AlgorithmS2 && o.Algorithm != AlgorithmZstd:
-		return nil, invalid("unknown Algorithm %d", int(o.Algorithm))
+		return nil, invalid("Options.Algorithm %d is unknown: AlgorithmS2 or AlgorithmZstd", int(o.Algorithm))
 	case o.Threshold < 0:
-		return nil, invalid("Threshold %d is negative", o.Threshold)
+		return nil, invalid("Options.Threshold %d is negative", o.Threshold)
 	case o.MaxDecodedSize < 0:
-		return nil, invalid("MaxDecodedSize %d is negative", o.MaxDecodedSize)
+		return nil, invalid("Options.MaxDecodedSize %d is negative", o.MaxDecodedSize)
 	}
 	c := &Codec{inner: inner, alg: o.Algorithm, threshold: o.Threshold, maxSize: o.MaxDecodedSize}
 	if c.threshold == 0 {
@@ -138,9 +139,10 @@ func must(inner cache.Codec, opts *Options, alg Algorithm) *Codec {
 	return c
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("compress: %w: "+format, append([]any{cache.ErrInvalid}, args...)...)
-}
+// invalid returns an error matching lock.ErrInvalid whose text is
+// "compress: " and the formatted message, which names the argument and its
+// value.
+func invalid(format string, args ...any) error { return redisx.Invalid("compress", format, args...) }
 
 // Marshal encodes v with the inner codec and compresses the result when it
 // is at least Threshold bytes long and compressing makes it smaller.

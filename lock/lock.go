@@ -46,7 +46,7 @@ type Client struct {
 // a second of the raw commands.
 func New(rc RedisClient, opts *Options) (*Client, error) {
 	if redisx.IsNilClient(rc) {
-		return nil, invalid("nil Redis client")
+		return nil, invalid("rc is nil: New needs a Redis client")
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (c *Client) obtainWith(ctx context.Context, key string, ttl time.Duration, 
 	if opts.fencing {
 		var ok bool
 		if fenceKey, ok = FenceKey(key); !ok {
-			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
+			return nil, invalid("WithFencing on key %q: %v", key, redisx.ErrNoSlot)
 		}
 	}
 	start := time.Now()
@@ -182,13 +182,13 @@ func ctxEnded(err error) bool {
 func (c *Client) checkObtain(key string, ttl time.Duration, opts *callSettings) error {
 	switch {
 	case key == "":
-		return invalid("empty key")
+		return invalid("key is empty")
 	case ttl < time.Millisecond:
 		return invalid("ttl %v for key %q is below 1ms", ttl, key)
 	case len(opts.metadata) > c.maxMetadata:
-		return invalid("metadata of %d bytes for key %q exceeds MaxMetadata (%d)", len(opts.metadata), key, c.maxMetadata)
+		return invalid("WithMetadata of %d bytes for key %q is longer than Options.MaxMetadata (%d bytes)", len(opts.metadata), key, c.maxMetadata)
 	case opts.maxWait < 0:
-		return invalid("negative MaxWait %v", opts.maxWait)
+		return invalid("WithMaxWait %v for key %q is negative", opts.maxWait, key)
 	}
 	return nil
 }
@@ -241,7 +241,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // is logged here (RunOnce logs it once, as a lost lock).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, warnNotHeld bool) error {
 	if ttl < time.Millisecond {
-		return invalid("refresh ttl %v for key %q is below 1ms", ttl, l.key)
+		return invalid("Refresh ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	err := l.extend(ctx, ttl)
 	d := time.Since(l.sent)
@@ -291,7 +291,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // else.
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if key == "" {
-		return Info{}, invalid("empty key")
+		return Info{}, invalid("key is empty")
 	}
 	pipe := c.conn.Client().Pipeline()
 	get := pipe.Get(ctx, key)
@@ -329,11 +329,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 // as a Release does: EventReleased on success, EventReleaseFailed
 // otherwise. Unlike Release, it hands nothing to waiters queued for the
 // lock (WithRetry): they find the key taken by the value and
-// give up at their WithMaxWait. A ttl below 1ms is an error wrapping
+// give up at their WithMaxWait. A ttl below 1ms is an error matching
 // ErrInvalid.
 func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return invalid("replace ttl %v for key %q is below 1ms", ttl, l.key)
+		return invalid("Replace ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	ok, err := l.c.conn.SetIfEqual(ctx, l.key, l.value, value, ttl)
 	return l.replaced(ctx, ok, err)

@@ -76,10 +76,10 @@ func (o *Options) validate() error {
 		return nil
 	}
 	if o.DigestThreshold < 0 {
-		return invalid("DigestThreshold %d is negative", o.DigestThreshold)
+		return invalid("Options.DigestThreshold %d is negative", o.DigestThreshold)
 	}
 	if o.MaxMetadata < 0 {
-		return invalid("MaxMetadata %d is negative", o.MaxMetadata)
+		return invalid("Options.MaxMetadata %d is negative", o.MaxMetadata)
 	}
 	return nil
 }
