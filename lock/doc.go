@@ -60,10 +60,11 @@
 // # Waiting: hand-off and wake-up
 //
 // An Obtain with WithRetry that finds the lock held joins a
-// queue kept next to the lock (QueueKey, in the lock's cluster slot) and
-// subscribes, on a pub/sub connection of the Client (opened by the first
-// waiter, closed about ten seconds after the last), to the lock's channel
-// (HandoffChannel). A lock obtained with a Retry is released by a script
+// queue kept next to the lock (the keys {key}:queue and
+// {key}:queue:entries, in the lock's cluster slot; key:queue... for a key
+// with a hash tag) and subscribes, on a pub/sub connection of the Client
+// (opened by the first waiter, closed about ten seconds after the last),
+// to the lock's channel ({key}:handoff). A lock obtained with a Retry is released by a script
 // that, in the same round trip, hands the lock to the first live waiter in
 // the queue (the key is set to that waiter's value, so a newcomer's SET NX
 // fails meanwhile; with fencing, a number is drawn for the waiter) and

@@ -631,3 +631,26 @@ func TestLock_Replace(t *testing.T) {
 		}
 	})
 }
+
+// TestKeys_layout: the companion keys and channel of a lock are named as
+// docs/permissions.md, docs/locks.md and the package doc spell them for
+// ACL rules: {key}:suffix, or key:suffix for a key with a hash tag.
+func TestKeys_layout(t *testing.T) {
+	for _, tt := range []struct {
+		key, fence, queue, channel string
+	}{
+		{"jobs:1", "{jobs:1}:fence", "{jobs:1}:queue", "{jobs:1}:handoff"},
+		{"jobs:{1}", "jobs:{1}:fence", "jobs:{1}:queue", "jobs:{1}:handoff"},
+	} {
+		fence, ok1 := lock.FenceKey(tt.key)
+		queue, ok2 := lock.QueueKey(tt.key)
+		channel, ok3 := lock.HandoffChannel(tt.key)
+		if fence != tt.fence || queue != tt.queue || channel != tt.channel || !ok1 || !ok2 || !ok3 {
+			t.Errorf("%q: fence %q, queue %q, channel %q; want %q, %q, %q",
+				tt.key, fence, queue, channel, tt.fence, tt.queue, tt.channel)
+		}
+	}
+	if _, ok := lock.FenceKey("a}b"); ok {
+		t.Error(`FenceKey("a}b") is ok; want not (a '}' but no hash tag)`)
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// DefaultMaxMetadata is the default limit on the metadata of WithMetadata.
-const DefaultMaxMetadata = 64 << 10
+// defaultMaxMetadata is the default of Options.MaxMetadata.
+const defaultMaxMetadata = 64 << 10
 
 // Options configure a Client. A nil *Options means all defaults.
 type Options struct {
@@ -52,7 +52,7 @@ func (o *Options) digestThreshold() int {
 
 func (o *Options) maxMetadata() int {
 	if o == nil || o.MaxMetadata <= 0 {
-		return DefaultMaxMetadata
+		return defaultMaxMetadata
 	}
 	return o.MaxMetadata
 }
