@@ -19,8 +19,10 @@ func TestErrInvalid_shared(t *testing.T) {
 			t.Errorf("%v: does not match lock.ErrInvalid", err)
 		}
 	}
-	if strings.Contains(cerr.Error(), lock.ErrInvalid.Error()) {
-		t.Errorf("%q: repeats the sentinel's text %q instead of naming the problem alone", cerr, lock.ErrInvalid)
+	for _, err := range []error{cerr, lerr} {
+		if strings.Contains(err.Error(), lock.ErrInvalid.Error()) {
+			t.Errorf("%q: repeats the sentinel's text %q instead of naming the problem alone", err, lock.ErrInvalid)
+		}
 	}
 	if !strings.HasPrefix(cerr.Error(), "cache: ") {
 		t.Errorf("%q: want the cache: prefix", cerr)

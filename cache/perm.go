@@ -20,11 +20,11 @@ func (c *Cache) Capabilities(ctx context.Context) (lock.Capabilities, error) {
 	// user may access.
 	caps, err := c.conn.CapabilitiesFor(ctx, c.s.ns+":{probe}")
 	if err != nil {
-		return caps, err
+		return redisx.Mirror[lock.Capabilities](caps), err
 	}
 	caps.AnnounceDenied = c.ann.refusal()
 	caps.NearDenied = c.track.refusal()
-	return caps, nil
+	return redisx.Mirror[lock.Capabilities](caps), nil
 }
 
 // announceRefused is told by the announcer of each refusal of the

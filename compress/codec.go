@@ -97,13 +97,13 @@ func New(inner cache.Codec, opts *Options) (*Codec, error) {
 	}
 	switch {
 	case inner == nil:
-		return nil, invalid("inner codec is nil")
+		return nil, invalid("inner (the codec whose output is compressed) is nil")
 	case o.Algorithm != AlgorithmS2 && o.Algorithm != AlgorithmZstd:
-		return nil, invalid("unknown Algorithm %d", int(o.Algorithm))
+		return nil, invalid("Options.Algorithm %d is unknown: AlgorithmS2 or AlgorithmZstd", int(o.Algorithm))
 	case o.Threshold < 0:
-		return nil, invalid("Threshold %d is negative", o.Threshold)
+		return nil, invalid("Options.Threshold %d is negative", o.Threshold)
 	case o.MaxDecodedSize < 0:
-		return nil, invalid("MaxDecodedSize %d is negative", o.MaxDecodedSize)
+		return nil, invalid("Options.MaxDecodedSize %d is negative", o.MaxDecodedSize)
 	}
 	c := &Codec{inner: inner, alg: o.Algorithm, threshold: o.Threshold, maxSize: o.MaxDecodedSize}
 	if c.threshold == 0 {
@@ -139,8 +139,21 @@ func must(inner cache.Codec, opts *Options, alg Algorithm) *Codec {
 	return c
 }
 
+// invalidError is a bad argument or option: its text names the argument
+// and its value, and it matches lock.ErrInvalid. (This module is released
+// on its own: it does not import the root module's internal packages,
+// whose API may change in any release.)
+type invalidError string
+
+func (e invalidError) Error() string { return string(e) }
+
+// Is reports whether target is lock.ErrInvalid.
+func (e invalidError) Is(target error) bool { return target == lock.ErrInvalid }
+
+// invalid returns an invalidError whose text is "compress: " and the
+// formatted message.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("compress: %w: "+format, append([]any{lock.ErrInvalid}, args...)...)
+	return invalidError("compress: " + fmt.Sprintf(format, args...))
 }
 
 // Marshal encodes v with the inner codec and compresses the result when it

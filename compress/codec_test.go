@@ -168,15 +168,17 @@ func TestNew_invalid(t *testing.T) {
 		name  string
 		inner cache.Codec
 		opts  *compress.Options
+		want  string
 	}{
-		{"nil inner", nil, nil},
-		{"negative threshold", cache.Msgpack, &compress.Options{Threshold: -1}},
-		{"negative max", cache.Msgpack, &compress.Options{MaxDecodedSize: -1}},
-		{"unknown algorithm", cache.Msgpack, &compress.Options{Algorithm: 7}},
+		{"nil inner", nil, nil, "inner (the codec whose output is compressed) is nil"},
+		{"negative threshold", cache.Msgpack, &compress.Options{Threshold: -1}, "Options.Threshold -1 is negative"},
+		{"negative max", cache.Msgpack, &compress.Options{MaxDecodedSize: -1}, "Options.MaxDecodedSize -1 is negative"},
+		{"unknown algorithm", cache.Msgpack, &compress.Options{Algorithm: 7}, "Options.Algorithm 7 is unknown: AlgorithmS2 or AlgorithmZstd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := compress.New(tc.inner, tc.opts); !errors.Is(err, lock.ErrInvalid) {
-				t.Errorf("New: %v; want ErrInvalid", err)
+			_, err := compress.New(tc.inner, tc.opts)
+			if want := "compress: " + tc.want; !errors.Is(err, lock.ErrInvalid) || err.Error() != want {
+				t.Errorf("New: %v; want %q matching lock.ErrInvalid", err, want)
 			}
 			defer func() {
 				if r := recover(); r == nil || !strings.HasPrefix(r.(string), "compress:") {

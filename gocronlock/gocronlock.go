@@ -84,20 +84,22 @@ type Locker struct {
 
 var _ gocron.Locker = (*Locker)(nil)
 
-// New returns a Locker obtaining its locks with c. Its errors wrap
+// New returns a Locker obtaining its locks with c. Its errors match
 // lock.ErrInvalid.
 func New(c *lock.Client, opts *Options) (*Locker, error) {
 	switch {
 	case c == nil:
-		return nil, invalid("nil lock.Client")
-	case opts == nil || opts.MinHold == 0:
-		return nil, invalid("MinHold not set: set it to most of the job's interval")
+		return nil, invalid("c is nil: New needs a *lock.Client")
+	case opts == nil:
+		return nil, invalid("opts is nil: Options.MinHold is required (most of the job's interval)")
+	case opts.MinHold == 0:
+		return nil, invalid("Options.MinHold is not set: set it to most of the job's interval")
 	case opts.MinHold < time.Millisecond:
-		return nil, invalid("MinHold %v is below 1ms", opts.MinHold)
+		return nil, invalid("Options.MinHold %v is below 1ms", opts.MinHold)
 	case opts.TTL < 0:
-		return nil, invalid("negative TTL %v", opts.TTL)
+		return nil, invalid("Options.TTL %v is negative", opts.TTL)
 	case opts.TTL > 0 && opts.TTL < opts.MinHold:
-		return nil, invalid("TTL %v is below MinHold %v", opts.TTL, opts.MinHold)
+		return nil, invalid("Options.TTL %v is below Options.MinHold %v", opts.TTL, opts.MinHold)
 	}
 	l := &Locker{c: c, minHold: opts.MinHold, ttl: opts.TTL, prefix: opts.Prefix, meta: opts.Metadata}
 	if l.ttl == 0 {
@@ -109,8 +111,21 @@ func New(c *lock.Client, opts *Options) (*Locker, error) {
 	return l, nil
 }
 
+// invalidError is a bad argument or option: its text names the argument
+// and its value, and it matches lock.ErrInvalid. (This module is released
+// on its own: it does not import the root module's internal packages,
+// whose API may change in any release.)
+type invalidError string
+
+func (e invalidError) Error() string { return string(e) }
+
+// Is reports whether target is lock.ErrInvalid.
+func (e invalidError) Is(target error) bool { return target == lock.ErrInvalid }
+
+// invalid returns an invalidError whose text is "gocronlock: " and the
+// formatted message.
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("gocronlock: %w: "+format, append([]any{lock.ErrInvalid}, args...)...)
+	return invalidError("gocronlock: " + fmt.Sprintf(format, args...))
 }
 
 // Lock obtains the lock for key (gocron passes the job's name) with one
@@ -118,7 +133,7 @@ func invalid(format string, args ...any) error {
 // the error matches lock.ErrNotObtained and gocron skips this run.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if key == "" {
-		return nil, invalid("empty key (job name)")
+		return nil, invalid("Lock key (the job's name) is empty")
 	}
 	start := time.Now()
 	held, err := l.c.Obtain(ctx, l.prefix+key, l.ttl, lock.WithMetadata(l.meta))

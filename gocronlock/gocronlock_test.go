@@ -51,25 +51,29 @@ func TestInvalid(t *testing.T) {
 		name string
 		c    *lock.Client
 		opts *gocronlock.Options
+		want string
 	}{
-		{"nil client", nil, &gocronlock.Options{MinHold: time.Second}},
-		{"nil options", c, nil},
-		{"no MinHold", c, &gocronlock.Options{}},
-		{"negative MinHold", c, &gocronlock.Options{MinHold: -time.Second}},
-		{"MinHold below 1ms", c, &gocronlock.Options{MinHold: time.Microsecond}},
-		{"negative TTL", c, &gocronlock.Options{MinHold: time.Second, TTL: -time.Second}},
-		{"TTL below MinHold", c, &gocronlock.Options{MinHold: time.Second, TTL: time.Millisecond * 500}},
+		{"nil client", nil, &gocronlock.Options{MinHold: time.Second}, "c is nil: New needs a *lock.Client"},
+		{"nil options", c, nil, "opts is nil: Options.MinHold is required (most of the job's interval)"},
+		{"no MinHold", c, &gocronlock.Options{}, "Options.MinHold is not set: set it to most of the job's interval"},
+		{"negative MinHold", c, &gocronlock.Options{MinHold: -time.Second}, "Options.MinHold -1s is below 1ms"},
+		{"MinHold below 1ms", c, &gocronlock.Options{MinHold: time.Microsecond}, "Options.MinHold 1µs is below 1ms"},
+		{"negative TTL", c, &gocronlock.Options{MinHold: time.Second, TTL: -time.Second}, "Options.TTL -1s is negative"},
+		{"TTL below MinHold", c, &gocronlock.Options{MinHold: time.Second, TTL: time.Millisecond * 500},
+			"Options.TTL 500ms is below Options.MinHold 1s"},
 	} {
-		if _, err := gocronlock.New(tt.c, tt.opts); !errors.Is(err, lock.ErrInvalid) {
-			t.Errorf("%s: got %v, want lock.ErrInvalid", tt.name, err)
+		_, err := gocronlock.New(tt.c, tt.opts)
+		if want := "gocronlock: " + tt.want; !errors.Is(err, lock.ErrInvalid) || err.Error() != want {
+			t.Errorf("%s: got %v, want %q matching lock.ErrInvalid", tt.name, err, want)
 		}
 	}
 	l, err := gocronlock.New(c, &gocronlock.Options{MinHold: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Lock(testCtx(t), ""); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("empty key: got %v, want lock.ErrInvalid", err)
+	_, err = l.Lock(testCtx(t), "")
+	if want := "gocronlock: Lock key (the job's name) is empty"; !errors.Is(err, lock.ErrInvalid) || err.Error() != want {
+		t.Errorf("empty key: got %v, want %q matching lock.ErrInvalid", err, want)
 	}
 }
 

@@ -115,7 +115,7 @@ func TestACL_lock_scriptsDenied(t *testing.T) {
 		}
 		for _, fencing := range []bool{false, true} {
 			key := prefix + "up"
-			var opt lock.Option // nil: skipped
+			var opt lock.ObtainOption // nil: skipped
 			if fencing {
 				opt = lock.WithFencing()
 			}

@@ -53,7 +53,7 @@ func BenchmarkObtainRelease(b *testing.B) {
 					var cnt cmdCounter
 					rc := s.Client(b)
 					rc.AddHook(&cnt)
-					c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
+					c, err := lock.New(&redisx.Forced{Client: rc, Caps: redisx.Mirror[redisx.Capabilities](caps)}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -121,7 +121,7 @@ func BenchmarkRelease_noWaiters(b *testing.B) {
 			s := redistest.Shared(b, kind)
 			for _, v := range []struct {
 				name string
-				opts lock.Option // nil: skipped
+				opts lock.ObtainOption // nil: skipped
 			}{
 				{"plain", nil},
 				{"handoff", lock.WithRetry(lock.LinearBackoff(time.Millisecond))},
@@ -173,7 +173,7 @@ func BenchmarkRelease_noWaitersInterleaved(b *testing.B) {
 			var plain, handoff []time.Duration
 			b.ResetTimer()
 			for i := range 2*b.N + 2 {
-				var opts lock.Option // nil: skipped
+				var opts lock.ObtainOption // nil: skipped
 				if i%2 == 1 {
 					opts = retry
 				}

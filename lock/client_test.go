@@ -9,67 +9,94 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
 
-// Capabilities and its strategies are aliases of internal/redisx's types,
-// which go doc shows without fields or constants: the doc comment of
-// Capabilities lists every field, and lock declares every strategy the
-// internal types have. (It replaces internal/lockx's TestConversions,
-// which checked the two copies these aliases replaced.)
-func TestCapabilities_docListsFields(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "client.go", nil, parser.ParseComments)
+// TestCapabilities_mirror: Capabilities and its strategies are lock's own
+// types, converted from and to internal/redisx's by redisx.Mirror, so the
+// two must have the same fields and the same strategies, numbered alike.
+func TestCapabilities_mirror(t *testing.T) {
+	pub, in := reflect.TypeFor[lock.Capabilities](), reflect.TypeFor[redisx.Capabilities]()
+	for _, pair := range [][2]reflect.Type{{pub, in}, {in, pub}} {
+		for _, f := range reflect.VisibleFields(pair[0]) {
+			g, ok := pair[1].FieldByName(f.Name)
+			if f.IsExported() && (!ok || g.Type.Kind() != f.Type.Kind()) {
+				t.Errorf("%v has the field %s %v; %v has no such field of that kind", pair[0], f.Name, f.Type, pair[1])
+			}
+		}
+	}
+
+	full := lock.Capabilities{Server: "redis", Version: "8.6.3",
+		Release: lock.ReleaseDelex, Extend: lock.ExtendSetIfEq, Digest: lock.DigestNative, DelIfEq: true,
+		ScriptsDenied: "s", ACLRefused: "a", AnnounceDenied: "n", HandoffDenied: "h", NearDenied: "c"}
+	v := reflect.ValueOf(full)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the test's Capabilities leaves %s zero: set it", v.Type().Field(i).Name)
+		}
+	}
+	back := redisx.Mirror[lock.Capabilities](redisx.Mirror[redisx.Capabilities](full))
+	if back != full {
+		t.Errorf("round trip through redisx.Capabilities: %+v, want %+v", back, full)
+	}
+	if got, want := full.String(), redisx.Mirror[redisx.Capabilities](full).String(); got != want {
+		t.Errorf("String() = %q, want redisx's %q", got, want)
+	}
+
+	strategies := []struct {
+		name     string
+		pub, in  func(uint8) fmt.Stringer
+		declared []fmt.Stringer // lock's constants, in order
+	}{
+		{"ReleaseStrategy",
+			func(i uint8) fmt.Stringer { return lock.ReleaseStrategy(i) }, func(i uint8) fmt.Stringer { return redisx.ReleaseStrategy(i) },
+			[]fmt.Stringer{lock.ReleaseLua, lock.ReleaseDelIfEq, lock.ReleaseDelex}},
+		{"ExtendStrategy",
+			func(i uint8) fmt.Stringer { return lock.ExtendStrategy(i) }, func(i uint8) fmt.Stringer { return redisx.ExtendStrategy(i) },
+			[]fmt.Stringer{lock.ExtendLua, lock.ExtendSetIfEq}},
+		{"DigestStrategy",
+			func(i uint8) fmt.Stringer { return lock.DigestStrategy(i) }, func(i uint8) fmt.Stringer { return redisx.DigestStrategy(i) },
+			[]fmt.Stringer{lock.DigestLua, lock.DigestNative}},
+	}
+	for _, s := range strategies {
+		n := 0 // the strategies redisx names (its String knows them)
+		for ; !strings.HasPrefix(s.in(uint8(n)).String(), s.name+"("); n++ {
+			if s.pub(uint8(n)).String() != s.in(uint8(n)).String() {
+				t.Errorf("%s(%d) is %v in lock, %v in redisx", s.name, n, s.pub(uint8(n)), s.in(uint8(n)))
+			}
+		}
+		if len(s.declared) != n {
+			t.Errorf("lock declares %v of type %s; redisx has %d strategies", s.declared, s.name, n)
+		}
+		for i, c := range s.declared {
+			if c.String() != s.in(uint8(i)).String() {
+				t.Errorf("lock's %s constant %d is %v, redisx's is %v", s.name, i, c, s.in(uint8(i)))
+			}
+		}
+	}
+}
+
+// TestCapabilities_documented: every field of Capabilities and every
+// strategy constant has a doc comment of its own.
+func TestCapabilities_documented(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "capabilities.go", nil, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := map[string]string{}     // type name -> its doc comment
-	consts := map[string][]string{} // strategy type -> the constants lock declares
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok {
-			continue
-		}
-		for _, spec := range g.Specs {
-			switch s := spec.(type) {
-			case *ast.TypeSpec:
-				docs[s.Name.Name] = g.Doc.Text()
-			case *ast.ValueSpec:
-				if id, ok := s.Type.(*ast.Ident); ok {
-					consts[id.Name] = append(consts[id.Name], s.Names[0].Name)
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ValueSpec:
+			if n.Doc.Text() == "" {
+				t.Errorf("constant %s has no doc comment", n.Names[0].Name)
+			}
+		case *ast.StructType:
+			for _, fld := range n.Fields.List {
+				if fld.Doc.Text() == "" {
+					t.Errorf("field %s of Capabilities has no doc comment", fld.Names[0].Name)
 				}
 			}
 		}
-	}
-
-	listed := map[string]bool{} // "Server, Version string // ..." lists Server and Version
-	for _, line := range strings.Split(docs["Capabilities"], "\n") {
-		if code, ok := strings.CutPrefix(line, "\t"); ok {
-			decl, _, _ := strings.Cut(code, "//")
-			words := strings.Fields(strings.ReplaceAll(decl, ",", " "))
-			for _, n := range words[:max(len(words)-1, 0)] {
-				listed[n] = true
-			}
-		}
-	}
-	for _, fld := range reflect.VisibleFields(reflect.TypeFor[lock.Capabilities]()) {
-		if !listed[fld.Name] {
-			t.Errorf("the doc comment of lock.Capabilities does not list the field %s", fld.Name)
-		}
-	}
-
-	for _, s := range []struct {
-		name   string
-		values func(uint8) fmt.Stringer
-	}{
-		{"ReleaseStrategy", func(i uint8) fmt.Stringer { return lock.ReleaseStrategy(i) }},
-		{"ExtendStrategy", func(i uint8) fmt.Stringer { return lock.ExtendStrategy(i) }},
-		{"DigestStrategy", func(i uint8) fmt.Stringer { return lock.DigestStrategy(i) }},
-	} {
-		n := 0 // the strategies the type names (String knows them)
-		for ; !strings.HasPrefix(s.values(uint8(n)).String(), s.name+"("); n++ {
-		}
-		if len(consts[s.name]) != n {
-			t.Errorf("lock declares %v of type %s; the type has %d strategies", consts[s.name], s.name, n)
-		}
-	}
+		return true
+	})
 }

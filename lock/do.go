@@ -49,20 +49,21 @@ func FromContext(ctx context.Context) *Lock {
 //
 // Its options are those of Obtain (WithRetry, WithMaxWait, WithMetadata,
 // WithFencing) and WithRefreshEvery.
-func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...Option) error {
-	s, err := gather("Do", doAccepts, opts)
-	if err != nil {
-		return err
-	}
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...DoOption) error {
+	s := doSettings(opts)
 	if fn == nil {
-		return invalid("nil fn for key %q", key)
+		return invalid("Do fn for key %q is nil", key)
 	}
 	every := s.refreshEvery
-	if every == 0 {
+	switch {
+	case ttl < time.Millisecond:
+		// obtainWith says so
+	case every == 0 && ttl/3 < time.Millisecond:
+		return invalid("ttl %v for key %q is below 3ms, so its default refresh interval, ttl/3, is below 1ms: set WithRefreshEvery", ttl, key)
+	case every == 0:
 		every = ttl / 3
-	}
-	if ttl >= time.Millisecond && (every < time.Millisecond || every >= ttl) {
-		return invalid("RefreshEvery %v must be at least 1ms and below the ttl %v", every, ttl)
+	case every < time.Millisecond || every >= ttl:
+		return invalid("WithRefreshEvery %v for key %q must be at least 1ms and below ttl %v", every, key, ttl)
 	}
 	l, err := c.obtainWith(ctx, key, ttl, s)
 	if err != nil {

@@ -15,6 +15,26 @@
 //		// another instance is building it
 //	}
 //
+// # Per-call options
+//
+// Obtain takes ObtainOptions, Do DoOptions and RunOnce RunOnceOptions.
+// Each constructor returns an option of exactly the calls it applies to,
+// so that one given to a call it does not apply to does not compile:
+//
+//	WithRetry, WithMaxWait      WaitOption     Obtain, Do
+//	WithMetadata, WithFencing   Option         Obtain, Do, RunOnce
+//	WithRefreshEvery            DoOption       Do
+//	WithMinHold                 RunOnceOption  RunOnce
+//
+// c.RunOnce(ctx, key, maxHold, fn, lock.WithRetry(r)), for one, is a
+// compile error (WaitOption does not implement RunOnceOption), and so is
+// c.Obtain(ctx, key, ttl, lock.WithMinHold(d)). A nil option is skipped,
+// so Obtain(ctx, key, ttl, nil) means all defaults. An option keeps no
+// state of its own: one value may be given to many calls, also
+// concurrently. Options kept for several calls are kept one by one (fence
+// := lock.WithFencing()) or in a slice per call ([]lock.DoOption), since a
+// slice is passed (opts...) only as a slice of the call's own option type.
+//
 // # Commands
 //
 // Obtain is one SET key value NX PX ttl. The value is a 128-bit random
@@ -40,10 +60,11 @@
 // # Waiting: hand-off and wake-up
 //
 // An Obtain with WithRetry that finds the lock held joins a
-// queue kept next to the lock (QueueKey, in the lock's cluster slot) and
-// subscribes, on a pub/sub connection of the Client (opened by the first
-// waiter, closed about ten seconds after the last), to the lock's channel
-// (HandoffChannel). A lock obtained with a Retry is released by a script
+// queue kept next to the lock (the keys {key}:queue and
+// {key}:queue:entries, in the lock's cluster slot; key:queue... for a key
+// with a hash tag) and subscribes, on a pub/sub connection of the Client
+// (opened by the first waiter, closed about ten seconds after the last),
+// to the lock's channel ({key}:handoff). A lock obtained with a Retry is released by a script
 // that, in the same round trip, hands the lock to the first live waiter in
 // the queue (the key is set to that waiter's value, so a newcomer's SET NX
 // fails meanwhile; with fencing, a number is drawn for the waiter) and

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/hotkv/stampede/internal/redisx"
 )
@@ -26,15 +25,16 @@ var ErrLost = errors.New("lock: lost")
 // this package did not write.
 var ErrForeignValue = errors.New("lock: key holds a value not written by a stampede lock")
 
-// ErrInvalid is wrapped by every error about bad arguments or options; such
-// errors are returned before any server call. It is the same value as
-// cache.ErrInvalid, so errors.Is matches either against any stampede
-// package's error.
+// ErrInvalid is matched (errors.Is) by every error about a bad argument or
+// option that a stampede package returns, this one and the others (cache,
+// middleware, gocronlock, compress); such errors are returned before any
+// server call. Their text names the package, the argument as the caller
+// spells it and its value, e.g. `lock: ttl 0s for key "k" is below 1ms`.
 var ErrInvalid = redisx.ErrInvalid
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("lock: %w: "+format, append([]any{ErrInvalid}, args...)...)
-}
+// invalid returns an error matching ErrInvalid whose text is "lock: " and
+// the formatted message, which names the argument and its value.
+func invalid(format string, args ...any) error { return redisx.Invalid("lock", format, args...) }
 
 // ErrPermission is matched by errors caused by the server's ACL refusing
 // the client's user a command, key or channel that the operation needs

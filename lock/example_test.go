@@ -349,8 +349,8 @@ func ExampleWithRetry_handoff() {
 		w, _ := c.Obtain(ctx, "invoice:42", 10*time.Second, wait)
 		got <- w
 	}()
-	q, _ := lock.QueueKey("invoice:42")
-	for rdb.ZCard(ctx, q).Val() == 0 { // until the waiter has queued
+	// The queue next to the lock, in its cluster slot (docs/permissions.md).
+	for rdb.ZCard(ctx, "{invoice:42}:queue").Val() == 0 { // until the waiter has queued
 		time.Sleep(time.Millisecond)
 	}
 	_ = l.Release(ctx) // hands the lock to the waiter, in the same round trip

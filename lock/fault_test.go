@@ -724,7 +724,7 @@ func (h *faultHolder) pause(ctx context.Context, over <-chan struct{}, d time.Du
 func (h *faultHolder) run(ctx context.Context, r *rig, rng *rand.Rand) (outcomes, error) {
 	var o outcomes
 	paused := false // once per holder: each pause stalls everyone for a TTL
-	opts := []lock.Option{
+	opts := []lock.DoOption{
 		lock.WithFencing(), lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 40*time.Millisecond)), lock.WithMaxWait(2 * r.ttl)}
 	for i := 0; ctx.Err() == nil; i++ {
 		p := plan{work: time.Duration(5+rng.IntN(35)) * time.Millisecond}

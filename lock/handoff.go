@@ -13,8 +13,8 @@ import (
 )
 
 // Hand-off: an Obtain with a Retry that finds the lock held joins a wait
-// queue kept next to the lock (QueueKey, in the lock's cluster slot) and
-// subscribes to the lock's channel (HandoffChannel). Releasing a lock
+// queue kept next to the lock (queueKey, in the lock's cluster slot) and
+// subscribes to the lock's channel (handoffChannel). Releasing a lock
 // obtained with a Retry hands it, in the same script, to the first live
 // waiter in the queue (newcomers' SET NX fails meanwhile) and publishes that
 // waiter's token; the waiter, woken, extends the lock to its own TTL and
@@ -64,28 +64,28 @@ type handoffKeys struct {
 // handoffKeysFor returns key's hand-off keys; ok is false for keys that
 // cannot have siblings (a '}' but no hash tag).
 func handoffKeysFor(key string) (handoffKeys, bool) {
-	q, ok := QueueKey(key)
+	q, ok := queueKey(key)
 	if !ok {
 		return handoffKeys{}, false
 	}
 	e, _ := redisx.Sibling(key, "queue:entries")
 	f, _ := FenceKey(key)
-	ch, _ := HandoffChannel(key)
+	ch, _ := handoffChannel(key)
 	return handoffKeys{keys: []string{key, q, e, f}, channel: ch}, true
 }
 
-// QueueKey returns the key of the wait queue of the lock on key (a sorted
+// queueKey returns the key of the wait queue of the lock on key (a sorted
 // set of waiters' tokens), in the same cluster slot as key; ok is false
 // for keys that cannot have one (a '}' but no hash tag). Next to it,
-// QueueKey(key)+":entries" holds each waiter's entry (a hash). Both expire
+// queueKey(key)+":entries" holds each waiter's entry (a hash). Both expire
 // with their last entry, an entry a little over two back-off steps after
-// its waiter last polled.
-func QueueKey(key string) (queueKey string, ok bool) { return redisx.Sibling(key, "queue") }
+// its waiter last polled. docs/permissions.md spells both for ACL rules.
+func queueKey(key string) (queue string, ok bool) { return redisx.Sibling(key, "queue") }
 
-// HandoffChannel returns the channel on which a release announces that
+// handoffChannel returns the channel on which a release announces that
 // it handed the lock on key to a waiter (the message is the waiter's
 // token); ok is false for keys that cannot have one.
-func HandoffChannel(key string) (channel string, ok bool) { return redisx.Sibling(key, "handoff") }
+func handoffChannel(key string) (channel string, ok bool) { return redisx.Sibling(key, "handoff") }
 
 // entryLife is how long a waiter's queue entry lives after a poll that is
 // followed by a wait of at most wait: a dead waiter leaves a gap no longer

@@ -38,7 +38,7 @@ type obtained struct {
 }
 
 // obtainAsync runs Obtain on its own goroutine and reports on the channel.
-func obtainAsync(ctx context.Context, c *lock.Client, key string, ttl time.Duration, opts ...lock.Option) <-chan obtained {
+func obtainAsync(ctx context.Context, c *lock.Client, key string, ttl time.Duration, opts ...lock.ObtainOption) <-chan obtained {
 	ch := make(chan obtained, 1)
 	go func() {
 		l, err := c.Obtain(ctx, key, ttl, opts...)
@@ -177,14 +177,14 @@ func TestHandoff_fencing(t *testing.T) {
 		key := redistest.Key(t, "k")
 		fenceKey, _ := lock.FenceKey(key)
 		c, rc := newClient(t, s, nil)
-		fenced := []lock.Option{lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithFencing()}
+		fenced := []lock.ObtainOption{lock.WithRetry(lock.LinearBackoff(time.Hour)), lock.WithFencing()}
 
 		l, err := c.Obtain(ctx, key, time.Minute, fenced...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		last := l.Fence()
-		for i, opts := range [][]lock.Option{fenced, {never}, fenced, fenced} {
+		for i, opts := range [][]lock.ObtainOption{fenced, {never}, fenced, fenced} {
 			waiter, _ := newClient(t, s, nil)
 			got := obtainAsync(ctx, waiter, key, time.Minute, opts...)
 			waitQueued(t, ctx, rc, key, 1)
@@ -554,7 +554,7 @@ func TestACL_handoff(t *testing.T) {
 		for _, tc := range []struct {
 			name  string
 			perms []string
-			opts  lock.Option
+			opts  lock.ObtainOption
 			warn  []string // in the waiter's and holder's logs
 		}{
 			{"lock perms", redistest.LockPerms(s.Kind, prefix+"*"), poll, []string{"waiters poll for released locks"}},

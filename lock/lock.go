@@ -46,7 +46,7 @@ type Client struct {
 // a second of the raw commands.
 func New(rc RedisClient, opts *Options) (*Client, error) {
 	if redisx.IsNilClient(rc) {
-		return nil, invalid("nil Redis client")
+		return nil, invalid("rc is nil: New needs a Redis client")
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -70,20 +70,23 @@ func New(rc RedisClient, opts *Options) (*Client, error) {
 // first Obtain.
 func (c *Client) CapabilitiesFor(ctx context.Context, key string) (Capabilities, error) {
 	caps, err := c.conn.CapabilitiesFor(ctx, key)
-	if r := c.handoffOff.Load(); r != nil {
-		caps.HandoffDenied = r.reply
-	}
-	return caps, err
+	return c.public(caps), err
 }
 
 // Capabilities returns the strategies in use on the client's server,
 // probing it on the first call.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	caps, err := c.conn.Capabilities(ctx)
+	return c.public(caps), err
+}
+
+// public is caps, as the Client's connection learnt them, in their public
+// form, with the Client's own refusal of the hand-off script.
+func (c *Client) public(caps redisx.Capabilities) Capabilities {
 	if r := c.handoffOff.Load(); r != nil {
 		caps.HandoffDenied = r.reply
 	}
-	return caps, err
+	return redisx.Mirror[Capabilities](caps)
 }
 
 // Lock is one acquisition of a key. Its methods are safe for concurrent
@@ -138,12 +141,8 @@ func (l *Lock) Fence() int64 { return l.fence }
 // ended ctx makes no attempt. Its options are WithRetry, WithMaxWait,
 // WithMetadata and WithFencing; no option means one attempt, no metadata,
 // no fencing.
-func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	s, err := gather("Obtain", obtainAccepts, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.obtainWith(ctx, key, ttl, s)
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...ObtainOption) (*Lock, error) {
+	return c.obtainWith(ctx, key, ttl, obtainSettings(opts))
 }
 
 // obtainWith obtains the lock for Obtain, Do and RunOnce once their
@@ -156,7 +155,7 @@ func (c *Client) obtainWith(ctx context.Context, key string, ttl time.Duration, 
 	if opts.fencing {
 		var ok bool
 		if fenceKey, ok = FenceKey(key); !ok {
-			return nil, invalid("fencing on key %q: %v", key, redisx.ErrNoSlot)
+			return nil, invalid("WithFencing on key %q: %v", key, redisx.ErrNoSlot)
 		}
 	}
 	start := time.Now()
@@ -183,13 +182,13 @@ func ctxEnded(err error) bool {
 func (c *Client) checkObtain(key string, ttl time.Duration, opts *callSettings) error {
 	switch {
 	case key == "":
-		return invalid("empty key")
+		return invalid("key is empty")
 	case ttl < time.Millisecond:
 		return invalid("ttl %v for key %q is below 1ms", ttl, key)
 	case len(opts.metadata) > c.maxMetadata:
-		return invalid("metadata of %d bytes for key %q exceeds MaxMetadata (%d)", len(opts.metadata), key, c.maxMetadata)
+		return invalid("WithMetadata of %d bytes for key %q is longer than Options.MaxMetadata (%d bytes)", len(opts.metadata), key, c.maxMetadata)
 	case opts.maxWait < 0:
-		return invalid("negative MaxWait %v", opts.maxWait)
+		return invalid("WithMaxWait %v for key %q is negative", opts.maxWait, key)
 	}
 	return nil
 }
@@ -242,7 +241,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // is logged here (RunOnce logs it once, as a lost lock).
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration, warnNotHeld bool) error {
 	if ttl < time.Millisecond {
-		return invalid("refresh ttl %v for key %q is below 1ms", ttl, l.key)
+		return invalid("Refresh ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	err := l.extend(ctx, ttl)
 	d := time.Since(l.sent)
@@ -292,7 +291,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // else.
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if key == "" {
-		return Info{}, invalid("empty key")
+		return Info{}, invalid("key is empty")
 	}
 	pipe := c.conn.Client().Pipeline()
 	get := pipe.Get(ctx, key)
@@ -330,11 +329,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 // as a Release does: EventReleased on success, EventReleaseFailed
 // otherwise. Unlike Release, it hands nothing to waiters queued for the
 // lock (WithRetry): they find the key taken by the value and
-// give up at their WithMaxWait. A ttl below 1ms is an error wrapping
+// give up at their WithMaxWait. A ttl below 1ms is an error matching
 // ErrInvalid.
 func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return invalid("replace ttl %v for key %q is below 1ms", ttl, l.key)
+		return invalid("Replace ttl %v for key %q is below 1ms", ttl, l.key)
 	}
 	ok, err := l.c.conn.SetIfEqual(ctx, l.key, l.value, value, ttl)
 	return l.replaced(ctx, ok, err)

@@ -31,7 +31,7 @@ func newClient(tb testing.TB, s *redistest.Server, opts *lock.Options) (*lock.Cl
 func newForced(tb testing.TB, s *redistest.Server, caps lock.Capabilities) (*lock.Client, redis.UniversalClient) {
 	tb.Helper()
 	rc := s.Client(tb)
-	c, err := lock.New(&redisx.Forced{Client: rc, Caps: caps}, nil)
+	c, err := lock.New(&redisx.Forced{Client: rc, Caps: redisx.Mirror[redisx.Capabilities](caps)}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -252,38 +252,50 @@ func TestClient_badInput(t *testing.T) {
 		run  func() error
 		want string
 	}{
-		{"nil client", func() error { _, err := lock.New(nil, nil); return err }, "nil Redis client"},
-		{"typed nil client", func() error { var rdb *redis.Client; _, err := lock.New(rdb, nil); return err }, "nil Redis client"},
-		{"negative threshold", func() error { _, err := lock.New(rc, &lock.Options{DigestThreshold: -1}); return err }, "DigestThreshold"},
-		{"empty key", func() error { _, err := c.Obtain(ctx, "", time.Second); return err }, "empty key"},
-		{"zero ttl", func() error { _, err := c.Obtain(ctx, "k", 0); return err }, "below 1ms"},
-		{"sub-ms ttl", func() error { _, err := c.Obtain(ctx, "k", time.Microsecond); return err }, "below 1ms"},
-		{"negative ttl", func() error { _, err := c.Obtain(ctx, "k", -time.Second); return err }, "below 1ms"},
+		{"nil client", func() error { _, err := lock.New(nil, nil); return err }, "rc is nil: New needs a Redis client"},
+		{"typed nil client", func() error { var rdb *redis.Client; _, err := lock.New(rdb, nil); return err }, "rc is nil: New needs a Redis client"},
+		{"negative threshold", func() error { _, err := lock.New(rc, &lock.Options{DigestThreshold: -1}); return err }, "Options.DigestThreshold -1 is negative"},
+		{"negative MaxMetadata", func() error { _, err := lock.New(rc, &lock.Options{MaxMetadata: -2}); return err }, "Options.MaxMetadata -2 is negative"},
+		{"empty key", func() error { _, err := c.Obtain(ctx, "", time.Second); return err }, "key is empty"},
+		{"zero ttl", func() error { _, err := c.Obtain(ctx, "k", 0); return err }, `ttl 0s for key "k" is below 1ms`},
+		{"sub-ms ttl", func() error { _, err := c.Obtain(ctx, "k", time.Microsecond); return err }, `ttl 1µs for key "k" is below 1ms`},
+		{"negative ttl", func() error { _, err := c.Obtain(ctx, "k", -time.Second); return err }, `ttl -1s for key "k" is below 1ms`},
 		{"huge metadata", func() error {
-			_, err := c.Obtain(ctx, "k", time.Second, lock.WithMetadata(strings.Repeat("m", lock.DefaultMaxMetadata+1)))
+			_, err := c.Obtain(ctx, "k", time.Second, lock.WithMetadata(strings.Repeat("m", 64<<10+1)))
 			return err
-		}, "exceeds MaxMetadata"},
-		{"negative MaxWait", func() error { _, err := c.Obtain(ctx, "k", time.Second, lock.WithMaxWait(-1)); return err }, "MaxWait"},
+		}, `WithMetadata of 65537 bytes for key "k" is longer than Options.MaxMetadata (65536 bytes)`},
+		{"negative MaxWait", func() error { _, err := c.Obtain(ctx, "k", time.Second, lock.WithMaxWait(-1)); return err },
+			`WithMaxWait -1ns for key "k" is negative`},
 		{"fencing without slot", func() error {
 			_, err := c.Obtain(ctx, "a}b", time.Second, lock.WithFencing())
 			return err
-		}, "cluster slot"},
-		{"Do nil fn", func() error { return c.Do(ctx, "k", time.Second, nil) }, "nil fn"},
-		{"Do empty key", func() error { return c.Do(ctx, "", time.Second, nop) }, "empty key"},
-		{"Do refresh >= ttl", func() error { return c.Do(ctx, "k", time.Second, nop, lock.WithRefreshEvery(time.Second)) }, "RefreshEvery"},
-		{"RunOnce nil fn", func() error { _, err := c.RunOnce(ctx, "k", time.Second, nil); return err }, "nil fn"},
+		}, `WithFencing on key "a}b": key has '}' but no hash tag, so no companion key can share its cluster slot`},
+		{"Do nil fn", func() error { return c.Do(ctx, "k", time.Second, nil) }, `Do fn for key "k" is nil`},
+		{"Do empty key", func() error { return c.Do(ctx, "", time.Second, nop) }, "key is empty"},
+		{"Do refresh >= ttl", func() error { return c.Do(ctx, "k", time.Second, nop, lock.WithRefreshEvery(time.Second)) },
+			`WithRefreshEvery 1s for key "k" must be at least 1ms and below ttl 1s`},
+		{"Do refresh below 1ms", func() error { return c.Do(ctx, "k", time.Second, nop, lock.WithRefreshEvery(time.Microsecond)) },
+			`WithRefreshEvery 1µs for key "k" must be at least 1ms and below ttl 1s`},
+		{"Do default refresh below 1ms", func() error { return c.Do(ctx, "k", 2*time.Millisecond, nop) },
+			`ttl 2ms for key "k" is below 3ms, so its default refresh interval, ttl/3, is below 1ms: set WithRefreshEvery`},
+		{"Do zero ttl", func() error { return c.Do(ctx, "k", 0, nop) }, `ttl 0s for key "k" is below 1ms`},
+		{"RunOnce nil fn", func() error { _, err := c.RunOnce(ctx, "k", time.Second, nil); return err }, `RunOnce fn for key "k" is nil`},
 		{"RunOnce MinHold > maxHold", func() error {
 			_, err := c.RunOnce(ctx, "k", time.Second, nop, lock.WithMinHold(time.Minute))
 			return err
-		}, "MinHold"},
-		{"RunOnce zero maxHold", func() error { _, err := c.RunOnce(ctx, "k", 0, nop); return err }, "below 1ms"},
-		{"Inspect empty key", func() error { _, err := c.Inspect(ctx, ""); return err }, "empty key"},
+		}, `WithMinHold 1m0s for key "k" must be between 0 and maxHold 1s`},
+		{"RunOnce zero maxHold", func() error { _, err := c.RunOnce(ctx, "k", 0, nop); return err }, `maxHold 0s for key "k" is below 1ms`},
+		{"RunOnce empty key", func() error { _, err := c.RunOnce(ctx, "", time.Second, nop); return err }, "key is empty"},
+		{"Inspect empty key", func() error { _, err := c.Inspect(ctx, ""); return err }, "key is empty"},
+		{"ObtainMany empty key", func() error { _, err := c.ObtainMany(ctx, []string{"a", ""}, time.Second); return err }, "ObtainMany keys[1] is empty"},
+		{"ObtainMany zero ttl", func() error { _, err := c.ObtainMany(ctx, []string{"a"}, 0); return err }, "ObtainMany ttl 0s is below 1ms"},
+		{"ReplaceMany nil lock", func() error { return c.ReplaceMany(ctx, []lock.Replacement{{TTL: time.Second}})[0] }, "ReplaceMany rs[0].Lock is nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.run()
-			if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "lock: ") {
-				t.Errorf("error = %v, want ErrInvalid naming %q", err, tt.want)
+			if want := "lock: " + tt.want; !errors.Is(err, lock.ErrInvalid) || err == nil || err.Error() != want {
+				t.Errorf("error = %v, want %q matching ErrInvalid", err, want)
 			}
 		})
 	}
@@ -488,16 +500,16 @@ func TestClient_Obtain_cancelledWhileWaiting(t *testing.T) {
 			called := make(chan int, 1)
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			opts := []lock.Option{lock.WithRetry(blockingRetry{called}), lock.WithMaxWait(time.Hour)}
+			retry, maxWait := lock.WithRetry(blockingRetry{called}), lock.WithMaxWait(time.Hour)
 			errs := make(chan error, 1)
 			go func() {
 				if name == "Obtain" {
-					_, err := c.Obtain(wctx, key, time.Minute, opts...)
+					_, err := c.Obtain(wctx, key, time.Minute, retry, maxWait)
 					errs <- err
 					return
 				}
 				errs <- c.Do(wctx, key, time.Minute, func(context.Context) error { return errors.New("ran") },
-					opts...)
+					retry, maxWait)
 			}()
 			select {
 			case <-called: // the first attempt found the lock held; now it waits
@@ -618,4 +630,27 @@ func TestLock_Replace(t *testing.T) {
 			t.Errorf("Replace logged: %s", out)
 		}
 	})
+}
+
+// TestKeys_layout: the companion keys and channel of a lock are named as
+// docs/permissions.md, docs/locks.md and the package doc spell them for
+// ACL rules: {key}:suffix, or key:suffix for a key with a hash tag.
+func TestKeys_layout(t *testing.T) {
+	for _, tt := range []struct {
+		key, fence, queue, channel string
+	}{
+		{"jobs:1", "{jobs:1}:fence", "{jobs:1}:queue", "{jobs:1}:handoff"},
+		{"jobs:{1}", "jobs:{1}:fence", "jobs:{1}:queue", "jobs:{1}:handoff"},
+	} {
+		fence, ok1 := lock.FenceKey(tt.key)
+		queue, ok2 := lock.QueueKey(tt.key)
+		channel, ok3 := lock.HandoffChannel(tt.key)
+		if fence != tt.fence || queue != tt.queue || channel != tt.channel || !ok1 || !ok2 || !ok3 {
+			t.Errorf("%q: fence %q, queue %q, channel %q; want %q, %q, %q",
+				tt.key, fence, queue, channel, tt.fence, tt.queue, tt.channel)
+		}
+	}
+	if _, ok := lock.FenceKey("a}b"); ok {
+		t.Error(`FenceKey("a}b") is ok; want not (a '}' but no hash tag)`)
+	}
 }

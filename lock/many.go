@@ -38,7 +38,7 @@ type Attempt struct {
 // ErrPermission where the ACL refused it, or where the server refuses the
 // scripts that releasing the lock would need: no lock is then taken that
 // could not be released). An empty key or a ttl below 1ms returns an
-// error wrapping ErrInvalid before any server call; a ctx that has ended
+// error matching ErrInvalid before any server call; a ctx that has ended
 // makes no attempt and returns its error. The server must have SET with
 // both NX and GET (Redis and Valkey >= 7.0).
 //
@@ -47,11 +47,11 @@ type Attempt struct {
 func (c *Client) ObtainMany(ctx context.Context, keys []string, ttl time.Duration) ([]Attempt, error) {
 	for i, k := range keys {
 		if k == "" {
-			return nil, invalid("empty key at index %d of ObtainMany", i)
+			return nil, invalid("ObtainMany keys[%d] is empty", i)
 		}
 	}
 	if ttl < time.Millisecond {
-		return nil, invalid("ttl %v for ObtainMany is below 1ms", ttl)
+		return nil, invalid("ObtainMany ttl %v is below 1ms", ttl)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
@@ -127,10 +127,12 @@ func (c *Client) ReplaceMany(ctx context.Context, rs []Replacement) (errs []erro
 	idx := make([]int, 0, len(rs))
 	for i, r := range rs {
 		switch {
-		case r.Lock == nil || r.Lock.c != c:
-			errs[i] = invalid("ReplaceMany: replacement %d is not a lock of this Client", i)
+		case r.Lock == nil:
+			errs[i] = invalid("ReplaceMany rs[%d].Lock is nil", i)
+		case r.Lock.c != c:
+			errs[i] = invalid("ReplaceMany rs[%d].Lock (key %q) is a lock of another Client", i, r.Lock.key)
 		case r.TTL < time.Millisecond:
-			errs[i] = invalid("replace ttl %v for key %q is below 1ms", r.TTL, r.Lock.key)
+			errs[i] = invalid("ReplaceMany rs[%d].TTL %v for key %q is below 1ms", i, r.TTL, r.Lock.key)
 		default:
 			ops = append(ops, redisx.CondSet{Key: r.Lock.key, Old: r.Lock.value, Next: r.Value, TTL: r.TTL})
 			idx = append(idx, i)

@@ -7,8 +7,8 @@ import (
 	"github.com/hotkv/stampede/internal/redisx"
 )
 
-// DefaultMaxMetadata is the default limit on the metadata of WithMetadata.
-const DefaultMaxMetadata = 64 << 10
+// defaultMaxMetadata is the default of Options.MaxMetadata.
+const defaultMaxMetadata = 64 << 10
 
 // Options configure a Client. A nil *Options means all defaults.
 type Options struct {
@@ -52,7 +52,7 @@ func (o *Options) digestThreshold() int {
 
 func (o *Options) maxMetadata() int {
 	if o == nil || o.MaxMetadata <= 0 {
-		return DefaultMaxMetadata
+		return defaultMaxMetadata
 	}
 	return o.MaxMetadata
 }
@@ -76,23 +76,59 @@ func (o *Options) validate() error {
 		return nil
 	}
 	if o.DigestThreshold < 0 {
-		return invalid("DigestThreshold %d is negative", o.DigestThreshold)
+		return invalid("Options.DigestThreshold %d is negative", o.DigestThreshold)
 	}
 	if o.MaxMetadata < 0 {
-		return invalid("MaxMetadata %d is negative", o.MaxMetadata)
+		return invalid("Options.MaxMetadata %d is negative", o.MaxMetadata)
 	}
 	return nil
 }
 
-// Option changes one call's settings: Obtain, Do or RunOnce, as each
-// constructor says. A nil Option is skipped, so Obtain(ctx, key, ttl, nil)
-// means all defaults. An Option given to a call it does not apply to (such
-// as WithMinHold to Obtain) makes the call return an error wrapping
-// ErrInvalid, before any server call. An Option keeps no state of its own:
-// one value may be given to many calls, also concurrently.
-type Option func(*callSettings)
+// ObtainOption is an option of Obtain: WithRetry, WithMaxWait,
+// WithMetadata or WithFencing (see the package doc, "Per-call options").
+type ObtainOption interface{ applyObtain(*callSettings) }
 
-// callSettings are one call's settings, gathered from its Options.
+// DoOption is an option of Do: WithRetry, WithMaxWait, WithMetadata,
+// WithFencing or WithRefreshEvery.
+type DoOption interface{ applyDo(*callSettings) }
+
+// RunOnceOption is an option of RunOnce: WithMetadata, WithFencing or
+// WithMinHold.
+type RunOnceOption interface{ applyRunOnce(*callSettings) }
+
+// WaitOption is an option of Obtain and Do, which wait for a held lock:
+// WithRetry and WithMaxWait return one. RunOnce never waits.
+type WaitOption interface {
+	ObtainOption
+	DoOption
+}
+
+// Option is an option of every call (Obtain, Do and RunOnce):
+// WithMetadata and WithFencing return one.
+type Option interface {
+	ObtainOption
+	DoOption
+	RunOnceOption
+}
+
+// The options' own types, one per set of calls: each is a change of one
+// call's settings, with the methods of the calls it applies to.
+type (
+	waitSetting    func(*callSettings) // Obtain, Do
+	commonSetting  func(*callSettings) // Obtain, Do, RunOnce
+	doSetting      func(*callSettings) // Do
+	runOnceSetting func(*callSettings) // RunOnce
+)
+
+func (f waitSetting) applyObtain(s *callSettings)     { f(s) }
+func (f waitSetting) applyDo(s *callSettings)         { f(s) }
+func (f commonSetting) applyObtain(s *callSettings)   { f(s) }
+func (f commonSetting) applyDo(s *callSettings)       { f(s) }
+func (f commonSetting) applyRunOnce(s *callSettings)  { f(s) }
+func (f doSetting) applyDo(s *callSettings)           { f(s) }
+func (f runOnceSetting) applyRunOnce(s *callSettings) { f(s) }
+
+// callSettings are one call's settings, gathered from its options.
 type callSettings struct {
 	retry        RetryStrategy
 	maxWait      time.Duration
@@ -100,28 +136,10 @@ type callSettings struct {
 	fencing      bool
 	refreshEvery time.Duration
 	minHold      time.Duration
-	given        optionSet // the options given, to refuse those that do not apply
 }
 
-// optionSet is a set of Option constructors, one bit each.
-type optionSet uint8
-
-const (
-	optRetry optionSet = 1 << iota
-	optMaxWait
-	optMetadata
-	optFencing
-	optRefreshEvery
-	optMinHold
-
-	// What each call accepts.
-	obtainAccepts  = optRetry | optMaxWait | optMetadata | optFencing
-	doAccepts      = obtainAccepts | optRefreshEvery
-	runOnceAccepts = optMetadata | optFencing | optMinHold
-)
-
 // WithRetry says how Obtain and Do wait for a held lock. Default: no
-// retry, one attempt (as is a nil RetryStrategy). It does not apply to
+// retry, one attempt (as is a nil RetryStrategy). It is not an option of
 // RunOnce, which never waits.
 //
 // With a retry, a waiter queues and is handed the lock by the release of a
@@ -129,40 +147,40 @@ const (
 // polls, paced by r, are the safety net (see the package doc, "Waiting:
 // hand-off and wake-up"). Such a lock's Release runs a script that checks
 // the queue.
-func WithRetry(r RetryStrategy) Option {
-	return func(s *callSettings) { s.retry, s.given = r, s.given|optRetry }
+func WithRetry(r RetryStrategy) WaitOption {
+	return waitSetting(func(s *callSettings) { s.retry = r })
 }
 
 // WithMaxWait bounds the time Obtain and Do spend retrying (see WithRetry).
 // It must not be negative; zero means the default: the context's deadline,
-// or the lock's TTL when the context has none. It does not apply to
+// or the lock's TTL when the context has none. It is not an option of
 // RunOnce.
-func WithMaxWait(d time.Duration) Option {
-	return func(s *callSettings) { s.maxWait, s.given = d, s.given|optMaxWait }
+func WithMaxWait(d time.Duration) WaitOption {
+	return waitSetting(func(s *callSettings) { s.maxWait = d })
 }
 
 // WithMetadata stores meta with the lock's token, e.g. who holds the lock,
 // for anyone to read with Inspect (Info.Metadata) and the holder with
 // Lock.Metadata. It is refused when longer than Options.MaxMetadata.
-// Default: empty. It applies to Obtain, Do and RunOnce.
+// Default: empty. It is an option of Obtain, Do and RunOnce.
 func WithMetadata(meta string) Option {
-	return func(s *callSettings) { s.metadata, s.given = meta, s.given|optMetadata }
+	return commonSetting(func(s *callSettings) { s.metadata = meta })
 }
 
 // WithFencing draws a fencing number with the acquisition; see Lock.Fence.
 // The counter lives in a companion key in the same cluster slot (see
 // FenceKey), without expiry. It needs scripting (EVALSHA/EVAL) on the
-// server. Default: no fencing, Lock.Fence is 0. It applies to Obtain, Do
-// and RunOnce.
+// server. Default: no fencing, Lock.Fence is 0. It is an option of Obtain,
+// Do and RunOnce.
 func WithFencing() Option {
-	return func(s *callSettings) { s.fencing, s.given = true, s.given|optFencing }
+	return commonSetting(func(s *callSettings) { s.fencing = true })
 }
 
 // WithRefreshEvery sets how often Do refreshes the lock back to its full
 // TTL while the work runs. It must be at least 1ms and below the TTL.
-// Default (or zero): a third of the TTL. It applies to Do only.
-func WithRefreshEvery(d time.Duration) Option {
-	return func(s *callSettings) { s.refreshEvery, s.given = d, s.given|optRefreshEvery }
+// Default (or zero): a third of the TTL. It is an option of Do only.
+func WithRefreshEvery(d time.Duration) DoOption {
+	return doSetting(func(s *callSettings) { s.refreshEvery = d })
 }
 
 // WithMinHold keeps RunOnce's lock at least d after it was obtained
@@ -170,44 +188,40 @@ func WithRefreshEvery(d time.Duration) Option {
 // when the job finishes sooner, so that an instance whose clock (or
 // scheduler) is a little behind does not run the same tick again
 // (ShedLock's lockAtLeastFor). It must be between 0 and RunOnce's maxHold.
-// Default: 0, the lock is released when the job ends. It applies to
+// Default: 0, the lock is released when the job ends. It is an option of
 // RunOnce only.
-func WithMinHold(d time.Duration) Option {
-	return func(s *callSettings) { s.minHold, s.given = d, s.given|optMinHold }
+func WithMinHold(d time.Duration) RunOnceOption {
+	return runOnceSetting(func(s *callSettings) { s.minHold = d })
 }
 
-// gather applies opts, skipping nil ones, for the call named call, which
-// accepts the options in accepts; an option outside them is an error.
-func gather(call string, accepts optionSet, opts []Option) (*callSettings, error) {
+// obtainSettings gathers the settings of an Obtain from opts, skipping nil
+// ones; doSettings and runOnceSettings those of a Do and a RunOnce.
+func obtainSettings(opts []ObtainOption) *callSettings {
 	s := &callSettings{}
 	for _, o := range opts {
 		if o != nil {
-			o(s)
+			o.applyObtain(s)
 		}
 	}
-	for bit := optRetry; bit <= optMinHold; bit <<= 1 {
-		if s.given&bit != 0 && accepts&bit == 0 {
-			name, calls := bit.describe()
-			return nil, invalid("%s applies to %s, not %s", name, calls, call)
-		}
-	}
-	return s, nil
+	return s
 }
 
-// describe returns the name of the one option in o and the calls it
-// applies to.
-func (o optionSet) describe() (name, calls string) {
-	switch o {
-	case optRetry:
-		return "WithRetry", "Obtain and Do"
-	case optMaxWait:
-		return "WithMaxWait", "Obtain and Do"
-	case optRefreshEvery:
-		return "WithRefreshEvery", "Do"
-	case optMinHold:
-		return "WithMinHold", "RunOnce"
-	case optMetadata:
-		return "WithMetadata", "Obtain, Do and RunOnce"
+func doSettings(opts []DoOption) *callSettings {
+	s := &callSettings{}
+	for _, o := range opts {
+		if o != nil {
+			o.applyDo(s)
+		}
 	}
-	return "WithFencing", "Obtain, Do and RunOnce"
+	return s
+}
+
+func runOnceSettings(opts []RunOnceOption) *callSettings {
+	s := &callSettings{}
+	for _, o := range opts {
+		if o != nil {
+			o.applyRunOnce(s)
+		}
+	}
+	return s
 }

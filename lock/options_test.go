@@ -6,59 +6,39 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/lock"
 )
 
-// TestOption_notApplying: an Option given to a call it does not apply to is
-// refused before any server call, naming the option and the call.
-func TestOption_notApplying(t *testing.T) {
-	// Nothing listens on this address: any server call would fail with a
-	// connection error rather than ErrInvalid.
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	defer rc.Close()
-	c, err := lock.New(rc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t)
-	nop := func(context.Context) error { return nil }
-	obtain := func(opts ...lock.Option) func() error {
-		return func() error { _, err := c.Obtain(ctx, "k", time.Second, opts...); return err }
-	}
-	do := func(opts ...lock.Option) func() error {
-		return func() error { return c.Do(ctx, "k", time.Second, nop, opts...) }
-	}
-	runOnce := func(opts ...lock.Option) func() error {
-		return func() error { _, err := c.RunOnce(ctx, "k", time.Second, nop, opts...); return err }
-	}
-	retry := lock.WithRetry(lock.LinearBackoff(time.Millisecond))
+// TestOption_calls: each option is an option of exactly the calls it
+// applies to, also when its dynamic type is asserted (the static types
+// keep one from compiling where it does not apply: see the package doc,
+// "Per-call options").
+func TestOption_calls(t *testing.T) {
 	tests := []struct {
-		name string
-		run  func() error
-		want string
+		name                string
+		opt                 any
+		obtain, do, runOnce bool
 	}{
-		{"Obtain WithRefreshEvery", obtain(lock.WithRefreshEvery(time.Millisecond)), "WithRefreshEvery applies to Do, not Obtain"},
-		{"Obtain WithMinHold", obtain(retry, lock.WithMinHold(time.Millisecond)), "WithMinHold applies to RunOnce, not Obtain"},
-		{"Do WithMinHold", do(lock.WithMinHold(0)), "WithMinHold applies to RunOnce, not Do"},
-		{"RunOnce WithRetry", runOnce(retry), "WithRetry applies to Obtain and Do, not RunOnce"},
-		{"RunOnce WithRetry nil", runOnce(lock.WithRetry(nil)), "WithRetry applies to Obtain and Do, not RunOnce"},
-		{"RunOnce WithMaxWait", runOnce(lock.WithMaxWait(time.Second)), "WithMaxWait applies to Obtain and Do, not RunOnce"},
-		{"RunOnce WithRefreshEvery", runOnce(lock.WithRefreshEvery(time.Millisecond)), "WithRefreshEvery applies to Do, not RunOnce"},
+		{"WithRetry", lock.WithRetry(lock.LinearBackoff(time.Millisecond)), true, true, false},
+		{"WithMaxWait", lock.WithMaxWait(time.Second), true, true, false},
+		{"WithMetadata", lock.WithMetadata("m"), true, true, true},
+		{"WithFencing", lock.WithFencing(), true, true, true},
+		{"WithRefreshEvery", lock.WithRefreshEvery(time.Second), false, true, false},
+		{"WithMinHold", lock.WithMinHold(time.Second), false, false, true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.run()
-			if want := "lock: invalid argument: " + tt.want; !errors.Is(err, lock.ErrInvalid) || err.Error() != want {
-				t.Fatalf("err = %v, want %q wrapping ErrInvalid", err, want)
-			}
-		})
+		_, obtain := tt.opt.(lock.ObtainOption)
+		_, do := tt.opt.(lock.DoOption)
+		_, runOnce := tt.opt.(lock.RunOnceOption)
+		if obtain != tt.obtain || do != tt.do || runOnce != tt.runOnce {
+			t.Errorf("%s: option of Obtain %t, Do %t, RunOnce %t; want %t, %t, %t",
+				tt.name, obtain, do, runOnce, tt.obtain, tt.do, tt.runOnce)
+		}
 	}
 }
 
-// TestOption_nil: a nil Option is skipped, so the spelling of the former
+// TestOption_nil: a nil option is skipped, so the spelling of the former
 // pointer options, Obtain(ctx, key, ttl, nil), still means all defaults.
 func TestOption_nil(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)

@@ -24,16 +24,15 @@ import (
 //
 // Its options are WithMinHold, WithMetadata and WithFencing; RunOnce never
 // waits for a held lock, so WithRetry and WithMaxWait do not apply.
-func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts ...Option) (ran bool, err error) {
-	s, err := gather("RunOnce", runOnceAccepts, opts)
-	if err != nil {
-		return false, err
-	}
+func (c *Client) RunOnce(ctx context.Context, key string, maxHold time.Duration, fn func(context.Context) error, opts ...RunOnceOption) (ran bool, err error) {
+	s := runOnceSettings(opts)
 	switch {
 	case fn == nil:
-		return false, invalid("nil fn for key %q", key)
+		return false, invalid("RunOnce fn for key %q is nil", key)
+	case maxHold < time.Millisecond:
+		return false, invalid("maxHold %v for key %q is below 1ms", maxHold, key)
 	case s.minHold < 0 || s.minHold > maxHold:
-		return false, invalid("MinHold %v must be between 0 and maxHold %v", s.minHold, maxHold)
+		return false, invalid("WithMinHold %v for key %q must be between 0 and maxHold %v", s.minHold, key, maxHold)
 	}
 	start := time.Now()
 	l, err := c.obtainWith(ctx, key, maxHold, s)

@@ -51,8 +51,8 @@ func counterKeys(prefix string, n int) []string {
 }
 
 func (w *worker) lockTraffic(ctx context.Context, r *rand.Rand) {
-	opts := []lock.Option{lock.WithFencing(),
-		lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)), lock.WithMaxWait(time.Second)}
+	fencing, retry, maxWait := lock.WithFencing(),
+		lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)), lock.WithMaxWait(time.Second)
 	for pause(ctx, time.Duration(r.IntN(30))*time.Millisecond) {
 		n := r.IntN(counters)
 		key := fmt.Sprintf("%s:lock%d", w.cfg.Prefix, n)
@@ -63,7 +63,7 @@ func (w *worker) lockTraffic(ctx context.Context, r *rand.Rand) {
 			// A holder that stalls past its lock's TTL without noticing.
 			rec.Detail = "stall"
 			var l *lock.Lock
-			if l, err = w.locks.Obtain(lctx, key, lockHold, opts...); err == nil {
+			if l, err = w.locks.Obtain(lctx, key, lockHold, fencing, retry, maxWait); err == nil {
 				rec.Fence = l.Fence()
 				rec.Value, err = w.increment(context.WithoutCancel(lctx), n, info.id, l.Fence(), lockHold+time.Duration(r.IntN(300))*time.Millisecond)
 				_ = l.Release(context.WithoutCancel(lctx))
@@ -78,7 +78,7 @@ func (w *worker) lockTraffic(ctx context.Context, r *rand.Rand) {
 				var err error
 				rec.Value, err = w.increment(ctx, n, info.id, fence, work)
 				return err
-			}, opts...)
+			}, fencing, retry, maxWait)
 			if errors.Is(err, lock.ErrLost) && token != "" {
 				// What the server holds, read past the faults: a lock
 				// declared lost that the server still holds for a while

@@ -46,7 +46,7 @@ func Lock(ctx context.Context, e *Env, r *report.Results) error {
 		}
 		forced := e.Caps
 		forced.Release = rs.s
-		lc, err := lock.New(&redisx.Forced{Client: e.RDB, Caps: forced}, nil)
+		lc, err := lock.New(&redisx.Forced{Client: e.RDB, Caps: redisx.Mirror[redisx.Capabilities](forced)}, nil)
 		if err != nil {
 			return err
 		}

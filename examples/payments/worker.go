@@ -141,6 +141,7 @@ func decide(op string, amount int64, st State) (next State, why string) {
 // kept alive by lock.Do, writing with the lock's fencing number.
 func operate(ctx context.Context, locks *lock.Client, store *Store, name, op string, amount int64) (Attempt, error) {
 	a := Attempt{Worker: name, Op: op, Amount: amount}
+	fencing, meta, retry, maxWait := lockOptions(name)
 	asked := time.Now()
 	err := locks.Do(ctx, store.LockKey(order), lockTTL, func(ctx context.Context) error {
 		a.LockWait = time.Since(asked)
@@ -160,19 +161,16 @@ func operate(ctx context.Context, locks *lock.Client, store *Store, name, op str
 			return context.Cause(ctx) // the lock was lost: do not write
 		}
 		return a.record(ctx, store, next)
-	}, lockOptions(name)...)
+	}, fencing, meta, retry, maxWait)
 	return a, err
 }
 
 // lockOptions say how every worker takes the order's lock: with a fencing
-// number, its name as metadata, waiting up to 10s for another holder.
-func lockOptions(name string) []lock.Option {
-	return []lock.Option{
-		lock.WithFencing(),
-		lock.WithMetadata("worker " + name),
-		lock.WithRetry(lock.LinearBackoff(10 * time.Millisecond)),
-		lock.WithMaxWait(10 * time.Second),
-	}
+// number, its name as metadata, waiting up to 10s for another holder. Each
+// is an option of both Obtain and Do (lock.Option, lock.WaitOption).
+func lockOptions(name string) (fencing, meta lock.Option, retry, maxWait lock.WaitOption) {
+	return lock.WithFencing(), lock.WithMetadata("worker " + name),
+		lock.WithRetry(lock.LinearBackoff(10 * time.Millisecond)), lock.WithMaxWait(10 * time.Second)
 }
 
 // operateAndFreeze runs a refund that is frozen, as by a long GC pause or a
@@ -183,8 +181,9 @@ func lockOptions(name string) []lock.Option {
 // where it stopped: it records the refund with its old fencing number.
 func operateAndFreeze(ctx context.Context, locks *lock.Client, store *Store, name string, amount int64, in *bufio.Scanner) (Attempt, error) {
 	a := Attempt{Worker: name, Op: "refund", Amount: amount}
+	fencing, meta, retry, maxWait := lockOptions(name)
 	asked := time.Now()
-	l, err := locks.Obtain(ctx, store.LockKey(order), pausedTTL, lockOptions(name)...)
+	l, err := locks.Obtain(ctx, store.LockKey(order), pausedTTL, fencing, meta, retry, maxWait)
 	if err != nil {
 		return a, err
 	}

@@ -10,9 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The strategies and Capabilities are declared here, once; package lock
-// names them for users (lock.Capabilities, lock.ReleaseLua, ...) and
-// lists their fields in its doc comments, which go doc shows for an alias.
+// The strategies and Capabilities here are this module's own; package lock
+// declares their public counterparts (lock.Capabilities, lock.ReleaseLua,
+// ...), with the same fields and the strategies numbered alike, and Mirror
+// converts between the two.
 
 // ReleaseStrategy is how a value (a lock, a cache's claim) is deleted only
 // if it still holds what the caller wrote.
@@ -89,10 +90,10 @@ func (s DigestStrategy) String() string {
 }
 
 // Capabilities is what a server was found to offer and the strategy chosen
-// for each operation, as lock.(*Client).Capabilities and
-// cache.(*Cache).Capabilities report it (users know it as
-// lock.Capabilities). The zero value selects the Lua fallbacks, which work
-// on every server with scripting.
+// for each operation, which lock.(*Client).Capabilities and
+// cache.(*Cache).Capabilities report as a lock.Capabilities (see Mirror).
+// The zero value selects the Lua fallbacks, which work on every server
+// with scripting.
 type Capabilities struct {
 	// Server and Version come from HELLO, for display; empty when unknown.
 	Server, Version string

@@ -44,8 +44,8 @@ return 1`)
 // GC pause, a stopped VM), which only fencing can stop.
 func (w *worker) locker(ctx context.Context, r *rand.Rand) {
 	const ttl = 400 * time.Millisecond
-	opts := []lock.Option{lock.WithFencing(),
-		lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)), lock.WithMaxWait(time.Second)}
+	fencing, retry, maxWait := lock.WithFencing(),
+		lock.WithRetry(lock.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)), lock.WithMaxWait(time.Second)
 	for pause(ctx, time.Duration(r.IntN(20))*time.Millisecond) {
 		n := r.IntN(w.cfg.Counters)
 		if runs := w.lockRuns.Add(1); w.cfg.Sabotage && runs%20 == 0 {
@@ -55,7 +55,7 @@ func (w *worker) locker(ctx context.Context, r *rand.Rand) {
 		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if r.IntN(20) == 0 {
 			stall := ttl + time.Duration(r.IntN(400))*time.Millisecond
-			l, err := w.locks.Obtain(lctx, lockKey(w.cfg.Prefix, n), ttl, opts...)
+			l, err := w.locks.Obtain(lctx, lockKey(w.cfg.Prefix, n), ttl, fencing, retry, maxWait)
 			if err != nil {
 				w.countErr("lock Obtain", err)
 			} else {
@@ -70,7 +70,7 @@ func (w *worker) locker(ctx context.Context, r *rand.Rand) {
 		}
 		err := w.locks.Do(lctx, lockKey(w.cfg.Prefix, n), ttl, func(ctx context.Context) error {
 			return w.increment(ctx, n, lock.FromContext(ctx).Fence(), time.Duration(r.IntN(5))*time.Millisecond)
-		}, opts...)
+		}, fencing, retry, maxWait)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.countErr("lock Do", err)
