@@ -210,7 +210,7 @@ func runCohWriter(c *cache.Cache, acks func(ctx context.Context, want string) er
 		}
 		var setAt time.Time
 		if err := write("Set", id+1, func() error {
-			err := cache.Set(ctx, c, j.Key, cohItem(id+1), cache.WithExpiry(cache.Expiry{Fresh: fresh}))
+			err := cache.Set(ctx, c, j.Key, cohItem(id+1), cache.WithExpiry(cache.Expiry{Fresh: fresh, Stale: time.Hour}))
 			setAt = time.Now()
 			return err
 		}); err != nil {
