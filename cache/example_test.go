@@ -139,6 +139,34 @@ func ExampleSet() {
 	// true
 }
 
+// One value with its own lifetime, in place of the Cache's ExpiryPolicy:
+// a Set, or a GetOrLoad's load, given WithExpiry.
+func ExampleWithExpiry() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Minute}})
+	defer c.Close()
+	ctx := context.Background()
+
+	// Fresh for an hour, then served stale for a day while one process
+	// reloads it; the server drops it after both.
+	long := cache.WithExpiry(cache.Expiry{Fresh: time.Hour, Stale: 24 * time.Hour})
+	fmt.Println(cache.Set(ctx, c, "config", "v1", long))
+	fmt.Println(rdb.PTTL(ctx, "stampede:{config}").Val())
+
+	v, err := cache.GetOrLoad(ctx, c, "rates", func(context.Context) (string, error) { return "1.08", nil }, long)
+	fmt.Println(v, err, rdb.PTTL(ctx, "stampede:{rates}").Val())
+	// Output:
+	// <nil>
+	// 25h0m0s
+	// 1.08 <nil> 25h0m0s
+}
+
 func ExampleNear() {
 	mr := miniredis.NewMiniRedis() // a real program connects to its Redis, Valkey or Cluster
 	if err := mr.Start(); err != nil {
