@@ -478,3 +478,77 @@ func TestACL_cache_near(t *testing.T) {
 		}
 	}, trackingKinds...)
 }
+
+// TestACL_cache_failureMarker: the marker a failed rebuild leaves beside
+// the key (NS:{K}:fail, within CachePerms' ~NS:*), without which a waiter
+// that missed the failure's announcement loads itself.
+//
+// "marker refused": a user whose key rules name the value keys, the
+// rebuild locks and the probe keys, not the marker: the rebuild's callers
+// get their error as ever, the refused write is counted in ServerErrors
+// (its event carries the NOPERM), and a waiter whose subscription came
+// after the failure loads, as before markers.
+//
+// "no channel": a user without the announcement channels, whose waiters
+// poll: the announcement of a failure reaches nobody, and the waiter,
+// finding the key free on its next poll, takes the failure from the
+// marker: ErrRemoteLoad, no load of its own. (Before markers: it loaded.)
+func TestACL_cache_failureMarker(t *testing.T) {
+	t.Run("marker refused", func(t *testing.T) {
+		redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+			ctx := testCtx(t)
+			ns := namespace(t)
+			var perms []string
+			for _, p := range redistest.CachePerms(s.Kind, ns) {
+				if p == "~"+ns+":*" {
+					p = "~" + ns + ":{*}"
+					perms = append(perms, "~"+ns+":{*}:lock", "~"+ns+":{*}:probe:*")
+				}
+				perms = append(perms, p)
+			}
+			u := s.User(t, perms...)
+			var refused atomic.Int32
+			w := failBeforeSubscribe(t, ctx, s, window{rebuild: failingGetOrLoad, wait: waitGetOrLoad,
+				ns: ns, client: u.Client,
+				observe: func(e cache.Event) {
+					if e.Kind == cache.EventServerError && e.Err != nil && strings.Contains(e.Err.Error(), "NOPERM") {
+						refused.Add(1)
+					}
+				}})
+			if w.calls != 1 {
+				t.Errorf("cache b: %q, %v, %d loads; want its own load, as before markers", w.v, w.err, w.calls)
+			}
+			if refused.Load() == 0 {
+				t.Errorf("cache a: no server error with NOPERM for the refused marker")
+			}
+		}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+	})
+	t.Run("no channel", func(t *testing.T) {
+		redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+			ctx := testCtx(t)
+			ns := namespace(t)
+			var perms []string
+			for _, p := range redistest.CachePerms(s.Kind, ns) {
+				if !strings.HasPrefix(p, "&") {
+					perms = append(perms, p)
+				}
+			}
+			u := s.User(t, perms...)
+			opts := cache.Options{WaitTimeout: time.Minute, PollInterval: 20 * time.Millisecond, Logger: slog.New(newLogSink())}
+			a := aclCache(t, u, ns, opts)
+			b := aclCache(t, u, ns, opts)
+			holder, open := failingLoad(t, ctx, a, "cache a to claim the key and load")
+			var calls atomic.Int32
+			waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+			redistest.WaitFor(t, ctx, "cache b to wait", func() bool { return b.Stats().Waits > 0 })
+			open()
+			if r := redistest.Recv(t, ctx, holder, "cache a"); r.err == nil || !strings.Contains(r.err.Error(), "upstream answered 503") {
+				t.Errorf("cache a: %q, %v; want its loader's error", r.v, r.err)
+			}
+			r := redistest.Recv(t, ctx, waiter, "cache b")
+			if !errors.Is(r.err, cache.ErrRemoteLoad) || !strings.Contains(r.err.Error(), "upstream answered 503") || calls.Load() != 0 {
+				t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad with a's error, and no load", r.v, r.err, calls.Load())
+			}
+		}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+	})
+}

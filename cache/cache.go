@@ -137,6 +137,10 @@ type keys struct {
 // only when needed, keeping the hit path at one key allocation.
 func (k keys) lock() string { return k.value + ":lock" }
 
+// failed returns the key of the entry's failure marker, NS:{tag}:fail
+// (failed.go).
+func (k keys) failed() string { return k.value + ":fail" }
+
 func (c *Cache) keys(key string) keys {
 	tag := tagOf(key)
 	return keys{user: key, tag: tag, value: c.s.ns + ":{" + tag + "}"}

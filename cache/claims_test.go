@@ -13,6 +13,7 @@ import (
 	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
+	"github.com/redis/go-redis/v9"
 )
 
 // The windows of issue 37 between a rebuild's outcome and a waiter's
@@ -185,6 +186,235 @@ func testWaiterKeepsFirstClaim(t *testing.T, nth int32, get func(ctx context.Con
 			t.Errorf("cache b: %v, %d loads of its own; want ErrRemoteLoad and no load", err, calls.Load())
 		}
 	})
+}
+
+// TestGetOrLoad_failureBeforeSubscribe: a caller that found another
+// process's claim, and whose subscription to the key's channel the server
+// confirms only after that rebuild failed, announced the failure (to
+// nobody here) and freed its claim, gets ErrRemoteLoad with the
+// rebuild's error and runs no loader of its own: the failure outlives its
+// announcement in the key's failure marker. Every pairing of the rebuild
+// (GetOrLoad, a GetOrLoadMany batch) and the waiter (GetOrLoad, which
+// subscribes before its second read; GetOrLoadMany, after its MGET), and
+// the replace path: an expired not-found, the rebuild lock held by the
+// failing rebuild. A caller that did not see the claim loads, marker or
+// not. (Before: the waiter's read after the confirmation found the key
+// free, and it claimed the key and loaded: the robustness suite's
+// knownLostFailure.)
+func TestGetOrLoad_failureBeforeSubscribe(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace bool // the key holds an expired not-found: the rebuild holds the rebuild lock
+		rebuild failingRebuild
+		wait    waitingCall
+	}{
+		{name: "GetOrLoad", rebuild: failingGetOrLoad, wait: waitGetOrLoad},
+		{name: "GetOrLoadMany", rebuild: failingGetOrLoad, wait: waitGetOrLoadMany},
+		{name: "batchRebuild", rebuild: failingGetOrLoadMany, wait: waitGetOrLoad},
+		{name: "replace", replace: true, rebuild: failingGetOrLoad, wait: waitGetOrLoad},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+				ctx := testCtx(t)
+				w := failBeforeSubscribe(t, ctx, s, window{replace: tc.replace, rebuild: tc.rebuild, wait: tc.wait})
+				if !errors.Is(w.err, cache.ErrRemoteLoad) || !strings.Contains(w.err.Error(), "upstream answered 503") || w.calls != 0 {
+					t.Errorf("cache b: %q, %v, %d loads of its own; want ErrRemoteLoad with a's error, and no load", w.v, w.err, w.calls)
+				}
+				if st := w.b.Stats(); st.Loads != 0 || w.waits != 1 {
+					t.Errorf("cache b: stats %+v, %d EventWaits; want no load, and one wait", st, w.waits)
+				}
+				// The failure is not stored, and the marker answers only
+				// those that saw the claim: the next call loads.
+				if v, err := cache.GetOrLoad(ctx, w.b, "k", func(context.Context) (string, error) { return "b", nil }); err != nil || v != "b" {
+					t.Errorf("next call: %q, %v; want a new load", v, err)
+				}
+			})
+		})
+	}
+}
+
+// TestGetOrLoad_failureMarkerBesideWrites: what a waiter in the window of
+// TestGetOrLoad_failureBeforeSubscribe gets when the key changed after
+// the failure and before the waiter's read. A Set: its value (the waiter
+// reads the key before the marker). A Delete: the failure still (the
+// waiter began before the Delete returned; the marker stands). Another
+// process's rebuild that failed too: the marker now names that rebuild,
+// which the waiter did not see, and the waiter claims the key and loads,
+// as it did before markers (a limit: the marker keeps the key's last
+// failure only).
+func TestGetOrLoad_failureMarkerBesideWrites(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		then  func(t *testing.T, ctx context.Context, a *cache.Cache)
+		check func(t *testing.T, w waited)
+	}{
+		{name: "Set", then: func(t *testing.T, ctx context.Context, a *cache.Cache) {
+			if err := cache.Set(ctx, a, "k", "set after the failure"); err != nil {
+				t.Errorf("Set: %v", err)
+			}
+		}, check: func(t *testing.T, w waited) {
+			if w.err != nil || w.v != "set after the failure" || w.calls != 0 {
+				t.Errorf("cache b: %q, %v, %d loads; want the Set's value and no load", w.v, w.err, w.calls)
+			}
+		}},
+		{name: "Delete", then: func(t *testing.T, ctx context.Context, a *cache.Cache) {
+			if err := a.Delete(ctx, "k"); err != nil {
+				t.Errorf("Delete: %v", err)
+			}
+		}, check: func(t *testing.T, w waited) {
+			if !errors.Is(w.err, cache.ErrRemoteLoad) || w.calls != 0 {
+				t.Errorf("cache b: %q, %v, %d loads; want ErrRemoteLoad and no load", w.v, w.err, w.calls)
+			}
+		}},
+		{name: "anotherFailure", then: func(t *testing.T, ctx context.Context, a *cache.Cache) {
+			if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+				return "", errors.New("the second rebuild failed too")
+			}); err == nil {
+				t.Errorf("the second rebuild: no error")
+			}
+		}, check: func(t *testing.T, w waited) {
+			if w.calls != 1 {
+				t.Errorf("cache b: %q, %v, %d loads; want its own load: the marker names a rebuild it did not see", w.v, w.err, w.calls)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+				ctx := testCtx(t)
+				tc.check(t, failBeforeSubscribe(t, ctx, s, window{rebuild: failingGetOrLoad, wait: waitGetOrLoad,
+					then: func(a *cache.Cache) { tc.then(t, ctx, a) }}))
+			})
+		})
+	}
+}
+
+// failingRebuild is a call of a on k whose loader fails with "upstream
+// answered 503" once release is closed.
+type failingRebuild func(ctx context.Context, a *cache.Cache, release <-chan struct{}) error
+
+func failingGetOrLoad(ctx context.Context, a *cache.Cache, release <-chan struct{}) error {
+	_, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) {
+		<-release
+		return "", errors.New("upstream answered 503")
+	})
+	return err
+}
+
+func failingGetOrLoadMany(ctx context.Context, a *cache.Cache, release <-chan struct{}) error {
+	_, err := cache.GetOrLoadMany(ctx, a, []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+		<-release
+		return nil, errors.New("upstream answered 503")
+	})
+	return err
+}
+
+// waitingCall is a call of b on k whose loader counts its runs in calls.
+type waitingCall func(ctx context.Context, b *cache.Cache, calls *atomic.Int32) (string, error)
+
+func waitGetOrLoad(ctx context.Context, b *cache.Cache, calls *atomic.Int32) (string, error) {
+	return cache.GetOrLoad(ctx, b, "k", neverLoad[string](calls))
+}
+
+func waitGetOrLoadMany(ctx context.Context, b *cache.Cache, calls *atomic.Int32) (string, error) {
+	m, err := cache.GetOrLoadMany(ctx, b, []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+		calls.Add(1)
+		return nil, errors.New("this loader must not run")
+	})
+	return m["k"], err
+}
+
+// waited is what the waiter of failBeforeSubscribe got.
+type waited struct {
+	b     *cache.Cache
+	v     string
+	err   error
+	calls int32 // runs of its own loader
+	waits int32 // its EventWaits
+}
+
+// window is one run of failBeforeSubscribe.
+type window struct {
+	replace bool // the key holds an expired not-found: the rebuild holds the rebuild lock
+	rebuild failingRebuild
+	wait    waitingCall
+	then    func(a *cache.Cache)                      // run once a's rebuild failed, before b subscribes, if set
+	ns      string                                    // the namespace, if not one of its own
+	client  func(tb testing.TB) redis.UniversalClient // the client of each Cache; the server's own if nil
+	observe func(cache.Event)                         // a's Observer, if set
+}
+
+// failBeforeSubscribe runs the window of TestGetOrLoad_failureBeforeSubscribe
+// on s with a Cache a and a Cache b (as two processes), in a namespace of
+// its own (or w.ns): a's rebuild of k (w.rebuild) loads until released; b's call
+// (w.wait) reads k, finds a's claim (or, w.replace, a's rebuild lock
+// beside an expired not-found), and is about to subscribe to k's channel
+// when a's load fails: a has announced the failure and freed its claim
+// before b subscribes, and then w.then runs. It checks that a's call got
+// its loader's error, and returns what b's call got.
+func failBeforeSubscribe(t *testing.T, ctx context.Context, s *redistest.Server, w window) waited {
+	t.Helper()
+	client := w.client
+	if client == nil {
+		client = s.Client
+	}
+	ns := w.ns
+	if ns == "" {
+		ns = namespace(t)
+	}
+	clk := newClock()
+	exp := cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}
+	a := newCacheOn(t, client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now, Observer: w.observe})
+	// Polls and the wait limit lie far beyond the test: what b learns, it
+	// learns from its reads after it subscribed.
+	var waits atomic.Int32
+	b := newCacheOn(t, client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
+		PollInterval: 30 * time.Second, WaitTimeout: time.Minute,
+		Observer: func(e cache.Event) {
+			if e.Kind == cache.EventWait && e.Key == "k" {
+				waits.Add(1)
+			}
+		}})
+	if w.replace {
+		if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
+			t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
+		}
+		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+	}
+
+	release, open := gate(t)
+	held := make(chan error, 1)
+	go func() { held <- w.rebuild(ctx, a, release) }()
+	rc := s.Client(t)
+	redistest.WaitFor(t, ctx, "cache a to claim k", func() bool {
+		if w.replace {
+			return rc.Exists(ctx, valueKey(ns, "k")+":lock").Val() == 1
+		}
+		v := rc.Get(ctx, valueKey(ns, "k")).Val()
+		return v != "" && v[0] != 0xF5 // a lock value, not an entry
+	})
+
+	var once atomic.Bool
+	failed := make(chan error, 1)
+	cache.BeforeSubscribe(b, func(string) {
+		if once.CompareAndSwap(false, true) {
+			// b has found a's claim: a fails, announces it to nobody
+			// here, and frees its claim before b subscribes.
+			open()
+			failed <- redistest.Recv(t, ctx, held, "cache a's failed rebuild")
+			if w.then != nil {
+				w.then(a)
+			}
+		}
+	})
+	var calls atomic.Int32
+	v, err := w.wait(ctx, b, &calls)
+	if !once.Load() {
+		t.Fatal("cache b never subscribed")
+	}
+	if aerr := <-failed; aerr == nil || !strings.Contains(aerr.Error(), "upstream answered 503") {
+		t.Errorf("cache a: %v; want its loader's error", aerr)
+	}
+	return waited{b: b, v: v, err: err, calls: calls.Load(), waits: waits.Load()}
 }
 
 // TestGetOrLoadMany_failOpenJoinsRefresh: GetOrLoadMany failing open

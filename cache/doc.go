@@ -41,8 +41,10 @@
 // # Failures
 //
 // A loader error is returned to every caller waiting for that load, in
-// every process, and never stored; loader.ErrNotFound may be stored for
-// Expiry.Negative. A failed background refresh keeps the stale value
+// every process (ErrRemoteLoad in the others), and never stored as a
+// value: beside the key, a short-lived marker (about a second) tells it
+// to the waiters of that load that missed its announcement.
+// loader.ErrNotFound may be stored for Expiry.Negative. A failed background refresh keeps the stale value
 // served until its stale time (Expiry.Stale) ends. A panicking loader becomes a *loader.PanicError for
 // every waiter. When the server cannot be reached, loaders run without it
 // (each process still loads once per key at a time) and the server is
@@ -52,7 +54,8 @@
 // # Keys
 //
 // A key K in namespace NS is stored at NS:{K}, its rebuild lock at
-// NS:{K}:lock, in one Redis Cluster slot. Keys longer than 128 bytes,
+// NS:{K}:lock and a failed rebuild's marker at NS:{K}:fail, in one Redis
+// Cluster slot. Keys longer than 128 bytes,
 // starting with "#", or containing braces, spaces or non-printable bytes
 // are replaced by "#" and the hex SHA-256 of the key inside the braces (a
 // cryptographic hash, so that nobody who chooses keys can make two share

@@ -325,7 +325,9 @@ func (c *Cache) announceNothing(ctx context.Context, k keys, l *lock.Lock, err e
 }
 
 // announce publishes the outcome of the rebuild holding l. A failed
-// publish costs the waiters a poll interval, not their answer.
+// publish costs the waiters a poll interval, not their answer. A failure
+// ('e') leaves its marker too, in the same pipeline and before the
+// announcement (failed.go): the caller frees l only after announce.
 func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, text string) {
 	// The point fires as announce returns, published or not.
 	defer failpoint.Inject(ctx, failpoint.CacheAnnounced)
@@ -335,7 +337,18 @@ func (c *Cache) announce(ctx context.Context, k keys, l *lock.Lock, kind byte, t
 		// do not pay a second timeout; the waiters' poll finds the result.
 		return
 	}
-	err := c.ann.publishOne(ctx, k.value, message(kind, k.value, l.Token(), text))
+	msg := message(kind, k.value, l.Token(), text)
+	var err error
+	if kind == noticeError {
+		pipe := c.rc.Pipeline()
+		mark := c.queueFailure(ctx, pipe, k, l.Token(), text)
+		pub := c.ann.publish(ctx, pipe, k.value, msg)
+		whole := redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+		c.failureWritten(k, mark.Err(), whole)
+		err = pub.Err()
+	} else {
+		err = c.ann.publishOne(ctx, k.value, msg)
+	}
 	if !c.ann.published(err) && err != nil { // a refusal is counted and logged there, not as a failed server
 		c.serverError(k.user, err)
 	}

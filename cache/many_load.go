@@ -476,9 +476,10 @@ func written(cl heldClaim, wrote bool, val string) announcement {
 }
 
 // announceAll publishes notes in one pipeline, as announce does one by
-// one, then frees the locks the notes say to free: every path that frees
-// a claim announces first, so that a waiter whose read finds the claim
-// gone has the outcome already on its way.
+// one (a failure with its marker first, failed.go), then frees the locks
+// the notes say to free: every path that frees a claim announces first,
+// so that a waiter whose read finds the claim gone has the outcome
+// already on its way, or a failure's marker to read.
 func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	for _, a := range notes {
 		c.nearDrop(a.cl.k) // this process wrote, or found the key changed
@@ -496,10 +497,19 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 	}
 	pipe := c.rc.Pipeline()
 	cmds := make([]*redis.IntCmd, len(notes))
+	marks := make([]*redis.StatusCmd, len(notes))
 	for i, a := range notes {
+		if a.kind == noticeError {
+			marks[i] = c.queueFailure(ctx, pipe, a.cl.k, a.cl.l.Token(), a.text)
+		}
 		cmds[i] = c.ann.publish(ctx, pipe, a.cl.k.value, message(a.kind, a.cl.k.value, a.cl.l.Token(), a.text))
 	}
-	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+	whole := redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+	for i, m := range marks {
+		if m != nil {
+			c.failureWritten(notes[i].cl.k, m.Err(), whole)
+		}
+	}
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			if !c.ann.published(err) {

@@ -52,11 +52,21 @@ type verdict struct {
 	// seen is when the read that found the claim (or old) was sent: the
 	// outcome of that rebuild is at least that new (see outcome.accepts).
 	seen time.Time
+	// told: an answer that Cache.heard gave, which emitted the wait's
+	// EventWait already.
+	told bool
 }
 
 // answer is the verdict that ends the flight with res and err.
 func answer(res outcome, err error) verdict {
 	return verdict{next: answered, res: res, err: err}
+}
+
+// told is answer from Cache.heard, which emitted the wait's EventWait.
+func told(res outcome, err error) verdict {
+	v := answer(res, err)
+	v.told = true
+	return v
 }
 
 // waitFor is the verdict to wait for the rebuild whose claim (token claim,

@@ -166,7 +166,7 @@ func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader
 		}
 		switch v.next {
 		case answered:
-			if !wt.start.IsZero() {
+			if !wt.start.IsZero() && !v.told {
 				// The wait ended by reading the key (a value too large to
 				// come with the announcement, a lost announcement, a poll)
 				// or by taking over a dead claim: it is a wait all the same.
@@ -204,7 +204,10 @@ func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader
 // only then frees its claim (or its rebuild lock), and the announcement
 // may still be on its way on the subscription's connection when the
 // read's reply arrives. If it is that rebuild's outcome, it is the
-// answer; a failed load is then not run again here.
+// answer; a failed load is then not run again here. An announcement
+// published before this process subscribed reached nobody here: a failure
+// is then found in the key's failure marker (failed.go), which the
+// rebuild wrote before it freed its claim.
 func (c *Cache) claimAfter(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], w *waiter, wt *watch, v verdict) verdict {
 	if wt.waited() {
 		c.ann.settle(ctx, w, settleBound(c.s.poll, it.wait-time.Since(wt.since())))
@@ -212,6 +215,9 @@ func (c *Cache) claimAfter(ctx context.Context, k keys, it itemSettings, load lo
 			if h := c.heard(ctx, k, n, wt); h.next == answered {
 				return h
 			}
+		}
+		if h := c.failedBefore(ctx, k, wt); h.next == answered {
+			return h
 		}
 	}
 	if v.next == replaceOld {
@@ -311,11 +317,11 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		// takes what it waited for); not a claim, nor bytes it cannot read.
 		if rd := c.decide([]byte(n.text), c.s.now()); rd.use != useWait && !rd.corrupt() {
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-			return answer(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent}, nil)
+			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent}, nil)
 		}
 	case noticeNotFound:
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-		return answer(outcome{notFound: true, claim: cl.token, seen: cl.sent}, nil)
+		return told(outcome{notFound: true, claim: cl.token, seen: cl.sent}, nil)
 	case noticeError:
 		err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
 		if strings.Contains(n.text, ErrPermission.Error()) {
@@ -324,7 +330,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 			err = remotePermission{err}
 		}
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), err)
-		return answer(outcome{}, err)
+		return told(outcome{}, err)
 	}
 	return verdict{next: readAgain}
 }

@@ -907,8 +907,8 @@ func (b *faultBed) readBack(tb testing.TB, site *faultSite, seen map[faultReq]bo
 	iter := b.rc.Scan(ctx, 0, b.ns+":*", 100).Iterator()
 	for iter.Next(ctx) {
 		key := iter.Val()
-		if strings.HasSuffix(key, ":lock") {
-			continue
+		if strings.HasSuffix(key, ":lock") || strings.HasSuffix(key, ":fail") {
+			continue // a rebuild lock; a failed render's marker (every uncacheable render is one)
 		}
 		k, ok := keys[key]
 		if !ok {

@@ -1,5 +1,6 @@
 // Package codec defines how a cache entry is stored: a small fixed header
-// followed by the encoded value.
+// followed by the encoded value (and, in failure.go, the marker a failed
+// rebuild leaves beside it).
 //
 //	offset size
 //	0      1    magic 0xF5 (not printable, not a hex digit: never a lock value)
