@@ -249,6 +249,55 @@ func TestMiddleware_varyChangedByDeploy(t *testing.T) {
 	})
 }
 
+// TestPurge_duringVaryMove: a PurgeURL that lands while a refresh renders
+// the page with a new Vary (a deploy changed what it varies on, so the
+// render would start a new generation of variants: moveGeneration) wins:
+// the marker is not moved to the render's generation, nothing it rendered
+// is served, and the next request renders. (The purge rule's row "a new
+// Vary generation": the marker moves only if unchanged.)
+func TestPurge_duringVaryMove(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 30*time.Second)
+		var vary atomic.Value
+		vary.Store("X-A")
+		var renders atomic.Int32
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := renders.Add(1)
+			if n == 2 {
+				started <- struct{}{}
+				block(ctx, release)
+			}
+			v := vary.Load().(string)
+			w.Header().Set("Cache-Control", "max-age=1")
+			w.Header().Set("Vary", v)
+			fmt.Fprintf(w, "render %d for %s=%s", n, v, r.Header.Get(v))
+		})
+		background := make(chan middleware.Event, 4)
+		b := newTestBed(t, s, h, &bedOptions{mw: &middleware.Options{Observer: func(e middleware.Event) {
+			if e.Kind == middleware.EventBackground {
+				background <- e
+			}
+		}}})
+		b.get(t, "/v", "X-A", "1", "X-B", "1").check(t, 200, "MISS", "render 1 for X-A=1")
+		vary.Store("X-B") // the deploy
+		b.clock.Advance(2 * time.Second)
+		b.get(t, "/v", "X-A", "1", "X-B", "1").check(t, 200, "STALE", "render 1 for X-A=1")
+		redistest.Recv(t, ctx, started, "the refresh's render, with the new Vary")
+		if err := b.mws[0].PurgeURL(ctx, b.srv.URL+"/v", nil); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		redistest.Recv(t, ctx, background, "the refresh's end")
+		raw, err := b.rc.Get(ctx, b.valueKey("/v")).Bytes()
+		if err == nil && bytes.Contains(raw, []byte("X-B")) {
+			t.Fatalf("the base holds a marker naming the refresh's Vary (X-B) after the purge (%d bytes)", len(raw))
+		}
+		r := b.get(t, "/v", "X-A", "1", "X-B", "1")
+		r.check(t, 200, "MISS", "render 3 for X-B=1")
+	})
+}
+
 // TestMiddleware_staleIfErrorIsNoStaleWhileRevalidate: a response's own
 // stale-if-error lets it answer when its refresh fails, never in place
 // of a refresh from a healthy origin (RFC 5861 4, RFC 9111 4.2.4).
