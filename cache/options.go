@@ -476,47 +476,64 @@ func storedNotice(ctx context.Context) {
 	}
 }
 
-// item returns the settings of a call given opts, checked.
-func item[O any](c *Cache, opts []O, apply func(O, *itemSettings)) (itemSettings, error) {
-	it := itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
+// loadItem and setItem return the settings of a load's or a Set's call,
+// checked. The options take the settings' address, so they are applied in
+// a function of their own (withLoad, withSet, not inlined), to a copy:
+// the caller's stays off the heap on the hit path, which has none.
+func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
+	it := c.item()
 	if len(opts) > 0 {
-		it = applyAll(it, opts, apply) // the options take its address: keep that off the hit path
+		it = withLoad(it, opts)
 	}
-	switch {
-	case it.fresh < time.Millisecond:
-		return it, invalid("WithExpiry: Fresh %v is below 1ms", it.fresh)
-	case it.stale < 0:
-		return it, invalid("WithExpiry: Stale %v is negative", it.stale)
-	case it.negative < 0:
-		return it, invalid("WithNegative %v is negative", it.negative)
-	case it.wait < time.Millisecond:
-		return it, invalid("WithWaitTimeout %v is below 1ms", it.wait)
-	}
-	return it, nil
+	return it, it.check()
 }
 
-func applyAll[O any](it itemSettings, opts []O, apply func(O, *itemSettings)) itemSettings {
+func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
+	it := c.item()
+	if len(opts) > 0 {
+		it = withSet(it, opts)
+	}
+	return it, it.check()
+}
+
+// item returns the settings of a call given no options.
+func (c *Cache) item() itemSettings {
+	return itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
+}
+
+//go:noinline
+func withLoad(it itemSettings, opts []LoadOption) itemSettings {
 	for _, o := range opts {
-		apply(o, &it)
+		if o != nil {
+			o.applyLoad(&it)
+		}
 	}
 	return it
 }
 
-// loadItem and setItem return the settings of a load's or a Set's call.
-func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
-	return item(c, opts, func(o LoadOption, s *itemSettings) {
+//go:noinline
+func withSet(it itemSettings, opts []SetOption) itemSettings {
+	for _, o := range opts {
 		if o != nil {
-			o.applyLoad(s)
+			o.applySet(&it)
 		}
-	})
+	}
+	return it
 }
 
-func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
-	return item(c, opts, func(o SetOption, s *itemSettings) {
-		if o != nil {
-			o.applySet(s)
-		}
-	})
+// check rejects settings that options put out of range.
+func (it itemSettings) check() error {
+	switch {
+	case it.fresh < time.Millisecond:
+		return invalid("WithExpiry: Fresh %v is below 1ms", it.fresh)
+	case it.stale < 0:
+		return invalid("WithExpiry: Stale %v is negative", it.stale)
+	case it.negative < 0:
+		return invalid("WithNegative %v is negative", it.negative)
+	case it.wait < time.Millisecond:
+		return invalid("WithWaitTimeout %v is below 1ms", it.wait)
+	}
+	return nil
 }
 
 type expiryKey struct{}
