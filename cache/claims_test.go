@@ -31,16 +31,9 @@ import (
 func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		ns := namespace(t)
-		clk := newClock()
-		exp := cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
-		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
-			PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
-		if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
-			t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
-		}
-		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+		rp := expiredNotFound(t, ctx, s)
+		a := rp.cache(nil)
+		b := rp.cache(&cache.Options{PollInterval: 30 * time.Second, WaitTimeout: time.Minute})
 
 		holder, open := failingLoad(t, ctx, a, "cache a to take the rebuild lock and load")
 		var calls atomic.Int32
@@ -68,17 +61,9 @@ func TestGetOrLoad_replaceWaiterHearsFailure(t *testing.T) {
 func TestGetOrLoad_replaceWaiterReadsAgain(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		ns := namespace(t)
-		clk := newClock()
-		exp := cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
-		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now})
-		c := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Expiry: exp, Now: clk.Now,
-			PollInterval: 20 * time.Millisecond, WaitTimeout: time.Minute})
-		if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
-			t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
-		}
-		clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+		rp := expiredNotFound(t, ctx, s)
+		a, b := rp.cache(nil), rp.cache(nil)
+		c := rp.cache(&cache.Options{PollInterval: 20 * time.Millisecond, WaitTimeout: time.Minute})
 
 		release, open := gate(t)
 		paused := make(chan struct{}, 1)
@@ -93,7 +78,7 @@ func TestGetOrLoad_replaceWaiterReadsAgain(t *testing.T) {
 		if err := cache.Set(ctx, b, "k", "set after R's write"); err != nil {
 			t.Fatalf("Set: %v", err)
 		}
-		if err := s.Client(t).Set(ctx, valueKey(ns, "k"), "bytes nobody can decode", 0).Err(); err != nil {
+		if err := s.Client(t).Set(ctx, valueKey(rp.ns, "k"), "bytes nobody can decode", 0).Err(); err != nil {
 			t.Fatalf("writing the bytes c reads: %v", err)
 		}
 		var calls atomic.Int32
@@ -111,6 +96,38 @@ func TestGetOrLoad_replaceWaiterReadsAgain(t *testing.T) {
 			t.Errorf("cache c: %q, %v, %d loads; want its own load: R's value is older than the bytes it read", r.v, r.err, calls.Load())
 		}
 	})
+}
+
+// replacePath is a namespace whose key k holds a not-found past its
+// freshness, which a GetOrLoad replaces rather than serves (the replace
+// path), and makes Caches on it sharing one clock.
+type replacePath struct {
+	t   *testing.T
+	s   *redistest.Server
+	ns  string
+	clk *clock
+}
+
+// expiredNotFound stores a not-found under k with one Cache of a new
+// namespace, then moves the clock past its freshness.
+func expiredNotFound(t *testing.T, ctx context.Context, s *redistest.Server) *replacePath {
+	rp := &replacePath{t: t, s: s, ns: namespace(t), clk: newClock()}
+	a := rp.cache(nil)
+	if _, err := cache.GetOrLoad(ctx, a, "k", func(context.Context) (string, error) { return "", loader.ErrNotFound }); !errors.Is(err, loader.ErrNotFound) {
+		t.Fatalf("first load: %v; want ErrNotFound, remembered", err)
+	}
+	rp.clk.Advance(2 * time.Minute) // the not-found is past its freshness: replace it
+	return rp
+}
+
+// cache returns a Cache on rp's namespace and clock, with o's poll
+// interval and wait timeout (nil: the defaults).
+func (rp *replacePath) cache(o *cache.Options) *cache.Cache {
+	opts := cache.Options{Namespace: rp.ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Negative: time.Minute}, Now: rp.clk.Now}
+	if o != nil {
+		opts.PollInterval, opts.WaitTimeout = o.PollInterval, o.WaitTimeout
+	}
+	return newCacheOn(rp.t, rp.s.Client(rp.t), &opts)
 }
 
 // blockNthGet makes the n-th GET of key sent on rec's client wait, after
