@@ -60,6 +60,9 @@ type outcome struct {
 	// come through the server (fail open): every caller takes it.
 	claim string
 	seen  time.Time
+	// tags are the tags of the value and the epochs its load saw (see
+	// tags.go), for callers that join the flight after it began.
+	tags []codec.TagRef
 }
 
 // New returns a Cache using rc. It makes no server call (with
@@ -271,7 +274,7 @@ func (c *Cache) log(level slog.Level, msg string, args ...any) {
 }
 
 // entry encodes payload for storage.
-func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime time.Duration) (string, time.Duration) {
+func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime time.Duration, tags []codec.TagRef) (string, time.Duration) {
 	now := c.s.now()
 	fresh := it.fresh
 	stale := it.stale
@@ -286,10 +289,11 @@ func (c *Cache) entry(it itemSettings, payload []byte, notFound bool, loadTime t
 		fresh -= time.Duration(rand.Float64() * c.s.jitter * float64(fresh))
 		fresh = max(fresh, time.Millisecond)
 	}
-	b := codec.Append(make([]byte, 0, 23+len(payload)), codec.Entry{
+	e := codec.Entry{
 		Written: now, FreshUntil: now.Add(fresh), LoadTime: loadTime, NotFound: notFound, NoStale: stale <= 0,
-		Payload: payload,
-	})
+		Tags: tags, Payload: payload,
+	}
+	b := codec.Append(make([]byte, 0, codec.Size(e)), e)
 	return string(b), fresh + stale
 }
 
@@ -366,7 +370,7 @@ func (c *Cache) get(ctx context.Context, key string, dst engine.Dst, peek bool) 
 	var g getResult
 	ok := false
 	if c.near != nil {
-		g, ok = c.nearGet(key, dst)
+		g, ok = c.nearGet(ctx, key, dst)
 	}
 	if !ok {
 		g = c.serverGet(ctx, key, dst)
@@ -393,7 +397,7 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 		}
 		return getResult{err: fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", r.err, ""))}
 	}
-	rd := c.decide(r.raw, c.s.now())
+	rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
 	err := gotInto(c, key, rd, dst)
 	g := getResult{err: err, kind: gotEvent(rd, err)}
 	if rd.use == useValue && (err == nil || errors.Is(err, ErrStale)) {
@@ -409,7 +413,7 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 // ErrMiss.
 func gotInto(c *Cache, key string, rd reading, dst engine.Dst) error {
 	switch {
-	case rd.use == useWait:
+	case rd.use == useWait, rd.purged:
 		return ErrMiss
 	case rd.corrupt():
 		return fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
@@ -438,13 +442,16 @@ func gotEvent(rd reading, err error) EventKind {
 
 // nearGet answers Get from the near cache, if it can; ok is false when
 // the server must be asked.
-func (c *Cache) nearGet(key string, dst engine.Dst) (g getResult, ok bool) {
+func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getResult, ok bool) {
 	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
 		return g, false
 	}
-	rd := c.decideEntry(ne.e, c.clock(now))
+	rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
+	if !ok || rd.purged {
+		return g, false // the server path reads the records, and says what is there
+	}
 	g.near = true
 	if rd.use == useValue {
 		if err := nearInto(c, key, ne, dst); err != nil {
@@ -485,7 +492,11 @@ func (c *Cache) set(ctx context.Context, key string, v any, old []byte, opts []S
 		return fmt.Errorf("%w: %q is %d bytes, MaxValueSize is %d", ErrValueTooLarge, key, len(payload), c.s.maxSize)
 	}
 	k := c.keys(key)
-	val, ttl := c.entry(it, payload, false, 0)
+	tags, err := c.tagRefs(ctx, it.tags)
+	if err != nil {
+		return c.writeFailed(ctx, "set", key, err)
+	}
+	val, ttl := c.entry(it, payload, false, 0, tags)
 	if old != nil {
 		return c.setIfUnchanged(ctx, k, string(old), val, ttl)
 	}

@@ -32,6 +32,7 @@ type reading struct {
 	refresh bool        // useValue: refresh in the background (stale, or an early refresh is due)
 	claim   string      // useWait: the claim's token
 	err     error       // useReplace of an entry this version cannot read: why
+	purged  bool        // useReplace of an entry a tag invalidated (see Cache.withTags)
 }
 
 // event is what the reading counts as, for a reader that stops at it: a

@@ -130,7 +130,7 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 	l.obs = observation{read: true, sent: sent, done: r.done}
 	switch {
 	case r.err == nil:
-		rd := c.decide(r.raw, c.s.now())
+		rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
 		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r.raw); l.hit {
 			l.verdict = rd.event()
 		} else {
@@ -216,17 +216,26 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
 	}
-	rd := c.decide(raw, c.s.now())
+	rd, _ := c.withTags(ctx, c.decide(raw, c.s.now()), false)
 	switch {
+	case rd.purged:
+		deleted, err := c.dropInvalidated(ctx, k, raw)
+		switch {
+		case err != nil:
+			return c.serverFailed(ctx, k, load, err)
+		case deleted:
+			return verdict{next: keyFree}
+		}
+		return verdict{next: readAgain}
 	case rd.use == useWait:
 		return waitFor(rd.claim, sent)
 	case rd.use == useNotFound:
-		return answer(outcome{notFound: true, seen: sent}, nil)
+		return answer(outcome{notFound: true, seen: sent, tags: rd.e.Tags}, nil)
 	case rd.use == useValue && (bad == nil || !bytes.Equal(raw, bad)):
 		if rd.refresh {
 			c.refresh(ctx, k, it, raw, load)
 		}
-		return answer(outcome{payload: rd.e.Payload, seen: sent}, nil)
+		return answer(outcome{payload: rd.e.Payload, seen: sent, tags: rd.e.Tags}, nil)
 	}
 	// Undecodable, an expired negative entry, or a value the caller could
 	// not decode: replace it (see Cache.claimAfter).

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/redisx"
@@ -262,9 +263,16 @@ func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load l
 // loadHoldingAs is loadHolding run as r (see loadRuns.begin).
 func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, r *loadRun) loaded {
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
+	// The tags' epochs before the loader runs: an invalidation from now
+	// on makes what it loads invalidated (see tags.go).
+	var tags []codec.TagRef
+	if len(it.tags) > 0 {
+		tags = c.loadTags(ctx, k, it.tags)
+	}
 	start := time.Now()
 	exp := &expiry{}
 	res, err := c.runAs(context.WithValue(ctx, expiryKey{}, exp), k, load, r)
+	res.tags = tags
 	took := time.Since(start)
 	if exp.set {
 		it.fresh, it.stale = exp.fresh, exp.stale

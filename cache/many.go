@@ -232,7 +232,11 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			rest = append(rest, key)
 			continue
 		}
-		rd := c.decideEntry(ne.e, c.clock(now))
+		rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
+		if !ok {
+			rest = append(rest, key)
+			continue
+		}
 		switch rd.use {
 		case useNotFound:
 		case useValue:
@@ -268,7 +272,10 @@ type todo struct {
 	claim string
 	w     *waiter // registered before the read, for a claimed key
 	sent  time.Time
-	found bool // something is stored: replaced as GetOrLoad would (fill)
+	// purged is an entry a tag invalidated, found stored: deleted (see
+	// dropInvalidated), the key is loaded with the batch.
+	purged []byte
+	found  bool // something is stored: replaced as GetOrLoad would (fill)
 }
 
 // fromRead answers k from what the read found (r) if it can, counting the
@@ -282,7 +289,7 @@ func (m *many[V]) fromRead(ctx context.Context, k keys, r manyRead, w *waiter, s
 		t.w = w // for a claim the batch finds taken (batch.member)
 		return t, true
 	}
-	rd := c.decide(r.raw, c.s.now())
+	rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
 	switch {
 	case rd.use == useWait:
 		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w
@@ -297,6 +304,10 @@ func (m *many[V]) fromRead(ctx context.Context, k keys, r manyRead, w *waiter, s
 			break
 		}
 		m.serve(k, v, rd, r.raw)
+	}
+	if rd.purged {
+		t.purged, t.w = r.raw, w
+		return t, true
 	}
 	c.ann.unregister(k.value, w)
 	if t.bad != nil || rd.use == useReplace {
@@ -368,7 +379,40 @@ func (m *many[V]) read(ctx context.Context, ks []keys) (todos []todo, down bool,
 			todos = append(todos, t)
 		}
 	}
+	m.dropInvalidated(ctx, todos)
 	return todos, false, nil
+}
+
+// dropInvalidated deletes the values of todos that a tag invalidated, if
+// their keys still hold them (see Cache.dropInvalidated), concurrently:
+// those deleted are missing keys, which the batch loads together; the
+// others (changed meanwhile, or the delete failed) go the way of
+// GetOrLoad (fill), which reads them again.
+func (m *many[V]) dropInvalidated(ctx context.Context, todos []todo) {
+	var at []int
+	for i, t := range todos {
+		if t.purged != nil {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return
+	}
+	c := m.c
+	parallel(len(at), func(j int) {
+		t := &todos[at[j]]
+		deleted, err := c.dropInvalidated(ctx, t.k, t.purged)
+		t.purged = nil
+		if err == nil && deleted {
+			t.found = false
+			return
+		}
+		c.ann.unregister(t.k.value, t.w)
+		t.w = nil
+		if err != nil && !redisx.CallerDone(ctx) {
+			c.serverError(t.k.user, err)
+		}
+	})
 }
 
 // begin counts each key left as a miss and joins its flight in this
@@ -423,11 +467,11 @@ func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
 		if err != nil && ctx.Err() != nil {
 			return fmt.Errorf("cache: load many: %w", ctx.Err())
 		}
-		if err == nil && p.shared && !res.accepts(p.obs) {
+		if err == nil && p.shared && !(res.accepts(p.obs) && c.tagsLive(ctx, res)) {
 			// The joined flight's result may predate what this call's
 			// read saw (a Delete or Set since): go through GetOrLoad,
 			// which reads the key again.
-			v, err := GetOrLoad(ctx, c, p.k.user, typedOne(p.k.user, m.load))
+			v, err := GetOrLoad(ctx, c, p.k.user, typedOne(p.k.user, m.load), sameItem(m.it))
 			switch {
 			case errors.Is(err, loader.ErrNotFound):
 			case err != nil && ctx.Err() != nil:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/failpoint"
 	"github.com/hotkv/stampede/internal/flight"
 	"github.com/hotkv/stampede/internal/redisx"
@@ -201,7 +202,7 @@ func (b *batch) claim(ctx context.Context) (won []heldClaim, alone []keys) {
 			// Another process was first: wait for its claim, or take
 			// what it stored.
 			c.n.contention.Add(1)
-			b.send(k, c.foundInstead(k, t.Held, sent))
+			b.send(k, c.foundInstead(ctx, k, t.Held, sent))
 		case ctx.Err() != nil:
 			b.send(k, batchResult{err: fmt.Errorf("cache: load %q: %w", k.user, ErrClosed)})
 		case redisx.IsReply(t.Err) || errors.Is(t.Err, ErrPermission):
@@ -240,7 +241,12 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 	}
 	if len(ks) > 0 {
 		stop := c.keepAll(ctx, won)
+		var tags []codec.TagRef
+		if len(won) > 0 && len(b.it.tags) > 0 {
+			tags = c.loadTags(ctx, won[0].k, b.it.tags)
+		}
 		ld = c.runManyAs(ctx, b.it, ks, rs, b.load)
+		ld.tags = tags
 		stop()
 	}
 	for _, k := range lead {
@@ -279,6 +285,7 @@ type loadedMany struct {
 	it   itemSettings // with the TTLs the loader set through Expire
 	took time.Duration
 	err  error
+	tags []codec.TagRef // the epochs of the batch's tags before it ran (see tags.go)
 }
 
 // writeBack replaces each claim of won (taken at claimed) with its entry
@@ -300,14 +307,14 @@ func (c *Cache) writeBack(ctx context.Context, won []heldClaim, ld loadedMany, c
 	var at []int // the index in won of each of rs
 	for i, cl := range won {
 		res, err := c.resultOf(cl.k, ld.got, ld.err)
-		res.claim, res.seen = cl.l.Token(), claimed
+		res.claim, res.seen, res.tags = cl.l.Token(), claimed, ld.tags
 		results[i] = batchResult{res: res, err: err}
 		if err != nil || res.notFound && ld.it.negative == 0 {
 			notes[i] = nothing(cl, err)
 			notes[i].free = true
 			continue
 		}
-		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
+		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took, ld.tags)
 		vals[i] = val
 		rs = append(rs, lock.Replacement{Lock: cl.l, Value: val, TTL: ttl})
 		at = append(at, i)
@@ -350,13 +357,13 @@ func (c *Cache) wroteNote(cl heldClaim, val string, wrote bool, werr error) anno
 // the batch tried to claim the key by a read sent at sent: wait for the
 // claim of another process, take a fresh value or not-found, and
 // otherwise go the way of GetOrLoad (fill).
-func (c *Cache) foundInstead(k keys, old string, sent time.Time) batchResult {
-	rd := c.decide([]byte(old), c.s.now())
+func (c *Cache) foundInstead(ctx context.Context, k keys, old string, sent time.Time) batchResult {
+	rd, _ := c.withTags(ctx, c.decide([]byte(old), c.s.now()), false)
 	switch {
 	case rd.use == useWait:
 		return batchResult{claim: rd.claim, seen: sent}
 	case (rd.use == useValue || rd.use == useNotFound) && !rd.stale:
-		return batchResult{res: outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, seen: sent}}
+		return batchResult{res: outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, seen: sent, tags: rd.e.Tags}}
 	}
 	return batchResult{fill: true}
 }
@@ -600,7 +607,12 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	stop := c.keepAll(ctx, locks)
+	var tags []codec.TagRef
+	if len(it.tags) > 0 {
+		tags = c.loadTags(ctx, ks[0], it.tags)
+	}
 	ld := c.runManyAs(ctx, it, ks, rs, load)
+	ld.tags = tags
 	stop()
 	if ld.err != nil {
 		c.log(slog.LevelWarn, "background batch refresh failed; serving stale", "keys", len(ks), "err", ld.err)
@@ -618,7 +630,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 			notes[i] = a
 			continue
 		}
-		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took)
+		val, ttl := c.entry(ld.it, res.payload, res.notFound, ld.took, ld.tags)
 		vals[i] = val
 		ops = append(ops, redisx.CondSet{Key: t.cl.k.value, Old: string(t.old), Next: val, TTL: ttl})
 		at = append(at, i)

@@ -70,7 +70,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 		c.release(wctx, k, l)
 		return ld.res, ld.err
 	}
-	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
+	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took, ld.res.tags)
 	// Replace writes only while the claim is still there: a claim that is
 	// gone (a Delete or Set, or it expired) means the key moved on.
 	werr := l.Replace(wctx, val, ttl)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,6 +119,15 @@ type Options struct {
 	// per-key announcements next to this one (a rolling upgrade), and
 	// remove it once none is left. Default: false, per-key announcements.
 	Broadcast bool
+
+	// TagLifetime is how long a tag's record (see WithTags) lives after
+	// it was made or last invalidated. A value that outlives its tags'
+	// records reads as invalidated once a record ends, and is loaded
+	// again: keep it above the values' lifetime (Fresh + Stale). Records
+	// are made only for the tags that calls give, so their number is
+	// bounded by the tags in use within a TagLifetime. Default: 24h; at
+	// least 1s.
+	TagLifetime time.Duration
 
 	// Near, if set, keeps recently read entries in this process as well,
 	// so that a hit costs a map lookup instead of a round trip, and keeps
@@ -261,6 +271,7 @@ type settings struct {
 	realClock                                    bool // Options.Now is not set
 	near                                         *Near
 	broadcast                                    bool
+	tagLife                                      time.Duration
 }
 
 func or[T comparable](v, def T) T {
@@ -319,6 +330,7 @@ func (o *Options) defaults() settings {
 		observer:          o.Observer,
 		now:               o.Now,
 		near:              o.Near,
+		tagLife:           min(or(o.TagLifetime, 24*time.Hour), maxExpiry),
 	}
 	if s.codec == nil {
 		s.codec = Msgpack
@@ -341,7 +353,7 @@ func (o *Options) checkDurations() error {
 	}{{"Expiry.Fresh", o.Expiry.Fresh}, {"Expiry.Stale", o.Expiry.Stale}, {"Expiry.Negative", o.Expiry.Negative},
 		{"LockTTL", o.LockTTL}, {"LoadTimeout", o.LoadTimeout}, {"WaitTimeout", o.WaitTimeout},
 		{"PollInterval", o.PollInterval}, {"Expiry.RefreshBackoff", o.Expiry.RefreshBackoff},
-		{"FailOpenCooldown", o.FailOpenCooldown}} {
+		{"FailOpenCooldown", o.FailOpenCooldown}, {"TagLifetime", o.TagLifetime}} {
 		if d.v < 0 {
 			return invalid("%s %v is negative", d.name, d.v)
 		}
@@ -370,6 +382,8 @@ func (s *settings) check(o *Options) error {
 		return invalid("PollInterval %v exceeds WaitTimeout %v", s.poll, s.waitTimeout)
 	case s.lockTTL < 10*time.Millisecond:
 		return invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
+	case s.tagLife < time.Second:
+		return invalid("TagLifetime %v is below 1s", s.tagLife)
 	}
 	return nil
 }
@@ -429,6 +443,7 @@ func (o anyOption) applySet(s *itemSettings)   { o(s) }
 
 type itemSettings struct {
 	fresh, stale, negative, wait time.Duration
+	tags                         []string // WithTags
 }
 
 // WithExpiry sets this value's lifetime, in place of the Cache's
@@ -458,6 +473,31 @@ func WithNegative(d time.Duration) LoadOption {
 func WithWaitTimeout(d time.Duration) LoadOption {
 	return loadOption(func(s *itemSettings) { s.wait = d })
 }
+
+// WithTags stores the value with tags, which InvalidateTag and
+// SoftInvalidateTag invalidate together, in every process: give the same
+// tags to every call for a key, as a load or Set without them stores an
+// untagged value. A tag is any non-empty string of at most 1024 bytes, and
+// a value has at most 64 (repeats count once). Each tag read or written
+// with a value costs a small record on the server (see
+// Options.TagLifetime), and a value whose tags' records are not in the
+// near cache costs one more round trip when it is read, and one before
+// it is loaded (see docs/invalidation.md).
+func WithTags(tags ...string) Option {
+	var set []string
+	for _, t := range tags {
+		if !slices.Contains(set, t) {
+			set = append(set, t)
+		}
+	}
+	return anyOption(func(s *itemSettings) { s.tags = set })
+}
+
+// sameItem is a LoadOption giving a call the settings it of another:
+// a GetOrLoadMany key that goes through GetOrLoad keeps its call's.
+type sameItem itemSettings
+
+func (o sameItem) applyLoad(s *itemSettings) { *s = itemSettings(o) }
 
 type storedKey struct{}
 
@@ -532,6 +572,9 @@ func (it itemSettings) check() error {
 		return invalid("WithNegative %v is negative", it.negative)
 	case it.wait < time.Millisecond:
 		return invalid("WithWaitTimeout %v is below 1ms", it.wait)
+	}
+	if why := checkTags(it.tags); why != "" {
+		return invalid("WithTags: %s", why)
 	}
 	return nil
 }

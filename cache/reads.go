@@ -249,7 +249,10 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 	if ne == nil {
 		return v, 0, nil, false
 	}
-	rd := c.decideEntry(ne.e, c.clock(now))
+	rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
+	if !ok {
+		return v, 0, nil, false
+	}
 	switch rd.use {
 	case useNotFound:
 		err = loader.ErrNotFound

@@ -150,7 +150,7 @@ func (c *Cache) replaceOld(ctx context.Context, k keys, l *lock.Lock, old []byte
 		c.release(ctx, k, l)
 		return
 	}
-	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took)
+	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took, ld.res.tags)
 	wrote, werr := c.conn.SetIfEqual(ctx, k.value, string(old), val, ttl)
 	failpoint.Inject(ctx, failpoint.CacheWritten)
 	c.noteWrite(k, wrote, werr)

@@ -43,7 +43,16 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 	if err != nil {
 		return outcome{}, false, err
 	}
-	return res, !shared || res.accepts(obs), nil
+	return res, !shared || res.accepts(obs) && c.tagsLive(ctx, res), nil
+}
+
+// tagsLive reports whether no tag of res, a flight's result, was
+// invalidated since its load began: a caller that joined the flight after
+// an invalidation returned must not take a load from before it (see
+// tags.go). A soft invalidation leaves it live: a stale value may be
+// served.
+func (c *Cache) tagsLive(ctx context.Context, res outcome) bool {
+	return len(res.tags) == 0 || c.tagState(ctx, res.tags, false) != tagsHard
 }
 
 // firstRead is what the read that sent a caller to fill found, as fill
@@ -315,9 +324,15 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		}
 		// The rebuild's own write, whatever its freshness now (a waiter
 		// takes what it waited for); not a claim, nor bytes it cannot read.
-		if rd := c.decide([]byte(n.text), c.s.now()); rd.use != useWait && !rd.corrupt() {
+		// A value of a tag invalidated since its load began is no
+		// answer: read the key again, which finds it so and replaces it.
+		rd := c.decide([]byte(n.text), c.s.now())
+		if rd.use != useWait && !rd.corrupt() {
+			if rd, _ = c.withTags(ctx, rd, false); rd.purged {
+				return verdict{next: readAgain}
+			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent}, nil)
+			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent, tags: rd.e.Tags}, nil)
 		}
 	case noticeNotFound:
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)

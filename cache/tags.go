@@ -1,0 +1,397 @@
+package cache
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/redisx"
+)
+
+// Tags (WithTags, InvalidateTag, SoftInvalidateTag).
+//
+// An invalidation touches one small record per tag, never the values:
+// each tag has a record (NS:{tag T}: two random epochs, hard and soft, in
+// an entry of its own), and each value stored with tags carries the
+// epochs of its tags' records that its load (or Set) read before it
+// began. A hard invalidation draws both epochs anew, a soft one the soft
+// epoch only. A reader compares (see tagState): a hard epoch that differs,
+// or a record that is gone (expired, evicted, lost in a failover: purged
+// at a time nobody knows), means the value is invalidated, and the reader
+// treats it as it treats a value it cannot use: one load in the cluster
+// replaces it while the callers wait. A soft epoch that differs makes the
+// value stale: it goes on being served while one background refresh in
+// the cluster replaces it.
+//
+// So an invalidation costs one write per tag however many values it has,
+// and the server keeps no set of keys per tag. The records are entries
+// like any other: with the near cache on, a reader checks them in memory,
+// and an invalidation reaches every process that read the record through
+// the server's tracking, as any write does, and no other process.
+//
+// A load that was running when its tag was invalidated read its epochs
+// before: the value it writes carries them, and is invalidated for every
+// reader from the moment it is stored. A caller that joins such a load in
+// its process checks the epochs too (see outcome.tagsCurrent).
+
+// Bounds of one value's tags.
+const (
+	maxTags   = 64
+	maxTagLen = 1024
+)
+
+// recordKeys returns the keys of tag's record: "NS:{tag " + the tag's
+// hash tag + "}". A user key's hash tag (redisx.Tag) never holds a space,
+// so a record never shares a key with a value.
+func (c *Cache) recordKeys(tag string) keys {
+	t := "tag " + redisx.Tag(tag)
+	return keys{user: tag, tag: t, value: c.s.ns + ":{" + t + "}"}
+}
+
+// record is a tag record's two epochs. Records draw them at random, never
+// zero: a zero epoch in a value's tags (see tagRefs) matches no record.
+type record struct{ hard, soft uint64 }
+
+// recordSize is the length of a record's payload: hard, then soft.
+const recordSize = 16
+
+func newEpoch() uint64 {
+	for {
+		if e := rand.Uint64(); e != 0 {
+			return e
+		}
+	}
+}
+
+// recordBytes encodes r as an entry fresh for life.
+func (c *Cache) recordBytes(r record, life time.Duration) string {
+	var p [recordSize]byte
+	binary.BigEndian.PutUint64(p[:8], r.hard)
+	binary.BigEndian.PutUint64(p[8:], r.soft)
+	now := c.s.now()
+	return string(codec.Append(nil, codec.Entry{Written: now, FreshUntil: now.Add(life), NoStale: true, Payload: p[:]}))
+}
+
+// decodeRecord parses a record as stored.
+func decodeRecord(raw []byte) (record, bool) {
+	e, err := codec.Decode(raw)
+	if err != nil {
+		return record{}, false
+	}
+	return recordOf(e)
+}
+
+func recordOf(e codec.Entry) (record, bool) {
+	if len(e.Payload) != recordSize || e.NotFound || len(e.Tags) > 0 {
+		return record{}, false
+	}
+	return record{hard: binary.BigEndian.Uint64(e.Payload), soft: binary.BigEndian.Uint64(e.Payload[8:])}, true
+}
+
+// tagState is what a value's tags say of it now.
+type tagState uint8
+
+const (
+	tagsCurrent tagState = iota // no tag was invalidated since its load
+	tagsSoft                    // a tag was invalidated softly: the value is stale
+	tagsHard                    // a tag was invalidated, or its record is gone or unreadable
+	tagsUnknown                 // a record is not in the near cache (nearOnly)
+)
+
+// against is what r says of a value that saw ref.
+func (r record) against(ref codec.TagRef) tagState {
+	switch {
+	case r.hard != ref.Hard:
+		return tagsHard
+	case r.soft != ref.Soft:
+		return tagsSoft
+	}
+	return tagsCurrent
+}
+
+// nearRecord returns tag's record from the near cache, if it holds it.
+func (c *Cache) nearRecord(tag string, now time.Time) (record, bool) {
+	if c.near == nil {
+		return record{}, false
+	}
+	ne := c.near.lookup(c.recordKeys(tag).tag, now.UnixNano())
+	if ne == nil {
+		return record{}, false
+	}
+	return recordOf(ne.e)
+}
+
+// tagState checks refs, a value's tags, against their records now: in
+// the near cache, and, for those it does not hold, on the server (reads
+// that fill the near cache), unless nearOnly. A record that cannot be
+// read counts as gone: the value is not served on a guess.
+func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef, nearOnly bool) tagState {
+	st := tagsCurrent
+	var missing []int
+	now := coarseNow()
+	for i, ref := range refs {
+		if r, ok := c.nearRecord(ref.Name, now); ok {
+			st = max(st, r.against(ref))
+			continue
+		}
+		missing = append(missing, i)
+	}
+	if len(missing) == 0 || st == tagsHard {
+		return st
+	}
+	if nearOnly {
+		return tagsUnknown
+	}
+	got := make([]tagState, len(missing))
+	readOne := func(j int) {
+		ref := refs[missing[j]]
+		rd := c.read(ctx, c.recordKeys(ref.Name))
+		r, ok := decodeRecord(rd.raw)
+		if rd.err != nil || !ok {
+			if rd.err != nil && !redisx.IsNil(rd.err) && !redisx.CallerDone(ctx) {
+				c.serverError(ref.Name, rd.err)
+			}
+			got[j] = tagsHard
+			return
+		}
+		got[j] = r.against(ref)
+	}
+	if len(missing) == 1 {
+		readOne(0)
+	} else {
+		var wg sync.WaitGroup
+		for j := range missing {
+			wg.Go(func() { readOne(j) })
+		}
+		wg.Wait()
+	}
+	for _, s := range got {
+		st = max(st, s)
+	}
+	return st
+}
+
+// withTags is rd, a reading of an entry, as its tags' records say now: a
+// value or not-found of an invalidated tag is replaced as an expired
+// not-found is (callers wait for the one load that replaces it); a value
+// of a softly invalidated tag is stale, and refreshed. ok is false when
+// nearOnly and a record is not in the near cache: the caller asks the
+// server.
+func (c *Cache) withTags(ctx context.Context, rd reading, nearOnly bool) (_ reading, ok bool) {
+	if len(rd.e.Tags) == 0 || rd.use != useValue && rd.use != useNotFound {
+		return rd, true
+	}
+	switch c.tagState(ctx, rd.e.Tags, nearOnly) {
+	case tagsUnknown:
+		return rd, false
+	case tagsHard:
+		return reading{use: useReplace, e: rd.e, stale: true, purged: true}, true
+	case tagsSoft:
+		if rd.use == useNotFound {
+			return reading{use: useReplace, e: rd.e, stale: true}, true
+		}
+		rd.stale, rd.refresh = true, true
+	}
+	return rd, true
+}
+
+// dropInvalidated deletes raw, an entry a tag invalidated, from k if k
+// still holds it: the key is then a miss like any other (one claim in the
+// cluster, one load, the others waiting), which GetOrLoadMany loads in
+// its batch. deleted is false when k changed meanwhile: read it again.
+func (c *Cache) dropInvalidated(ctx context.Context, k keys, raw []byte) (deleted bool, err error) {
+	deleted, err = c.conn.DeleteIfEqual(ctx, k.value, string(raw))
+	c.nearDrop(k)
+	return deleted, err
+}
+
+// tagRefs returns the epochs of tags' records now, for a value about to
+// be loaded or set: from the near cache, or in one round trip that makes
+// the records missing (SET NX GET: the record made, or the one there).
+func (c *Cache) tagRefs(ctx context.Context, tags []string) ([]codec.TagRef, error) {
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	refs := make([]codec.TagRef, len(tags))
+	var missing []int
+	now := coarseNow()
+	for i, t := range tags {
+		refs[i].Name = t
+		if r, ok := c.nearRecord(t, now); ok {
+			refs[i].Hard, refs[i].Soft = r.hard, r.soft
+			continue
+		}
+		missing = append(missing, i)
+	}
+	if len(missing) == 0 {
+		return refs, nil
+	}
+	pipe := c.rc.Pipeline()
+	made := make([]record, len(missing))
+	cmds := make([]*redis.StatusCmd, len(missing))
+	for j, i := range missing {
+		made[j] = record{hard: newEpoch(), soft: newEpoch()}
+		cmds[j] = pipe.SetArgs(ctx, c.recordKeys(tags[i]).value, c.recordBytes(made[j], c.s.tagLife),
+			redis.SetArgs{Mode: "NX", TTL: c.s.tagLife, Get: true})
+	}
+	_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+	for j, i := range missing {
+		old, err := cmds[j].Result()
+		switch {
+		case redisx.IsNil(err):
+			refs[i].Hard, refs[i].Soft = made[j].hard, made[j].soft
+		case err != nil:
+			return nil, fmt.Errorf("cache: tag %q: %w", tags[i], redisx.Denied("tag", err, ""))
+		default:
+			r, ok := decodeRecord([]byte(old))
+			if !ok {
+				return nil, fmt.Errorf("cache: tag %q: its record %q holds something else", tags[i], c.recordKeys(tags[i]).value)
+			}
+			refs[i].Hard, refs[i].Soft = r.hard, r.soft
+		}
+	}
+	return refs, nil
+}
+
+// loadTags is tagRefs for a load about to run: a failure is counted and
+// logged, and the value is stored with epochs that match no record, so
+// that no reader serves it (the load's callers get it).
+func (c *Cache) loadTags(ctx context.Context, k keys, tags []string) []codec.TagRef {
+	refs, err := c.tagRefs(ctx, tags)
+	if err == nil {
+		return refs
+	}
+	if !redisx.CallerDone(ctx) {
+		c.serverError(k.user, err)
+	}
+	refs = make([]codec.TagRef, len(tags))
+	for i, t := range tags {
+		refs[i].Name = t
+	}
+	return refs
+}
+
+// validTag says what is wrong with tag, or "".
+func validTag(tag string) string {
+	switch {
+	case tag == "":
+		return "an empty tag"
+	case len(tag) > maxTagLen:
+		return fmt.Sprintf("a tag of %d bytes, more than %d", len(tag), maxTagLen)
+	}
+	return ""
+}
+
+// checkTags checks the tags of a call: what's wrong, or "".
+func checkTags(tags []string) string {
+	if len(tags) > maxTags {
+		return fmt.Sprintf("%d tags, more than %d", len(tags), maxTags)
+	}
+	for _, t := range tags {
+		if why := validTag(t); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+//go:embed softtag.lua
+var softTagSrc string
+
+// softTag draws a record's soft epoch anew, keeping its hard one and its
+// expiry. A record that is not there stays so: the values that name it
+// read it as invalidated already.
+var softTag = redis.NewScript(softTagSrc)
+
+// InvalidateTag invalidates every value stored with one of tags (see
+// WithTags), in every process, near caches included: from its return on,
+// no call is answered with one of them, and a load that was running
+// meanwhile is not served by any later call. Each tag costs one write,
+// however many values it has: the tags' writes go in one pipeline, one
+// round trip (on a Cluster, one per node holding a tag's record). The
+// values themselves stay on the server until a call for one of them finds
+// it invalidated and loads it again (one load in the cluster, the
+// callers waiting for it, as on a miss), or they expire. It returns an
+// error naming each tag it could not invalidate; the others stand.
+func (c *Cache) InvalidateTag(ctx context.Context, tags ...string) error {
+	return c.invalidateTags(ctx, "InvalidateTag", tags, func(pipe redis.Pipeliner, k keys) redis.Cmder {
+		return pipe.Set(ctx, k.value, c.recordBytes(record{hard: newEpoch(), soft: newEpoch()}, c.s.tagLife), c.s.tagLife)
+	})
+}
+
+// SoftInvalidateTag marks every value stored with one of tags stale, in
+// every process, near caches included: from its return on, each is
+// served as a stale value is (see ExpiryPolicy.Stale), whatever its
+// freshness, while one background refresh in the cluster replaces it
+// (with loads that began before the call being no replacement). A value
+// without a stale window is served stale too, until the server drops it.
+// Like InvalidateTag it costs one write per tag in one round trip: a
+// script (EVALSHA), which needs no read before the write. A tag whose
+// record is gone has nothing to mark: its values read as invalidated
+// already.
+func (c *Cache) SoftInvalidateTag(ctx context.Context, tags ...string) error {
+	return c.invalidateTags(ctx, "SoftInvalidateTag", tags, func(pipe redis.Pipeliner, k keys) redis.Cmder {
+		var soft [8]byte
+		binary.BigEndian.PutUint64(soft[:], newEpoch())
+		return softTag.EvalSha(ctx, pipe, []string{k.value}, string(soft[:]))
+	})
+}
+
+// invalidateTags writes each of tags' records with write, in one pipeline
+// (op names the call in errors). Scripts are loaded first if the server
+// does not know them (NOSCRIPT), once.
+func (c *Cache) invalidateTags(ctx context.Context, op string, tags []string, write func(redis.Pipeliner, keys) redis.Cmder) error {
+	if c == nil {
+		return invalid("nil *Cache")
+	}
+	for _, t := range tags {
+		if why := validTag(t); why != "" {
+			return invalid("%s: %s", op, why)
+		}
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	var cmds []redis.Cmder
+	for attempt := 0; ; attempt++ {
+		pipe := c.rc.Pipeline()
+		cmds = cmds[:0]
+		for _, t := range tags {
+			cmds = append(cmds, write(pipe, c.recordKeys(t)))
+		}
+		_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
+		if attempt > 0 || !slices.ContainsFunc(cmds, noScript) {
+			break
+		}
+		// The server does not know the script (it restarted, or never
+		// ran it): load it (on every master) and send it again, once.
+		if err := softTag.Load(ctx, c.rc).Err(); err != nil {
+			break // the commands' own errors say what failed
+		}
+	}
+	errs := make([]error, len(tags))
+	for i, t := range tags {
+		c.nearDrop(c.recordKeys(t)) // read-your-writes in this process, also after a failure
+		if err := cmds[i].Err(); err != nil && !redisx.IsNil(err) {
+			errs[i] = c.writeFailed(ctx, "invalidate tag", t, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// noScript reports whether cmd failed as the server did not know its
+// script.
+func noScript(cmd redis.Cmder) bool {
+	err := cmd.Err()
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
