@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hotkv/stampede/cache"
@@ -75,4 +76,25 @@ func ExampleCache_SoftInvalidateTag() {
 	fmt.Println(v, errors.Is(err, cache.ErrStale))
 	// Output:
 	// soup true
+}
+
+// Values stored with tags; one call invalidates them all, hard or soft.
+func Example_tags() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	c, err := cache.New(rdb, &cache.Options{Near: &cache.Near{MaxEntries: 100_000}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	u, err := cache.GetOrLoad(ctx, c, "user:42", func(ctx context.Context) (User, error) {
+		return db.LoadUser(ctx, 42)
+	}, cache.WithTags("team:7", "pricelist"))
+	fmt.Println(u, err)
+
+	// Team 7 was renamed: every value of it is loaded again when next
+	// asked for (callers wait for the one load), in every process.
+	_ = c.InvalidateTag(ctx, "team:7")
+	// Prices changed: every value of the tag is served stale while one
+	// refresh in the cluster replaces each (nobody waits).
+	_ = c.SoftInvalidateTag(ctx, "pricelist")
 }
