@@ -397,7 +397,8 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 		}
 		return getResult{err: fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", r.err, ""))}
 	}
-	rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
+	rd := c.decide(r.raw, c.s.now())
+	c.withTags(ctx, &rd, false)
 	err := gotInto(c, key, rd, dst)
 	g := getResult{err: err, kind: gotEvent(rd, err)}
 	if rd.use == useValue && (err == nil || errors.Is(err, ErrStale)) {
@@ -448,8 +449,8 @@ func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getR
 	if ne == nil {
 		return g, false
 	}
-	rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
-	if !ok || rd.purged {
+	rd := c.decideEntry(&ne.e, c.clock(now))
+	if !c.withTags(ctx, &rd, true) || rd.purged {
 		return g, false // the server path reads the records, and says what is there
 	}
 	g.near = true

@@ -27,7 +27,7 @@ const (
 // reading is what an entry means at one moment.
 type reading struct {
 	use     use
-	e       codec.Entry // the decoded entry (useValue, useNotFound; useReplace of a not-found)
+	e       *codec.Entry // the decoded entry (useValue, useNotFound; useReplace of a not-found); nil otherwise; never changed
 	stale   bool        // past its freshness: useValue served stale, or an expired not-found
 	refresh bool        // useValue: refresh in the background (stale, or an early refresh is due)
 	claim   string      // useWait: the claim's token
@@ -68,11 +68,11 @@ func (c *Cache) decide(raw []byte, now time.Time) reading {
 		}
 		return reading{use: useReplace, err: err}
 	}
-	return c.decideEntry(e, now)
+	return c.decideEntry(&e, now)
 }
 
 // decideEntry is decide for an entry already decoded (the near tier's).
-func (c *Cache) decideEntry(e codec.Entry, now time.Time) reading {
+func (c *Cache) decideEntry(e *codec.Entry, now time.Time) reading {
 	fresh := now.Before(e.FreshUntil) || e.NoStale && now.Before(e.FreshUntil.Add(noStaleGrace))
 	switch {
 	case e.NotFound && fresh:
@@ -87,7 +87,7 @@ func (c *Cache) decideEntry(e codec.Entry, now time.Time) reading {
 
 // early reports whether an XFetch early refresh is due at now for the
 // fresh entry e.
-func (c *Cache) early(e codec.Entry, now time.Time) bool {
+func (c *Cache) early(e *codec.Entry, now time.Time) bool {
 	if c.s.beta == 0 || e.LoadTime <= 0 || !now.Before(e.FreshUntil) {
 		return false // past FreshUntil only a NoStale entry is fresh, and it is about to go
 	}

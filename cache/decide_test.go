@@ -67,7 +67,7 @@ func TestDecide_early(t *testing.T) {
 	share := func(c *Cache, e codec.Entry) float64 {
 		n := 0
 		for range 2000 {
-			if c.decideEntry(e, now).refresh {
+			if c.decideEntry(&e, now).refresh {
 				n++
 			}
 		}

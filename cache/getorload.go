@@ -130,7 +130,8 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 	l.obs = observation{read: true, sent: sent, done: r.done}
 	switch {
 	case r.err == nil:
-		rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
+		rd := c.decide(r.raw, c.s.now())
+		c.withTags(ctx, &rd, false)
 		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r.raw); l.hit {
 			l.verdict = rd.event()
 		} else {
@@ -216,7 +217,8 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 	case err != nil:
 		return c.serverFailed(ctx, k, load, err)
 	}
-	rd, _ := c.withTags(ctx, c.decide(raw, c.s.now()), false)
+	rd := c.decide(raw, c.s.now())
+	c.withTags(ctx, &rd, false)
 	switch {
 	case rd.purged:
 		deleted, err := c.dropInvalidated(ctx, k, raw)

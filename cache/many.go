@@ -232,8 +232,8 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			rest = append(rest, key)
 			continue
 		}
-		rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
-		if !ok {
+		rd := c.decideEntry(&ne.e, c.clock(now))
+		if !c.withTags(ctx, &rd, true) {
 			rest = append(rest, key)
 			continue
 		}
@@ -289,7 +289,8 @@ func (m *many[V]) fromRead(ctx context.Context, k keys, r manyRead, w *waiter, s
 		t.w = w // for a claim the batch finds taken (batch.member)
 		return t, true
 	}
-	rd, _ := c.withTags(ctx, c.decide(r.raw, c.s.now()), false)
+	rd := c.decide(r.raw, c.s.now())
+	c.withTags(ctx, &rd, false)
 	switch {
 	case rd.use == useWait:
 		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w

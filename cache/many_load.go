@@ -358,7 +358,8 @@ func (c *Cache) wroteNote(cl heldClaim, val string, wrote bool, werr error) anno
 // claim of another process, take a fresh value or not-found, and
 // otherwise go the way of GetOrLoad (fill).
 func (c *Cache) foundInstead(ctx context.Context, k keys, old string, sent time.Time) batchResult {
-	rd, _ := c.withTags(ctx, c.decide([]byte(old), c.s.now()), false)
+	rd := c.decide([]byte(old), c.s.now())
+	c.withTags(ctx, &rd, false)
 	switch {
 	case rd.use == useWait:
 		return batchResult{claim: rd.claim, seen: sent}

@@ -208,7 +208,7 @@ func (c *Cache) nearEntry(raw []byte, err error, ttl *redis.DurationCmd, sent ti
 	default:
 		until = sent.UnixNano() + int64(d)
 	}
-	return &nearEntry{raw: raw, e: rd.e, until: until}
+	return &nearEntry{raw: raw, e: *rd.e, until: until}
 }
 
 // nearValue returns ne's value as a V: the one decoded by an earlier hit
@@ -249,8 +249,8 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 	if ne == nil {
 		return v, 0, nil, false
 	}
-	rd, ok := c.withTags(ctx, c.decideEntry(ne.e, c.clock(now)), true)
-	if !ok {
+	rd := c.decideEntry(&ne.e, c.clock(now))
+	if !c.withTags(ctx, &rd, true) {
 		return v, 0, nil, false
 	}
 	switch rd.use {

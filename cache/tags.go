@@ -181,28 +181,39 @@ func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef, nearOnly bool
 	return st
 }
 
-// withTags is rd, a reading of an entry, as its tags' records say now: a
-// value or not-found of an invalidated tag is replaced as an expired
-// not-found is (callers wait for the one load that replaces it); a value
-// of a softly invalidated tag is stale, and refreshed. ok is false when
-// nearOnly and a record is not in the near cache: the caller asks the
-// server.
-func (c *Cache) withTags(ctx context.Context, rd reading, nearOnly bool) (_ reading, ok bool) {
-	if len(rd.e.Tags) == 0 || rd.use != useValue && rd.use != useNotFound {
-		return rd, true
+// withTags updates rd, a reading of an entry, to what its tags' records
+// say now: a value or not-found of an invalidated tag is to be replaced
+// (rd.purged: the caller deletes it and loads, see dropInvalidated); a
+// value of a softly invalidated tag is stale, and refreshed. ok is false
+// when nearOnly and a record is not in the near cache: the caller asks
+// the server.
+//
+// An untagged entry (most) costs one length check: this part is inlined.
+func (c *Cache) withTags(ctx context.Context, rd *reading, nearOnly bool) (ok bool) {
+	if rd.e == nil || len(rd.e.Tags) == 0 {
+		return true
+	}
+	return c.judgeTags(ctx, rd, nearOnly)
+}
+
+// judgeTags is withTags for a tagged entry.
+func (c *Cache) judgeTags(ctx context.Context, rd *reading, nearOnly bool) (ok bool) {
+	if rd.use != useValue && rd.use != useNotFound {
+		return true
 	}
 	switch c.tagState(ctx, rd.e.Tags, nearOnly) {
 	case tagsUnknown:
-		return rd, false
+		return false
 	case tagsHard:
-		return reading{use: useReplace, e: rd.e, stale: true, purged: true}, true
+		*rd = reading{use: useReplace, e: rd.e, stale: true, purged: true}
 	case tagsSoft:
 		if rd.use == useNotFound {
-			return reading{use: useReplace, e: rd.e, stale: true}, true
+			*rd = reading{use: useReplace, e: rd.e, stale: true}
+			break
 		}
 		rd.stale, rd.refresh = true, true
 	}
-	return rd, true
+	return true
 }
 
 // dropInvalidated deletes raw, an entry a tag invalidated, from k if k

@@ -328,7 +328,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		// answer: read the key again, which finds it so and replaces it.
 		rd := c.decide([]byte(n.text), c.s.now())
 		if rd.use != useWait && !rd.corrupt() {
-			if rd, _ = c.withTags(ctx, rd, false); rd.purged {
+			if c.withTags(ctx, &rd, false); rd.purged {
 				return verdict{next: readAgain}
 			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
