@@ -28,11 +28,11 @@ const (
 type reading struct {
 	use     use
 	e       *codec.Entry // the decoded entry (useValue, useNotFound; useReplace of a not-found); nil otherwise; never changed
-	stale   bool        // past its freshness: useValue served stale, or an expired not-found
-	refresh bool        // useValue: refresh in the background (stale, or an early refresh is due)
-	claim   string      // useWait: the claim's token
-	err     error       // useReplace of an entry this version cannot read: why
-	purged  bool        // useReplace of an entry a tag invalidated (see Cache.withTags)
+	stale   bool         // past its freshness: useValue served stale, or an expired not-found
+	refresh bool         // useValue: refresh in the background (stale, or an early refresh is due)
+	claim   string       // useWait: the claim's token
+	err     error        // useReplace of an entry this version cannot read: why
+	purged  bool         // useReplace of an entry a tag invalidated (see Cache.withTags)
 }
 
 // event is what the reading counts as, for a reader that stops at it: a
