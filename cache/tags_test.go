@@ -24,6 +24,13 @@ func versioned(calls *atomic.Int64) loader.Func[string] {
 	}
 }
 
+// twoProcesses returns two Caches in one namespace on s, each with a
+// client of its own, standing in for two processes.
+func twoProcesses(t *testing.T, s *redistest.Server) (a, b *cache.Cache) {
+	ns := namespace(t)
+	return newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns}), newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+}
+
 // recordKey is where a Cache in namespace ns keeps a short printable tag's
 // record.
 func recordKey(ns, tag string) string { return ns + ":{tag " + tag + "}" }
@@ -34,9 +41,7 @@ func recordKey(ns, tag string) string { return ns + ":{tag " + tag + "}" }
 func TestInvalidateTag_hard(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		ns := namespace(t)
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
-		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		a, b := twoProcesses(t, s)
 		var calls atomic.Int64
 		for _, key := range []string{"user:1", "user:2", "post:9"} {
 			tag := cache.WithTags("users", "k:"+key)
@@ -93,9 +98,7 @@ func TestInvalidateTag_hard(t *testing.T) {
 func TestSoftInvalidateTag(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		ns := namespace(t)
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
-		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		a, b := twoProcesses(t, s)
 		var calls atomic.Int64
 		tags := cache.WithTags("catalog")
 		if v, err := cache.GetOrLoad(ctx, a, "item", versioned(&calls), tags); err != nil || v != "v1" {
@@ -137,9 +140,7 @@ func TestSoftInvalidateTag(t *testing.T) {
 func TestInvalidateTag_loadInProgress(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
-		ns := namespace(t)
-		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
-		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		a, b := twoProcesses(t, s)
 		tags := cache.WithTags("t")
 		started := make(chan struct{})
 		release, open := gate(t)
