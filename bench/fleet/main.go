@@ -65,6 +65,15 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 		cluster  = fs.Bool("cluster", false, "a 3-master Cluster instead of one server")
 		list     = fs.String("designs", strings.Join(designs(), ","), "announcement designs to compare: "+strings.Join(designs(), ", "))
 		out      = fs.String("out", "", "also write the output to this file")
+		tags     = fs.Bool("tags", false, "measure tag invalidation across a fleet with near caches (issue 40) instead of the announcement designs")
+		tKeys    = fs.Int("tag-keys", 10_000, "with -tags: values, key i under tag i mod -tag-count")
+		tCount   = fs.Int("tag-count", 100, "with -tags: tags")
+		tReaders = fs.Int("tag-readers", 16, "with -tags: reading processes, near caches on, besides the invalidating one")
+		tRounds  = fs.Int("tag-rounds", 50, "with -tags: InvalidateTag calls, each followed by a Set, every reader timing when it stops serving the old value")
+		tSoft    = fs.Int("tag-soft", 5, "with -tags: SoftInvalidateTag calls, each followed by a read of every value of the tag by every reader")
+		tBytes   = fs.Int("tag-bytes-rounds", 300, "with -tags: InvalidateTag calls per fleet of the bytes phase")
+		tIdle    = fs.Int("tag-idle", 15, "with -tags: idle processes beside the one reader in the bytes phase")
+		tPace    = fs.Duration("tag-pace", 50*time.Microsecond, "with -tags: how long a reader sleeps between polls (0: a tight loop)")
 		mRate    = fs.Float64("model-rate", 1000, "model: writes per second across the fleet")
 		mFrac    = fs.Float64("model-wait-frac", 0.001, "model: fraction of the instances waiting for a rebuilt key")
 		mHold    = fs.Float64("model-hold-frac", 0.01, "model: fraction of the instances holding a written key in their near cache")
@@ -82,6 +91,17 @@ func parseFlags(args []string, stderr io.Writer) (config, assumptions, string, e
 	}
 	if fs.NArg() > 0 {
 		return config{}, assumptions{}, "", fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *tags && *cluster {
+		return config{}, assumptions{}, "", errors.New("-tags runs on one server, not with -cluster")
+	}
+	if *tags {
+		tc := tagConfig{keys: *tKeys, tags: *tCount, readers: *tReaders, rounds: *tRounds, soft: *tSoft,
+			bytesRounds: *tBytes, idle: *tIdle, pace: *tPace, value: *value}
+		if err := tc.check(); err != nil {
+			return config{}, assumptions{}, "", err
+		}
+		return config{procs: []int{tc.readers + 1}, value: *value, tag: &tc}, assumptions{}, *out, nil
 	}
 	cfg := config{writes: *writes, rate: *rate, keys: *keys, rounds: *rounds, waiters: *waiters, load: *load, quiet: *quiet,
 		value: *value, near: *near, holdFrac: *hold, cluster: *cluster}
@@ -142,6 +162,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ct.close()
 	fmt.Fprintf(stderr, "fleet: server %s, %d workers started\n", strings.Join(ct.srv.addrs, ","), slices.Max(cfg.procs))
+	if cfg.tag != nil {
+		tr, err := ct.runTags(ctx, *cfg.tag, func(s string) { fmt.Fprintln(stderr, "fleet:", s) })
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "go run ./bench/fleet %s\n", strings.Join(args, " "))
+		fmt.Fprintf(stdout, "%s, %s/%s, %d CPUs (shared with other jobs: times are upper bounds; counts and bytes are exact), Go %s\n",
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+		fmt.Fprintf(stdout, "load average %s at the start, %s at the end; run took %.0f s\n\n", load0, loadAvg(), time.Since(started).Seconds())
+		printTags(stdout, tr)
+		return nil
+	}
 	pts, err := ct.run(ctx, func(s string) { fmt.Fprintln(stderr, "fleet:", s) })
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ type config struct {
 	near     bool    // also measure the last design with the near cache on in every process
 	holdFrac float64 // with near: fraction of the processes holding each key in their near cache
 	cluster  bool
+	tag      *tagConfig // -tags: the tag measurement instead of the designs
 }
 
 // point is one measured fleet size, design and phase.

@@ -41,6 +41,7 @@ type worker struct {
 	rdb    redis.UniversalClient
 	c      *cache.Cache
 	value  string
+	tag    *tagWorker // the tag measurement's state (tagworker.go); nil outside it
 }
 
 // workerMain runs this process as a worker until stdin closes and
@@ -160,6 +161,9 @@ func (w *worker) command(f []string) error {
 		w.closeCache()
 		w.say("closed")
 	default:
+		if ok, err := w.tagCommand(ctx, f); ok {
+			return err
+		}
 		return fmt.Errorf("unknown command %q", f[0])
 	}
 	return nil
@@ -176,6 +180,19 @@ func errText(err error) string {
 // subscribed (New sends SUBSCRIBE before it returns), probed the server
 // and run one load of a key of its own.
 func (w *worker) open(ctx context.Context, design string, near bool, ns string, valueSize int) error {
+	o := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: 10 * time.Minute}}
+	if near {
+		o.Near = &cache.Near{MaxEntries: 10_000}
+	}
+	if err := applyDesign(design, o); err != nil {
+		return err
+	}
+	return w.openWith(ctx, o, valueSize, nil)
+}
+
+// openWith is open with the Cache's options o, and hook (if not nil) added
+// to the client before the Cache is made.
+func (w *worker) openWith(ctx context.Context, o *cache.Options, valueSize int, hook redis.Hook) error {
 	w.closeCache()
 	w.counts = &connCounts{}
 	dial := countingDialer(w.counts)
@@ -184,13 +201,10 @@ func (w *worker) open(ctx context.Context, design string, near bool, ns string, 
 	} else {
 		w.rdb = redis.NewClient(&redis.Options{Addr: w.addrs[0], Dialer: dial, PoolSize: 4})
 	}
-	o := &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Fresh: 10 * time.Minute}}
-	if near {
-		o.Near = &cache.Near{MaxEntries: 10_000}
+	if hook != nil {
+		w.rdb.AddHook(hook)
 	}
-	if err := applyDesign(design, o); err != nil {
-		return err
-	}
+	near := o.Near != nil
 	c, err := cache.New(w.rdb, o)
 	if err != nil {
 		return err
