@@ -85,6 +85,7 @@ type opStats struct {
 	Cmds       []int64         // per call: commands in them
 	CallLat    []time.Duration // per call: how long it took
 	Coh        []time.Duration // per call and reader: from the call's return to the reader no longer served the old value
+	FromStart  []time.Duration // per call and reader: as Coh, from the call's start (a call that returns later gets no head start)
 	Dropped    []time.Duration // per call and reader: from the call's return to the start of the read that saw the change (its near cache had let the value go)
 	Early      int             // of Coh: the reader saw the change before the call returned (counted as 0)
 	NearBefore int             // of Coh: the read before the change was answered by the near cache
@@ -333,6 +334,7 @@ func (ct *controller) tagRound(ctx context.Context, r *tagRun, s *opStats, round
 			lat = 0
 		}
 		s.Coh = append(s.Coh, lat)
+		s.FromStart = append(s.FromStart, time.Duration(at-o.start))
 		s.Dropped = append(s.Dropped, max(0, time.Duration(min(began, at)-o.end)))
 		s.NearBefore += near
 		s.Served += served
