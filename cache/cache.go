@@ -398,7 +398,7 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 		return getResult{err: fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", r.err, ""))}
 	}
 	rd := c.decide(r.raw, c.s.now())
-	c.withTags(ctx, &rd, false)
+	c.withTags(ctx, &rd)
 	err := gotInto(c, key, rd, dst)
 	g := getResult{err: err, kind: gotEvent(rd, err)}
 	if rd.use == useValue && (err == nil || errors.Is(err, ErrStale)) {
@@ -450,11 +450,14 @@ func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getR
 		return g, false
 	}
 	rd := c.decideEntry(&ne.e, c.clock(now))
-	if !c.withTags(ctx, &rd, true) || rd.purged {
-		return g, false // the server path reads the records, and says what is there
-	}
+	c.withTags(ctx, &rd)
 	g.near = true
-	if rd.use == useValue {
+	switch {
+	case rd.purged:
+		// The copy is current (the server's tracking would have dropped
+		// it), and a tag invalidated it: the key holds nothing to serve.
+		g.err = ErrMiss
+	case rd.use == useValue:
 		if err := nearInto(c, key, ne, dst); err != nil {
 			return g, false // the server path says why
 		}
@@ -462,7 +465,7 @@ func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getR
 		if rd.stale {
 			g.err = ErrStale
 		}
-	} else {
+	default:
 		g.err = loader.ErrNotFound // the near tier keeps values and not-founds only
 	}
 	g.kind = gotEvent(rd, g.err)

@@ -131,7 +131,7 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 	switch {
 	case r.err == nil:
 		rd := c.decide(r.raw, c.s.now())
-		c.withTags(ctx, &rd, false)
+		c.withTags(ctx, &rd)
 		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r.raw); l.hit {
 			l.verdict = rd.event()
 		} else {
@@ -218,7 +218,7 @@ func (c *Cache) step(ctx context.Context, k keys, it itemSettings, load loader.F
 		return c.serverFailed(ctx, k, load, err)
 	}
 	rd := c.decide(raw, c.s.now())
-	c.withTags(ctx, &rd, false)
+	c.withTags(ctx, &rd)
 	switch {
 	case rd.purged:
 		deleted, err := c.dropInvalidated(ctx, k, raw)

@@ -233,10 +233,7 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 			continue
 		}
 		rd := c.decideEntry(&ne.e, c.clock(now))
-		if !c.withTags(ctx, &rd, true) {
-			rest = append(rest, key)
-			continue
-		}
+		c.withTags(ctx, &rd)
 		switch rd.use {
 		case useNotFound:
 		case useValue:
@@ -290,7 +287,7 @@ func (m *many[V]) fromRead(ctx context.Context, k keys, r manyRead, w *waiter, s
 		return t, true
 	}
 	rd := c.decide(r.raw, c.s.now())
-	c.withTags(ctx, &rd, false)
+	c.withTags(ctx, &rd)
 	switch {
 	case rd.use == useWait:
 		t.claim, t.obs.claim, t.w = rd.claim, rd.claim, w

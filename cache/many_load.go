@@ -359,7 +359,7 @@ func (c *Cache) wroteNote(cl heldClaim, val string, wrote bool, werr error) anno
 // otherwise go the way of GetOrLoad (fill).
 func (c *Cache) foundInstead(ctx context.Context, k keys, old string, sent time.Time) batchResult {
 	rd := c.decide([]byte(old), c.s.now())
-	c.withTags(ctx, &rd, false)
+	c.withTags(ctx, &rd)
 	switch {
 	case rd.use == useWait:
 		return batchResult{claim: rd.claim, seen: sent}

@@ -250,9 +250,7 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 		return v, 0, nil, false
 	}
 	rd := c.decideEntry(&ne.e, c.clock(now))
-	if !c.withTags(ctx, &rd, true) {
-		return v, 0, nil, false
-	}
+	c.withTags(ctx, &rd)
 	switch rd.use {
 	case useNotFound:
 		err = loader.ErrNotFound

@@ -105,7 +105,6 @@ const (
 	tagsCurrent tagState = iota // no tag was invalidated since its load
 	tagsSoft                    // a tag was invalidated softly: the value is stale
 	tagsHard                    // a tag was invalidated, or its record is gone or unreadable
-	tagsUnknown                 // a record is not in the near cache (nearOnly)
 )
 
 // against is what r says of a value that saw ref.
@@ -133,9 +132,11 @@ func (c *Cache) nearRecord(tag string, now time.Time) (record, bool) {
 
 // tagState checks refs, a value's tags, against their records now: in
 // the near cache, and, for those it does not hold, on the server (reads
-// that fill the near cache), unless nearOnly. A record that cannot be
-// read counts as gone: the value is not served on a guess.
-func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef, nearOnly bool) tagState {
+// that fill the near cache). A near-cached value whose record the near
+// cache dropped (an invalidation) so costs one round trip, for the
+// record alone: the value is current, as its own copy is. A record that
+// cannot be read counts as gone: the value is not served on a guess.
+func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef) tagState {
 	st := tagsCurrent
 	var missing []int
 	now := coarseNow()
@@ -148,9 +149,6 @@ func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef, nearOnly bool
 	}
 	if len(missing) == 0 || st == tagsHard {
 		return st
-	}
-	if nearOnly {
-		return tagsUnknown
 	}
 	got := make([]tagState, len(missing))
 	readOne := func(j int) {
@@ -184,26 +182,21 @@ func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef, nearOnly bool
 // withTags updates rd, a reading of an entry, to what its tags' records
 // say now: a value or not-found of an invalidated tag is to be replaced
 // (rd.purged: the caller deletes it and loads, see dropInvalidated); a
-// value of a softly invalidated tag is stale, and refreshed. ok is false
-// when nearOnly and a record is not in the near cache: the caller asks
-// the server.
+// value of a softly invalidated tag is stale, and refreshed.
 //
 // An untagged entry (most) costs one length check: this part is inlined.
-func (c *Cache) withTags(ctx context.Context, rd *reading, nearOnly bool) (ok bool) {
-	if rd.e == nil || len(rd.e.Tags) == 0 {
-		return true
+func (c *Cache) withTags(ctx context.Context, rd *reading) {
+	if rd.e != nil && len(rd.e.Tags) > 0 {
+		c.judgeTags(ctx, rd)
 	}
-	return c.judgeTags(ctx, rd, nearOnly)
 }
 
 // judgeTags is withTags for a tagged entry.
-func (c *Cache) judgeTags(ctx context.Context, rd *reading, nearOnly bool) (ok bool) {
+func (c *Cache) judgeTags(ctx context.Context, rd *reading) {
 	if rd.use != useValue && rd.use != useNotFound {
-		return true
+		return
 	}
-	switch c.tagState(ctx, rd.e.Tags, nearOnly) {
-	case tagsUnknown:
-		return false
+	switch c.tagState(ctx, rd.e.Tags) {
 	case tagsHard:
 		*rd = reading{use: useReplace, e: rd.e, stale: true, purged: true}
 	case tagsSoft:
@@ -213,7 +206,6 @@ func (c *Cache) judgeTags(ctx context.Context, rd *reading, nearOnly bool) (ok b
 		}
 		rd.stale, rd.refresh = true, true
 	}
-	return true
 }
 
 // dropInvalidated deletes raw, an entry a tag invalidated, from k if k
@@ -325,9 +317,11 @@ var softTagSrc string
 var softTag = redis.NewScript(softTagSrc)
 
 // InvalidateTag invalidates every value stored with one of tags (see
-// WithTags), in every process, near caches included: from its return on,
-// no call is answered with one of them, and a load that was running
-// meanwhile is not served by any later call. Each tag costs one write,
+// WithTags), in every process, near caches included: from its return on
+// (in other processes with near caches: once the record's invalidation
+// reaches them, within the near cache's coherence bound, as for any
+// write), no call is answered with one of them, and a load that was
+// running meanwhile is not served by any later call. Each tag costs one write,
 // however many values it has: the tags' writes go in one pipeline, one
 // round trip (on a Cluster, one per node holding a tag's record). The
 // values themselves stay on the server until a call for one of them finds
@@ -335,33 +329,41 @@ var softTag = redis.NewScript(softTagSrc)
 // callers waiting for it, as on a miss), or they expire. It returns an
 // error naming each tag it could not invalidate; the others stand.
 func (c *Cache) InvalidateTag(ctx context.Context, tags ...string) error {
-	return c.invalidateTags(ctx, "InvalidateTag", tags, func(pipe redis.Pipeliner, k keys) redis.Cmder {
+	return c.invalidateTags(ctx, "InvalidateTag", tags, func(pipe redis.Pipeliner, k keys, _ bool) redis.Cmder {
 		return pipe.Set(ctx, k.value, c.recordBytes(record{hard: newEpoch(), soft: newEpoch()}, c.s.tagLife), c.s.tagLife)
 	})
 }
 
 // SoftInvalidateTag marks every value stored with one of tags stale, in
-// every process, near caches included: from its return on, each is
-// served as a stale value is (see ExpiryPolicy.Stale), whatever its
-// freshness, while one background refresh in the cluster replaces it
-// (with loads that began before the call being no replacement). A value
-// without a stale window is served stale too, until the server drops it.
-// Like InvalidateTag it costs one write per tag in one round trip: a
-// script (EVALSHA), which needs no read before the write. A tag whose
+// every process, near caches included: from its return on (in this
+// process and without near caches; in other processes with near caches,
+// once the record's invalidation reaches them, within the near cache's
+// coherence bound), each is served as a stale value is (see
+// ExpiryPolicy.Stale), whatever its freshness, while one background
+// refresh in the cluster replaces it (with loads that began before the
+// call being no replacement). A value without a stale window is served
+// stale too, until the server drops it. Like InvalidateTag it costs one
+// write per tag in one round trip: a script (EVALSHA, EVAL the first time
+// a server meets it), which needs no read before the write. A tag whose
 // record is gone has nothing to mark: its values read as invalidated
 // already.
 func (c *Cache) SoftInvalidateTag(ctx context.Context, tags ...string) error {
-	return c.invalidateTags(ctx, "SoftInvalidateTag", tags, func(pipe redis.Pipeliner, k keys) redis.Cmder {
+	return c.invalidateTags(ctx, "SoftInvalidateTag", tags, func(pipe redis.Pipeliner, k keys, whole bool) redis.Cmder {
 		var soft [8]byte
 		binary.BigEndian.PutUint64(soft[:], newEpoch())
+		if whole {
+			return softTag.Eval(ctx, pipe, []string{k.value}, string(soft[:]))
+		}
 		return softTag.EvalSha(ctx, pipe, []string{k.value}, string(soft[:]))
 	})
 }
 
 // invalidateTags writes each of tags' records with write, in one pipeline
-// (op names the call in errors). Scripts are loaded first if the server
-// does not know them (NOSCRIPT), once.
-func (c *Cache) invalidateTags(ctx context.Context, op string, tags []string, write func(redis.Pipeliner, keys) redis.Cmder) error {
+// (op names the call in errors). A script the server does not know
+// (NOSCRIPT: it restarted, or never ran it) is sent whole once more
+// (whole: EVAL, which also teaches it the script), not loaded first: a
+// first call costs two round trips, not three.
+func (c *Cache) invalidateTags(ctx context.Context, op string, tags []string, write func(pipe redis.Pipeliner, k keys, whole bool) redis.Cmder) error {
 	if c == nil {
 		return invalid("nil *Cache")
 	}
@@ -378,16 +380,11 @@ func (c *Cache) invalidateTags(ctx context.Context, op string, tags []string, wr
 		pipe := c.rc.Pipeline()
 		cmds = cmds[:0]
 		for _, t := range tags {
-			cmds = append(cmds, write(pipe, c.recordKeys(t)))
+			cmds = append(cmds, write(pipe, c.recordKeys(t), attempt > 0))
 		}
 		_ = redisx.Exec(ctx, pipe) // a failed pipeline's error is on every command
 		if attempt > 0 || !slices.ContainsFunc(cmds, noScript) {
 			break
-		}
-		// The server does not know the script (it restarted, or never
-		// ran it): load it (on every master) and send it again, once.
-		if err := softTag.Load(ctx, c.rc).Err(); err != nil {
-			break // the commands' own errors say what failed
 		}
 	}
 	errs := make([]error, len(tags))

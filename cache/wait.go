@@ -52,7 +52,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 // tags.go). A soft invalidation leaves it live: a stale value may be
 // served.
 func (c *Cache) tagsLive(ctx context.Context, res outcome) bool {
-	return len(res.tags) == 0 || c.tagState(ctx, res.tags, false) != tagsHard
+	return len(res.tags) == 0 || c.tagState(ctx, res.tags) != tagsHard
 }
 
 // firstRead is what the read that sent a caller to fill found, as fill
@@ -328,7 +328,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		// answer: read the key again, which finds it so and replaces it.
 		rd := c.decide([]byte(n.text), c.s.now())
 		if rd.use != useWait && !rd.corrupt() {
-			if c.withTags(ctx, &rd, false); rd.purged {
+			if c.withTags(ctx, &rd); rd.purged {
 				return verdict{next: readAgain}
 			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)

@@ -32,7 +32,7 @@ func printTags(w io.Writer, r *tagRun) {
 	row(fmt.Sprintf("`Set` (one key in %d near caches)", c.readers), r.Set, false)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Coherence of InvalidateTag against Set in the same run: p50 %s, p99 %s, max %s; from the call's start: p99 %s; until the near cache let the value go (dropped): p50 %s, p99 %s. "+
-		"\"Dropped\" is the server's message reaching the reader; the rest is the reader's read that finds the change (Set: the new value, one round trip; InvalidateTag: the value, then its tag's record, two).\n\n",
+		"\"Dropped\" is the server's message reaching the reader; the rest is the reader's read that finds the change (Set: the new value, one round trip; InvalidateTag: its tag's record alone, one, the value being in the near cache still).\n\n",
 		ratio(percentile(r.Hard.Coh, 50), percentile(r.Set.Coh, 50)), ratio(percentile(r.Hard.Coh, 99), percentile(r.Set.Coh, 99)),
 		ratio(percentile(r.Hard.Coh, 100), percentile(r.Set.Coh, 100)), ratio(percentile(r.Hard.FromStart, 99), percentile(r.Set.FromStart, 99)),
 		ratio(percentile(r.Hard.Dropped, 50), percentile(r.Set.Dropped, 50)), ratio(percentile(r.Hard.Dropped, 99), percentile(r.Set.Dropped, 99)))
