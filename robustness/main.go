@@ -119,7 +119,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.HTTP, "http", 2, "HTTP client goroutines per worker")
 	fs.IntVar(&o.mix.Fail, "fail", 8, "percent of loader runs that fail (a quarter as many again panic, as many outlive LoadTimeout)")
 	fs.IntVar(&o.mix.Garbage, "garbage", 2, "percent of exp operations that write bytes no cache can decode (the replace path)")
-	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale (comma-separated)")
+	fs.IntVar(&o.mix.Invalidate, "invalidate", 5, "percent of exp operations that invalidate a tag, three in five with InvalidateTag, the others with SoftInvalidateTag")
+	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale, tags (comma-separated)")
 	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (the checker marks such a violation known; none today)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
 	fs.DurationVar(&o.nearBound, "near-bound", nearLease+150*time.Millisecond, "how long a near cache may serve what another process changed (the Lease, plus scheduling)")
@@ -150,10 +151,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	for _, s := range strings.Split(sabotage, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "fence", "waiter", "purge", "stale":
+		case "fence", "waiter", "purge", "stale", "tags":
 			o.sabotage = append(o.sabotage, s)
 		default:
-			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, stale)", s)
+			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, stale, tags)", s)
 		}
 	}
 	if skip != "" {
@@ -162,8 +163,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	switch {
 	case o.duration <= 0:
 		return o, errors.New("-duration must be positive")
-	case o.mix.Fail < 0 || o.mix.Fail > 50 || o.mix.Garbage < 0 || o.mix.Garbage > 15:
-		return o, errors.New("-fail must be in [0, 50] and -garbage in [0, 15]")
+	case o.mix.Fail < 0 || o.mix.Fail > 50 || o.mix.Garbage < 0 || o.mix.Garbage > 15 || o.mix.Invalidate < 0 || o.mix.Invalidate > 20:
+		return o, errors.New("-fail must be in [0, 50], -garbage in [0, 15] and -invalidate in [0, 20]")
 	case o.workers < 2:
 		return o, errors.New("-workers must be at least 2: the promises are about processes")
 	case o.retries < 0:
