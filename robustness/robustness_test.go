@@ -91,7 +91,7 @@ func TestShort(t *testing.T) {
 				t.Errorf("[%s] %s", v.Check, v.Message)
 			}
 			// The run must have exercised what it checks.
-			for _, c := range []string{"linearizable ops", "read-your-writes", "one-load", "remote-failure", "fencing", "run-once", "purge", "invalidate", "leaks"} {
+			for _, c := range []string{"linearizable ops", "read-your-writes", "one-load", "remote-failure", "fencing", "run-once", "purge", "invalidate", "invalidate (within a value's life of one)", "leaks"} {
 				if res.Checked[c] == 0 {
 					t.Errorf("check %q looked at nothing", c)
 				}
