@@ -11,7 +11,8 @@
 // The traffic (see traffic_*.go): GetOrLoad, GetOrLoadMany, Get, Set and
 // Delete on a namespace whose values live an hour (lin, no near cache)
 // and one whose values expire and go stale within a second (exp, near
-// cache in half the processes), with loaders that succeed, fail, panic,
+// cache in half the processes, tagged values, InvalidateTag and
+// SoftInvalidateTag), with loaders that succeed, fail, panic,
 // outlive LoadTimeout or find nothing and values large enough for the
 // digest path; fenced counters under lock.Do, holders that stall past
 // their TTL, and lock.RunOnce slots; HTTP GETs and POSTs through the
@@ -28,7 +29,8 @@
 //
 // The checker (check*.go): linearizability of lin (Porcupine), read your
 // writes and no stale sets, one loader run per key, remote failures, the
-// values themselves, fencing, RunOnce, purges, and leaks; on a Cluster,
+// values themselves, fencing, RunOnce, purges, tag invalidations
+// (check_tags.go), and leaks; on a Cluster,
 // what a TAKEOVER can lose is excused (check_takeover.go). A failed run
 // writes report.md (and Porcupine's visualisation of a key that is not
 // linearizable) in its directory and exits 1.
