@@ -9,6 +9,7 @@ import (
 
 	"github.com/hotkv/stampede/internal/failpoint"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -70,6 +71,7 @@ func check(h *history, o checkOptions) *result {
 		{"run-once", checkRunOnce},
 		{"lock-lost", checkLockLost},
 		{"purge", checkPurge},
+		{"invalidate", checkInvalidate},
 		{"leaks", checkLeaks},
 	}
 	for _, v := range validators {
@@ -224,7 +226,8 @@ func checkReadYourWrites(h *history, o checkOptions, res *result) {
 // a process), and no second run while the first's value is fresh and
 // nobody wrote the key. Runs that overlap a fault or a failpoint pause of
 // either process, or the server's, are excused and counted (a claim can be
-// lost then: the docs name the window), and so are fail-open runs.
+// lost then: the docs name the window), and so are fail-open runs, and
+// runs an invalidation of the value's tags separates (a new generation).
 func checkOneLoad(h *history, o checkOptions, res *result) {
 	const name = "one-load"
 	type run struct {
@@ -252,6 +255,45 @@ func checkOneLoad(h *history, o checkOptions, res *result) {
 		}
 	}
 	wroteBetween := h.wroteBetween
+	// An invalidation of a value's tags acts as a Delete of it: a hard
+	// one during two runs ends the first's generation (a reader finds its
+	// value invalidated, deletes it and claims the key anew, beside a
+	// refresh still running), and either kind after the first run's
+	// claim makes its value one to load again (invalidated, or stale and
+	// refreshed). The tags that count are those of any value of the key
+	// that can be stored then: the key's own, and a batch's mates' (see
+	// expTags) for each load of the key that began at most a value's life
+	// before. A load in a process with a near cache may have read its
+	// tags' records from it, up to the near bound old: its value is then
+	// invalidated at once by an invalidation from that long before.
+	invalidated := func(nsKey string, runs []run, a, b run, aClaim, bClaim int64, overlap bool) bool {
+		_, key, _ := strings.Cut(nsKey, "/")
+		tags := expTags(key)
+		if len(tags) == 0 {
+			return false
+		}
+		from := func(claim int64, l *Record) int64 {
+			if h.near[l.Proc] {
+				return claim - int64(o.nearBound)
+			}
+			return claim
+		}
+		first, last := min(aClaim, bClaim)-int64(valueLife), max(a.l.Call, b.l.Call)
+		for _, r := range runs {
+			if r.l.Call >= first && r.l.Call <= last {
+				for _, t := range h.loadTags(r.l) {
+					if !slices.Contains(tags, t) {
+						tags = append(tags, t)
+					}
+				}
+			}
+		}
+		if overlap {
+			return h.invalidatedBetween(tags, from(aClaim, a.l), b.l.Call, false) ||
+				h.invalidatedBetween(tags, from(bClaim, b.l), a.l.Call, false)
+		}
+		return h.invalidatedBetween(tags, from(aClaim, a.l), b.l.Call, true)
+	}
 	for nsKey, runs := range byKey {
 		ns, _, _ := strings.Cut(nsKey, "/")
 		fresh := int64(math.MaxInt64)
@@ -299,6 +341,8 @@ func checkOneLoad(h *history, o checkOptions, res *result) {
 					// first: b's operation can begin before a's even
 					// though a's loader starts first.
 					res.excuse(name, "a Set or Delete ended the first run's claim, or made a fail-open load start anew")
+				case invalidated(nsKey, runs, a, b, aClaim, bClaim, overlap):
+					res.excuse(name, "an invalidation of the value's tags began a new generation")
 				case overlap && sameProc && (aOpen && bOpen || aOpen && refresh(b.l, b.key) || bOpen && refresh(a.l, a.key)):
 					// "loaders run (still once per key per process)": a
 					// fail-open load joins the run in progress, and no

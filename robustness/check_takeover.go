@@ -94,12 +94,15 @@ func (h *history) takeoverOf(kind, ns, key string, call, ret int64) *takeover {
 }
 
 // slotOf returns the Cluster slot of the server key an operation writes:
-// a cache entry's (NS:{tag}: the tag decides), a RunOnce slot's lock
+// a cache entry's (NS:{tag}: the tag decides), a tag's record, a RunOnce slot's lock
 // (prefix:job:n), and the http namespace's entries a purge writes, named
 // as the middleware names them (middleware/tags.go: tagKey, "tag\n" and
 // the tag; middleware/key.go: baseKey, "GET http://host/path").
 func (h *history) slotOf(kind, ns, key string) (int, bool) {
 	switch {
+	case kind == kInvalidateTag || kind == kSoftInvalidateTag:
+		// A tag's record, NS:{tag T} (cache/tags.go: recordKeys).
+		return int(redisx.Slot("tag " + redisx.Tag(key))), true
 	case ns == "lin" || ns == "exp":
 		return int(redisx.Slot(redisx.Tag(key))), true
 	case kind == kRunOnce:

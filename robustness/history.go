@@ -18,23 +18,24 @@ import (
 
 // history is a whole run.
 type history struct {
-	ops          []*Record // operations (not loads, faults, failpoints or ends), in call order
-	loads        []*Record
-	faults       []*Record // the workers' proxies' and the server's
-	failpoints   []*Record
-	ends         map[string]*Record // by process
-	procs        []string
-	near         map[string]bool // processes whose exp and http caches have the near cache
-	loadByID     map[string]*Record
-	opByID       map[string]*Record   // by "proc/id"
-	setByValue   map[string]*Record   // a Set's value -> the Set
-	last         int64                // the latest time in the history
-	store        []storeLog           // the fenced store's logs, read at the end
-	counters     []int64              // the fenced counters, read at the end
-	writes       map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
-	traces       map[string][]int64   // "proc/op/point" -> when reached, in order, built by tracesOf
-	prefix       string               // of every key and namespace (the coordinator sets it)
-	takeoverList *[]takeover          // built by takeovers
+	ops           []*Record // operations (not loads, faults, failpoints or ends), in call order
+	loads         []*Record
+	faults        []*Record // the workers' proxies' and the server's
+	failpoints    []*Record
+	ends          map[string]*Record // by process
+	procs         []string
+	near          map[string]bool // processes whose exp and http caches have the near cache
+	loadByID      map[string]*Record
+	opByID        map[string]*Record   // by "proc/id"
+	setByValue    map[string]*Record   // a Set's value -> the Set
+	last          int64                // the latest time in the history
+	store         []storeLog           // the fenced store's logs, read at the end
+	counters      []int64              // the fenced counters, read at the end
+	writes        map[string][]*Record // Sets, Deletes and garbage by "ns/key", built by wroteBetween
+	traces        map[string][]int64   // "proc/op/point" -> when reached, in order, built by tracesOf
+	prefix        string               // of every key and namespace (the coordinator sets it)
+	takeoverList  *[]takeover          // built by takeovers
+	invalidations map[string][]*Record // successful InvalidateTags by tag, built by invalidationsOf
 }
 
 // storeLog is one counter's log: "fence proc id" per accepted write.
@@ -176,12 +177,13 @@ func flagged(r *Record, key, f string) bool {
 	return false
 }
 
-// reads yields every value an operation read, per key: a Get's, a
-// GetOrLoad's, each key of a GetOrLoadMany. Misses are not yielded.
+// reads yields every value an operation read, per key: a Get's (stale
+// or not), a GetOrLoad's, each key of a GetOrLoadMany. Misses are not
+// yielded.
 func reads(r *Record, yield func(key, v string)) {
 	switch r.Kind {
 	case kGet, kGetOrLoad:
-		if r.Err == "" && r.Return != 0 && r.Value != "" {
+		if (r.Err == "" || r.Kind == kGet && r.ErrKind == "stale") && r.Return != 0 && r.Value != "" {
 			yield(r.Key, r.Value)
 		}
 	case kGetMany:

@@ -11,7 +11,8 @@
 // The traffic (see traffic_*.go): GetOrLoad, GetOrLoadMany, Get, Set and
 // Delete on a namespace whose values live an hour (lin, no near cache)
 // and one whose values expire and go stale within a second (exp, near
-// cache in half the processes), with loaders that succeed, fail, panic,
+// cache in half the processes, tagged values, InvalidateTag and
+// SoftInvalidateTag), with loaders that succeed, fail, panic,
 // outlive LoadTimeout or find nothing and values large enough for the
 // digest path; fenced counters under lock.Do, holders that stall past
 // their TTL, and lock.RunOnce slots; HTTP GETs and POSTs through the
@@ -28,7 +29,8 @@
 //
 // The checker (check*.go): linearizability of lin (Porcupine), read your
 // writes and no stale sets, one loader run per key, remote failures, the
-// values themselves, fencing, RunOnce, purges, and leaks; on a Cluster,
+// values themselves, fencing, RunOnce, purges, tag invalidations
+// (check_tags.go), and leaks; on a Cluster,
 // what a TAKEOVER can lose is excused (check_takeover.go). A failed run
 // writes report.md (and Porcupine's visualisation of a key that is not
 // linearizable) in its directory and exits 1.
@@ -119,7 +121,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.HTTP, "http", 2, "HTTP client goroutines per worker")
 	fs.IntVar(&o.mix.Fail, "fail", 8, "percent of loader runs that fail (a quarter as many again panic, as many outlive LoadTimeout)")
 	fs.IntVar(&o.mix.Garbage, "garbage", 2, "percent of exp operations that write bytes no cache can decode (the replace path)")
-	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale (comma-separated)")
+	fs.IntVar(&o.mix.Invalidate, "invalidate", 5, "percent of exp operations that invalidate a tag, three in five with InvalidateTag, the others with SoftInvalidateTag")
+	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, stale, tags (comma-separated)")
 	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (the checker marks such a violation known; none today)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
 	fs.DurationVar(&o.nearBound, "near-bound", nearLease+150*time.Millisecond, "how long a near cache may serve what another process changed (the Lease, plus scheduling)")
@@ -150,10 +153,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	for _, s := range strings.Split(sabotage, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "fence", "waiter", "purge", "stale":
+		case "fence", "waiter", "purge", "stale", "tags":
 			o.sabotage = append(o.sabotage, s)
 		default:
-			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, stale)", s)
+			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, stale, tags)", s)
 		}
 	}
 	if skip != "" {
@@ -162,8 +165,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	switch {
 	case o.duration <= 0:
 		return o, errors.New("-duration must be positive")
-	case o.mix.Fail < 0 || o.mix.Fail > 50 || o.mix.Garbage < 0 || o.mix.Garbage > 15:
-		return o, errors.New("-fail must be in [0, 50] and -garbage in [0, 15]")
+	case o.mix.Fail < 0 || o.mix.Fail > 50 || o.mix.Garbage < 0 || o.mix.Garbage > 15 || o.mix.Invalidate < 0 || o.mix.Invalidate > 20:
+		return o, errors.New("-fail must be in [0, 50], -garbage in [0, 15] and -invalidate in [0, 20]")
 	case o.workers < 2:
 		return o, errors.New("-workers must be at least 2: the promises are about processes")
 	case o.retries < 0:

@@ -31,6 +31,9 @@ const (
 	kFault     = "fault"     // a fault of this worker's proxy, or of the server (the coordinator's)
 	kFailpoint = "failpoint" // a failpoint inside the library that fired
 	kEnd       = "end"       // the worker's last record: its leak checks
+
+	kInvalidateTag     = "invalidatetag"     // Cache.InvalidateTag of one tag, the Key (namespace exp)
+	kSoftInvalidateTag = "softinvalidatetag" // Cache.SoftInvalidateTag of one tag, the Key (namespace exp)
 )
 
 // Record is one line of a history. Call and Return are Unix nanoseconds
@@ -54,6 +57,7 @@ type Record struct {
 	Values map[string]string `json:"vs,omitzero"` // a batch's results by key
 	Err    string            `json:"err,omitzero"`
 	// ErrKind classifies Err: "remote" (cache.ErrRemoteLoad), "notfound",
+	// "stale" (cache.ErrStale: a Get's Value is stale),
 	// "timeout" (a deadline), "miss" (cache.ErrMiss), "panic", "wait"
 	// (cache.ErrWaitTimeout), "other".
 	ErrKind string `json:"ek,omitzero"`

@@ -2,8 +2,11 @@
 // Delete on two namespaces. lin's values live an hour and no process has a
 // near cache for it, so its history must be linearizable; exp's expire and
 // go stale within a second, and half the processes read it through a near
-// cache. Loaders succeed, fail, panic, outlive LoadTimeout and (in exp)
-// find nothing; every value is unique, so a read names the write it saw.
+// cache. exp's values carry tags (expTags: every call gives a key's own
+// tags, a batch the union of its keys'), and InvalidateTag and
+// SoftInvalidateTag of one tag are among its operations. Loaders succeed,
+// fail, panic, outlive LoadTimeout and (in exp) find nothing; every value
+// is unique, so a read names the write it saw.
 
 package main
 
@@ -12,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +37,12 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 	key := func() string { return fmt.Sprintf("%s%d", ns[:1], r.IntN(keys)) }
 	for pause(ctx, time.Duration(r.IntN(15))*time.Millisecond) {
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		if ns == "exp" && r.IntN(100) < w.cfg.Mix.Invalidate {
+			// Three in five hard, of a group's tag or a key's own.
+			w.invalidate(octx, near, c, expTag(r), r.IntN(5) < 3)
+			cancel()
+			continue
+		}
 		switch p := r.IntN(100); {
 		case p < 35:
 			w.getOrLoad(octx, r, ns, near, c, key())
@@ -45,8 +56,11 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 		case p < 65:
 			ctx, info, rec := w.begin(octx, Record{Kind: kGet, NS: ns, Near: near, Key: key()})
 			v, err := cache.Get[string](ctx, c, rec.Key)
-			if err == nil {
-				rec.Value, err = readValue(v)
+			if err == nil || errors.Is(err, cache.ErrStale) {
+				// A stale value is a value read (ErrKind "stale").
+				var perr error
+				rec.Value, perr = readValue(v)
+				err = errors.Join(err, perr)
 			}
 			w.end(info, rec, err)
 		case p < 82:
@@ -55,7 +69,7 @@ func (w *worker) cacheTraffic(ctx context.Context, r *rand.Rand, ns string, c *c
 			v := w.value("S", w.rec.nextID(), r)
 			name, _ := readValue(v)
 			ctx, info, rec := w.begin(octx, Record{Kind: kSet, NS: ns, Near: near, Key: key(), Value: name})
-			w.end(info, rec, cache.Set(ctx, c, rec.Key, v))
+			w.end(info, rec, cache.Set(ctx, c, rec.Key, v, tagsOf(ns, rec.Key)))
 		case p < 82+w.cfg.Mix.Garbage && ns == "exp":
 			// Bytes the cache cannot decode: the replace path (take the
 			// rebuild lock beside the entry, load, write if unchanged).
@@ -82,7 +96,7 @@ func (w *worker) getOrLoad(ctx context.Context, r *rand.Rand, ns string, near bo
 	v, err := cache.GetOrLoad(ctx, c, key, func(lctx context.Context) (string, error) {
 		vs, err := w.load(lctx, ns, []string{key}, behaviour, r)
 		return vs[key], err
-	})
+	}, tagsOf(ns, key))
 	if errors.Is(err, cache.ErrRemoteLoad) && w.cfg.sabotaged("waiter") {
 		// Sabotage: a waiter that heard of another process's failure
 		// runs the loader itself.
@@ -102,7 +116,7 @@ func (w *worker) getMany(ctx context.Context, r *rand.Rand, ns string, near bool
 	behaviour := w.behaviour(r, ns)
 	vs, err := cache.GetOrLoadMany(ctx, c, keys, func(lctx context.Context, keys []string) (map[string]string, error) {
 		return w.load(lctx, ns, keys, behaviour, r)
-	})
+	}, tagsOf(ns, keys...))
 	rec.Values = map[string]string{}
 	for k, v := range vs {
 		name, perr := readValue(v)
@@ -118,6 +132,66 @@ func (w *worker) getMany(ctx context.Context, r *rand.Rand, ns string, near bool
 		rec.Detail = batchDetail(be)
 	}
 	w.end(info, rec, err)
+}
+
+// invalidate invalidates tag, hard or softly, recording it as an operation
+// whose Key is the tag.
+func (w *worker) invalidate(ctx context.Context, near bool, c *cache.Cache, tag string, hard bool) {
+	kind := kSoftInvalidateTag
+	if hard {
+		kind = kInvalidateTag
+	}
+	ctx, info, rec := w.begin(ctx, Record{Kind: kind, NS: "exp", Near: near, Key: tag})
+	switch {
+	case hard && w.cfg.sabotaged("tags") && info.id%2 == 0:
+		w.end(info, rec, nil) // sabotage: an InvalidateTag that says it happened and did not
+	case hard:
+		w.end(info, rec, c.InvalidateTag(ctx, tag))
+	default:
+		w.end(info, rec, c.SoftInvalidateTag(ctx, tag))
+	}
+}
+
+// Tags of exp: key "e<i>" has the group tag "g<i%3>" and its own tag
+// "k<i>". Every GetOrLoad and Set of a key gives its tags, and a
+// GetOrLoadMany the union of its keys' (a value then carries its
+// batch-mates' tags too): a key's own tags are on every value of it,
+// which is what the invalidate check relies on.
+const expGroups = 3
+
+// expTags returns the tags of an exp key, or nil for a key of another
+// namespace.
+func expTags(key string) []string {
+	n, err := strconv.Atoi(strings.TrimPrefix(key, "e"))
+	if err != nil || !strings.HasPrefix(key, "e") {
+		return nil
+	}
+	return []string{fmt.Sprintf("g%d", n%expGroups), fmt.Sprintf("k%d", n)}
+}
+
+// expTag draws the tag an invalidation names: a group's or a key's, as
+// often.
+func expTag(r *rand.Rand) string {
+	if r.IntN(2) == 0 {
+		return fmt.Sprintf("g%d", r.IntN(expGroups))
+	}
+	return fmt.Sprintf("k%d", r.IntN(expKeys))
+}
+
+// tagsOf is the option giving a call on keys of ns their tags (the union,
+// each once): none outside exp.
+func tagsOf(ns string, keys ...string) cache.Option {
+	var tags []string
+	if ns == "exp" {
+		for _, k := range keys {
+			for _, t := range expTags(k) {
+				if !slices.Contains(tags, t) {
+					tags = append(tags, t)
+				}
+			}
+		}
+	}
+	return cache.WithTags(tags...)
 }
 
 func batchDetail(be *cache.BatchError) string {

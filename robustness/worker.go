@@ -64,6 +64,7 @@ type mix struct {
 	HTTP       int  `json:"http"`       // HTTP client goroutines
 	Fail       int  `json:"fail"`       // percent of loader runs that fail (as many again panic or outlive LoadTimeout, a quarter each)
 	Garbage    int  `json:"garbage"`    // percent of exp operations that write bytes no cache can decode
+	Invalidate int  `json:"invalidate"` // percent of exp operations that invalidate a tag (three in five hard, the others soft)
 }
 
 func (c workerConfig) sabotaged(name string) bool {
@@ -405,6 +406,8 @@ func errKind(err error) string {
 		return "notfound"
 	case errors.Is(err, cache.ErrMiss):
 		return "miss"
+	case errors.Is(err, cache.ErrStale):
+		return "stale"
 	case errors.Is(err, cache.ErrWaitTimeout):
 		return "wait"
 	case errors.As(err, &pe):
