@@ -78,3 +78,14 @@ func (c *Cache) setIfUnchanged(ctx context.Context, k keys, old, val string, ttl
 
 // OnStored implements engine.View.
 func (view) OnStored(ctx context.Context, fn func()) context.Context { return onStored(ctx, fn) }
+
+// MarkStale implements engine.View.
+func (v view) MarkStale(ctx context.Context, key string, old []byte) error {
+	if old == nil {
+		if err := v.c.check(key); err != nil {
+			return err
+		}
+		return engine.ErrChanged
+	}
+	return v.c.markStale(ctx, key, old)
+}

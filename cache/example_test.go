@@ -139,6 +139,35 @@ func ExampleSet() {
 	// true
 }
 
+// After the data behind some values changed, but serving them a little
+// longer is fine: SoftInvalidate marks them stale instead of removing
+// them. Readers get them at once, as stale values, while one GetOrLoad in
+// the whole cluster loads each again.
+func ExampleCache_SoftInvalidate() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, _ := cache.New(rdb, &cache.Options{Expiry: cache.ExpiryPolicy{Fresh: time.Hour}})
+	defer c.Close()
+	ctx := context.Background()
+
+	_ = cache.Set(ctx, c, "price:1", 10)
+	_ = cache.Set(ctx, c, "price:2", 20)
+	fmt.Println(c.SoftInvalidate(ctx, "price:1", "price:2"))
+	for _, key := range []string{"price:1", "price:2"} {
+		price, err := cache.Get[int](ctx, c, key)
+		fmt.Println(key, price, errors.Is(err, cache.ErrStale))
+	}
+	// Output:
+	// <nil>
+	// price:1 10 true
+	// price:2 20 true
+}
+
 // One value with its own lifetime, in place of the Cache's ExpiryPolicy:
 // a Set, or a GetOrLoad's load, given WithExpiry.
 func ExampleWithExpiry() {

@@ -529,6 +529,13 @@ type TagPolicy struct {
 // ("Surrogate-Key:") purges nothing and is answered 400 Bad Request
 // (detail=purge-invalid), as are invalid tags. It is answered 200 with
 // detail=purged-tags or detail=purged-url, and never reaches the handler.
+// With the field "Fastly-Soft-Purge: 1" (exactly one field line) it is a
+// soft purge instead (SoftPurgeURL, SoftPurgeTag): the pages are marked
+// stale, served stale while one render revalidates them, and it is
+// answered with detail=soft-purged-url or detail=soft-purged-tags;
+// "Fastly-Soft-Purge: 0" is a hard purge, and any other value, an empty
+// one or several field lines are answered 400 (detail=purge-invalid) and
+// purge nothing.
 // One that Authorize refuses is answered 403 Forbidden
 // (detail=purge-forbidden) and purges nothing; a purge the server failed
 // is answered 503 (detail=purge-failed).

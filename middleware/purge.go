@@ -43,12 +43,27 @@ const methodPurge = "PURGE"
 // since a client may send either. A page purged that was not stale costs
 // one render, no more.
 func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header) error {
+	keys, err := m.urlKeys(ctx, "PurgeURL", rawURL, h)
+	if err != nil {
+		return err
+	}
+	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
+	if err := m.deleteAll(ctx, keys); err != nil {
+		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
+	}
+	return nil
+}
+
+// urlKeys returns the base keys of a GET of rawURL received with the
+// header h, under both schemes (see purgeKeys), for op (PurgeURL or
+// SoftPurgeURL), or an error naming op and what is wrong with rawURL.
+func (m *Middleware) urlKeys(ctx context.Context, op, rawURL string, h http.Header) ([]string, error) {
 	u, err := url.Parse(rawURL)
 	switch {
 	case err != nil:
-		return invalid("PurgeURL: %v", err)
+		return nil, invalid("%s: %v", op, err)
 	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "", u.User != nil:
-		return invalid("PurgeURL: %q is not an absolute http or https URL without user information", rawURL)
+		return nil, invalid("%s: %q is not an absolute http or https URL without user information", op, rawURL)
 	}
 	// The keys of a GET of rawURL as received on its own origin, over
 	// https and over http (see purgeKeys).
@@ -66,13 +81,9 @@ func (m *Middleware) PurgeURL(ctx context.Context, rawURL string, h http.Header)
 	}
 	keys, ok := m.purgeKeys(get)
 	if !ok {
-		return invalid("PurgeURL: %q has no key (a query that does not parse, or Keys.Func refused it)", rawURL)
+		return nil, invalid("%s: %q has no key (a query that does not parse, or Keys.Func refused it)", op, rawURL)
 	}
-	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.deleteAll(ctx, keys); err != nil {
-		return fmt.Errorf("middleware: purge %q: %w", rawURL, err)
-	}
-	return nil
+	return keys, nil
 }
 
 // purgeKeys returns the base keys of get, a GET, under both schemes: as
@@ -146,6 +157,15 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 		return outcome{kind: EventBypass, reason: "a PURGE that Purge.Authorize refused"}
 	}
 	ctx := context.WithoutCancel(r.Context()) // a client that goes must not leave it half done
+	soft, why := softPurgeAsked(r.Header)
+	if why != "" {
+		m.purgeAnswer(w, http.StatusBadRequest, "purge-invalid", why+"\n")
+		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
+	}
+	detail := "purged"
+	if soft {
+		detail = "soft-purged"
+	}
 	tags, why := parseTags(r.Header, m.tagHeaders)
 	if why == "" && len(tags) == 0 && m.listsTagField(r.Header) {
 		why = "no tags listed" // never the URL instead: a purge of tags that went wrong
@@ -155,11 +175,15 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 		return outcome{kind: EventBypass, reason: "a PURGE with invalid " + why}
 	}
 	if len(tags) > 0 {
-		if err := m.PurgeTag(ctx, tags...); err != nil {
+		purge := m.PurgeTag
+		if soft {
+			purge = m.SoftPurgeTag
+		}
+		if err := purge(ctx, tags...); err != nil {
 			m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 			return outcome{kind: EventBypass, reason: "a PURGE of tags", err: err}
 		}
-		m.purgeAnswer(w, http.StatusOK, "purged-tags", fmt.Sprintf("purged %d tags\n", len(tags)))
+		m.purgeAnswer(w, http.StatusOK, detail+"-tags", fmt.Sprintf("%s %d tags\n", strings.ReplaceAll(detail, "-", " "), len(tags)))
 		return outcome{kind: EventBypass, reason: "a PURGE of tags"}
 	}
 	get := r.WithContext(ctx)
@@ -170,11 +194,15 @@ func (m *Middleware) servePurge(w http.ResponseWriter, r *http.Request) outcome 
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL without a key"}
 	}
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
-	if err := m.deleteAll(ctx, keys); err != nil {
+	purge := m.deleteAll
+	if soft {
+		purge = m.softAll
+	}
+	if err := purge(ctx, keys); err != nil {
 		m.purgeAnswer(w, http.StatusServiceUnavailable, "purge-failed", "purge failed\n")
 		return outcome{kind: EventBypass, reason: "a PURGE of a URL", err: err}
 	}
-	m.purgeAnswer(w, http.StatusOK, "purged-url", "purged\n")
+	m.purgeAnswer(w, http.StatusOK, detail+"-url", strings.ReplaceAll(detail, "-", " ")+"\n")
 	return outcome{kind: EventBypass, reason: "a PURGE of a URL"}
 }
 

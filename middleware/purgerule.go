@@ -22,7 +22,8 @@ import (
 //	stored response in place of a failure holds, asked before it answers (render, revalidate)
 //
 // holds is the last row's check: a stored response answers only while
-// the cache still serves it.
+// the cache still serves it. A soft purge wins in the same places (and
+// never over a hard one): its table is in softpurge.go.
 
 // holds reports whether prior is still what the cache serves for x, as
 // far as the server says now: x's key in the generation x looked in

@@ -196,6 +196,7 @@ func (m *Middleware) toResult(r *http.Request, d *recorded, responded time.Time,
 		Status: rec.status, Header: storedHeader(rec.header, body, responded), Body: body,
 		Stored: born.UnixMilli(), FreshUntil: born.Add(lifetime).UnixMilli(),
 		Vary: vary, VaryValues: values, HandlerETag: d.handlerETag, Version: rand.Uint64(),
+		StaleWindow: min(stale, century).Milliseconds(),
 	}
 	keep := max(m.rules.Keep(lifetime, resp.validators()), grace)
 	if keep > 0 && lifetime < century && stale < century {

@@ -57,6 +57,10 @@ type revalidation struct {
 	// stores itself (see storeRevalidated); "" for the cache's stale
 	// refresh, whose result the cache stores.
 	key string
+	// raw is the entry prior was read in when it was soft-purged (see
+	// revalidate): the revalidation stores only over it; nil: over any
+	// entry of prior's version.
+	raw []byte
 }
 
 // conditions sets, in h (a render request's header, without any
@@ -134,8 +138,9 @@ func renderFailed(err error) bool {
 // use, until it ends (see toStore).
 func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
 	cur, found, err := engine.Peek[response](ctx, m.e, rv.key) // not counted: the check of a write
-	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version {
-		return m.overtaken(ctx), nil
+	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version ||
+		rv.raw != nil && string(found.Raw) != string(rv.raw) {
+		return m.overtaken(ctx), nil // a soft purge during the render changes the entry, not the version
 	}
 	err = m.e.SetIfUnchanged(ctx, rv.key, res.resp, found.Raw, max(res.fresh, time.Millisecond), res.stale)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/httprule"
+	"github.com/zeebo/xxh3"
 )
 
 // Cache returns middleware that caches responses in c for fresh (unless a
@@ -112,12 +113,24 @@ func (m *Middleware) serve(x *exchange) outcome {
 			continue // the index now holds what base's marker says
 		}
 		if len(p.resp.Tags) > 0 && (p.err == nil || errors.Is(p.err, cache.ErrStale)) {
-			if live, now := m.tagsLive(r.Context(), &p.resp); !live {
+			switch st, now := m.tagsState(r.Context(), &p.resp); st {
+			case tagsPurged:
 				// A tag of the page was purged: it is gone, for this
 				// request and every other (see tags.go).
 				m.dropPurged(r.Context(), key, &p)
 				x.seen = now
 				continue
+			case tagsSoft:
+				// Soft-purged: stale from now on, for this request and
+				// every other (see softpurge.go); its refresh renders
+				// knowing the epochs now.
+				x.seen = now
+				if p.err == nil {
+					// The cache still reads it fresh: mark it, and look
+					// again (at the marked entry, or what replaced it).
+					m.markStale(r.Context(), key, &p)
+					continue
+				}
 			}
 		}
 		// The cache counts this look only if it answers r on the first
@@ -151,7 +164,7 @@ func (m *Middleware) serve(x *exchange) outcome {
 // look found that fromStored did not answer with: a stale response,
 // when it may be served stale, or a 504.
 func (m *Middleware) fromStoredOnly(x *exchange, p *peeked) (outcome, step) {
-	if errors.Is(p.err, cache.ErrStale) && p.resp.matches(x.r) && !p.resp.mustRevalidate(m.now()) {
+	if errors.Is(p.err, cache.ErrStale) && p.resp.matches(x.r) && !p.resp.mustRevalidate(m.now()) && !m.waitsSoft(p) {
 		if !p.counted {
 			p.found.Count()
 		}
@@ -182,8 +195,9 @@ func (m *Middleware) notCached(w http.ResponseWriter, x, reason string) outcome 
 func (m *Middleware) fromStored(x *exchange, p *peeked) (outcome, step) {
 	key, vary := x.at.key, x.at.vary
 	cached, r := &p.resp, x.r
-	if cached.RevalidateFrom != 0 && (errors.Is(p.err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
-		cached.matches(r) && cached.mustRevalidate(m.now()) {
+	kept := cached.RevalidateFrom != 0 && (errors.Is(p.err, cache.ErrStale) || cached.FreshUntil <= cached.Stored) &&
+		cached.mustRevalidate(m.now())
+	if (kept || m.waitsSoft(p)) && cached.matches(r) {
 		if x.onlyIfCached {
 			return m.notCached(x.w, "MISS", "only-if-cached"), stepDone
 		}
@@ -192,7 +206,9 @@ func (m *Middleware) fromStored(x *exchange, p *peeked) (outcome, step) {
 		// revalidation, which one request in the cluster makes. (Any
 		// other value the cache holds as fresh is within its
 		// lifetime: the time kept is in the cache's stale window.)
-		if o, again := m.revalidate(x, key, vary, cached); !again {
+		// A soft-purged response that may not be served stale waits for
+		// that revalidation too (see softpurge.go).
+		if o, again := m.revalidate(x, key, vary, cached, m.softRaw(p)); !again {
 			return o, stepDone
 		}
 		return outcome{}, stepAgain
@@ -239,6 +255,13 @@ func (m *Middleware) throughCache(x *exchange, p *peeked) (outcome, step) {
 		m.pass(w, r, x.next, status{x: "BYPASS", fwd: x.fwd(), detail: "unshared"})
 		return unshared(l.res.err), stepDone
 	}
+	if stale && l.res.resp.Version == p.resp.Version {
+		// GetOrLoad answered with the stale response the look found
+		// (its refresh runs elsewhere): stale, even if the response's
+		// own lifetime has not ended (a soft purge made it stale).
+		m.write(w, r, &p.resp, statusStale)
+		return outcome{kind: EventStale}, stepDone
+	}
 	return m.loaded(x, &l.res.resp)
 }
 
@@ -269,7 +292,7 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 		// it, as the cache serves what it holds as stale). A no-cache
 		// response (never fresh) is the render this request waited
 		// for: it is as new as a revalidation.
-		if o, again := m.revalidate(x, key, resp.Vary, resp); !again {
+		if o, again := m.revalidate(x, key, resp.Vary, resp, nil); !again {
 			return o, stepDone
 		}
 		return outcome{}, stepAgain
@@ -343,12 +366,20 @@ func (m *Middleware) renderAndStore(x *exchange) outcome {
 // request for it, in every process, finds too. Rendering alone there
 // would re-open the stampede a write is bound to: at most one render per
 // key after it.
-func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *response) (o outcome, again bool) {
+//
+// raw, when set, is the entry prior was read in, soft-purged (see
+// softpurge.go): the revalidation stores only over that very entry, and
+// has a key of its own, as a soft purge that comes during it makes
+// another entry of the same version.
+func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *response, raw []byte) (o outcome, again bool) {
 	w, r := x.w, x.r
 	// The revalidation of this version of the stored response: once it
 	// is stored again, its next revalidation has a key of its own.
 	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
-	l := m.look(x, rkey, vary, &revalidation{prior: prior, key: key})
+	if raw != nil {
+		rkey += " soft " + strconv.FormatUint(xxh3.Hash(raw), 36)
+	}
+	l := m.look(x, rkey, vary, &revalidation{prior: prior, key: key, raw: raw})
 	defer l.cancel()
 	if l.job != nil {
 		if o, done := m.take(x, l, false, nil); done {
@@ -377,7 +408,7 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	cur, _, gerr := engine.Peek[response](r.Context(), m.e, key)
 	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
 	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
-		(cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
+		(gerr == nil && cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
 		// Fresh, or the very response the revalidation this request
 		// waited for stored (a no-cache one is never fresh).
 		m.write(w, r, &cur, collapsedStatus("stale"))

@@ -100,6 +100,11 @@ func (st status) cacheStatus(resp *response, now time.Time) string {
 		if ms < 0 && ms%1000 != 0 {
 			ttl--
 		}
+		if st.x == "STALE" && ttl >= 0 {
+			// Served stale within its own lifetime: a soft purge made it
+			// stale (see softpurge.go). Stale is what the ttl says.
+			ttl = -1
+		}
 		b = append(b, "; ttl="...)
 		b = strconv.AppendInt(b, ttl, 10)
 	}

@@ -42,6 +42,10 @@ type response struct {
 	// Tags are the page's tags (Options.Tags) with the epochs of their
 	// records its render saw (see tags.go).
 	Tags []tagRef
+	// StaleWindow is how long (ms) the response may be served stale past
+	// FreshUntil while one render refreshes it (httprule.Verdict.Stale);
+	// 0: never, or stored before this field was (see softpurge.go).
+	StaleWindow int64
 	// Version is random, drawn for each render and each freshening: it
 	// names this stored response in its revalidation's key (see
 	// revalidate), which two versions never share, whatever their times.
@@ -159,6 +163,10 @@ type tagRef struct {
 	_     struct{} `msgpack:",as_array"`
 	Name  string
 	Epoch uint64
+	// Soft is the record's soft epoch the render saw, or the one known
+	// before it began when a soft purge may have overtaken it (see
+	// registerTags); 0 in a page stored before soft purges.
+	Soft uint64
 }
 
 // tagStamp is the record of a tag in the cache.
@@ -166,4 +174,6 @@ type tagStamp struct {
 	_        struct{} `msgpack:",as_array"`
 	Epoch    uint64   // random: drawn by each purge, and when the record is made
 	PurgedAt int64    // Unix ms of the last purge, by the purging process's clock; 0: none
+	Soft     uint64   // random: drawn by each soft purge and each purge; 0: none since the record was made (and in a record written before soft purges)
+	SoftAt   int64    // Unix ms of the last soft purge, by the purging process's clock; 0: none
 }

@@ -126,7 +126,7 @@ func (m *Middleware) PurgeTag(ctx context.Context, tags ...string) error {
 	now := m.now().UnixMilli()
 	failpoint.Inject(ctx, failpoint.MiddlewarePurge)
 	for _, t := range tags {
-		st := tagStamp{Epoch: rand.Uint64(), PurgedAt: now}
+		st := tagStamp{Epoch: rand.Uint64(), PurgedAt: now, Soft: rand.Uint64(), SoftAt: now} // both: see SoftPurgeTag
 		if err := cache.Set(ctx, m.c, tagKey(t), st, cache.WithExpiry(cache.Expiry{Fresh: m.tagLife})); err != nil {
 			errs = append(errs, fmt.Errorf("middleware: purge tag %q: %w", t, err))
 		}
@@ -151,13 +151,25 @@ func (m *Middleware) eachTag(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// tagsLive reports whether no tag of resp was purged since its render;
-// when one was, it returns the records' epochs now, for the render that
-// replaces the purged page (see registerTags): a tag without a record is
-// left out. A record that cannot be read counts as purged.
-func (m *Middleware) tagsLive(ctx context.Context, resp *response) (live bool, now []tagRef) {
+// tagState is what the records of a page's tags say of it.
+type tagState uint8
+
+const (
+	tagsLive   tagState = iota // no tag of the page was purged since its render
+	tagsSoft                   // soft-purged only: a soft epoch differs, every hard one matches (see softpurge.go)
+	tagsPurged                 // purged: a hard epoch differs, or a record is gone or cannot be read
+)
+
+// tagsState says whether a tag of resp was purged, or soft-purged, since
+// its render; when one was, it returns the records' epochs now, for the
+// render that replaces or refreshes the page (see registerTags): a tag
+// without a record is left out. A record that cannot be read counts as
+// purged. A page stored before soft purges (its Soft 0) whose tag was
+// soft-purged since the record was made reads as soft-purged: it may
+// predate that soft purge.
+func (m *Middleware) tagsState(ctx context.Context, resp *response) (state tagState, now []tagRef) {
 	if len(resp.Tags) == 0 {
-		return true, nil
+		return tagsLive, nil
 	}
 	var one [1]tagStamp
 	var oneOK [1]bool
@@ -169,27 +181,30 @@ func (m *Middleware) tagsLive(ctx context.Context, resp *response) (live bool, n
 		st, _, err := engine.Peek[tagStamp](ctx, m.e, tagKey(resp.Tags[i].Name))
 		got[i], ok[i] = st, err == nil || errors.Is(err, cache.ErrStale)
 	})
-	live = true
 	for i := range got {
-		if !ok[i] || got[i].Epoch != resp.Tags[i].Epoch {
-			live = false
+		switch {
+		case !ok[i] || got[i].Epoch != resp.Tags[i].Epoch:
+			state = tagsPurged
+		case got[i].Soft != resp.Tags[i].Soft && state == tagsLive:
+			state = tagsSoft
 		}
 	}
-	if live {
-		return true, nil
+	if state == tagsLive {
+		return tagsLive, nil
 	}
 	for i := range got {
 		if ok[i] {
-			now = append(now, tagRef{Name: resp.Tags[i].Name, Epoch: got[i].Epoch})
+			now = append(now, tagRef{Name: resp.Tags[i].Name, Epoch: got[i].Epoch, Soft: got[i].Soft})
 		}
 	}
-	return false, now
+	return state, now
 }
 
-// live is tagsLive without the epochs.
+// live reports whether no tag of resp was purged since its render; a
+// soft purge leaves it live (it is served stale, see softpurge.go).
 func (m *Middleware) live(ctx context.Context, resp *response) bool {
-	ok, _ := m.tagsLive(ctx, resp)
-	return ok
+	st, _ := m.tagsState(ctx, resp)
+	return st != tagsPurged
 }
 
 // registerTags returns the tags of a render of tags (the names), begun
@@ -226,8 +241,9 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		if g.err != nil && !errors.Is(g.err, cache.ErrStale) {
 			return nil, "tags: the record of " + fmt.Sprintf("%q", tags[i]) + " is unavailable: " + g.err.Error(), false
 		}
-		refs[i] = tagRef{Name: tags[i], Epoch: g.st.Epoch}
+		refs[i] = tagRef{Name: tags[i], Epoch: g.st.Epoch, Soft: g.st.Soft}
 	}
+
 	for i, ref := range refs {
 		known := epochOf(seen, ref.Name)
 		if known == ref.Epoch {
@@ -241,6 +257,17 @@ func (m *Middleware) registerTags(ctx context.Context, tags []string, requested 
 		}
 		if st := gots[i].st; st.PurgedAt != 0 && began <= st.PurgedAt+m.tagSkew.Milliseconds() {
 			return refs, "tags: " + fmt.Sprintf("%q", ref.Name) + " was purged during the render", true
+		}
+	}
+	for i := range refs {
+		// A soft purge the render may have begun before (within
+		// ClockSkew of its start) is not seen: the page records the soft
+		// epoch known before the render, and is stored stale at once.
+		// (A render again after a purge, above, gets the epochs as they
+		// are: it begins after them.)
+		st, known := gots[i].st, softOf(seen, refs[i].Name)
+		if st.Soft != known && st.SoftAt != 0 && began <= st.SoftAt+m.tagSkew.Milliseconds() {
+			refs[i].Soft = known
 		}
 	}
 	return refs, "", false
@@ -264,6 +291,16 @@ func epochOf(refs []tagRef, name string) uint64 {
 		}
 	}
 	return 0 // no record's: records draw a random epoch, 0 with probability 2^-64
+}
+
+// softOf is epochOf for the soft epoch: 0 for a tag refs does not name.
+func softOf(refs []tagRef, name string) uint64 {
+	for _, r := range refs {
+		if r.Name == name {
+			return r.Soft
+		}
+	}
+	return 0
 }
 
 // tagNames returns the names of refs.

@@ -48,6 +48,14 @@ type View interface {
 	// when old is nil.
 	DeleteIfUnchanged(ctx context.Context, key string, old []byte) error
 
+	// MarkStale is cache.(*Cache).SoftInvalidate of key that rewrites it
+	// only if key still holds old, an entry as Found.Raw returned it, in
+	// one conditional write on the server that keeps the key's time to
+	// live: the entry is stale from now on, everything else in it kept.
+	// It returns ErrChanged, having written nothing, when the key holds
+	// something else, or nothing, and when old is nil.
+	MarkStale(ctx context.Context, key string, old []byte) error
+
 	// Expire sets, from inside a loader, how long the value it is about
 	// to return stays fresh and then stale, overriding the call's expiry,
 	// as a cache.LoadWithExpiry loader's Expiry does. It reports whether
@@ -78,8 +86,9 @@ type View interface {
 // it is initialised; other packages only call it.
 var Of func(c any) View
 
-// ErrChanged is what View.SetIfUnchanged returns when the key no longer
-// holds the entry expected: nothing was written.
+// ErrChanged is what View.SetIfUnchanged, DeleteIfUnchanged and
+// MarkStale return when the key no longer holds the entry expected:
+// nothing was written.
 var ErrChanged = errors.New("cache: the key changed since it was read")
 
 // Peek is View.Peek decoding into a V: the value (the zero V unless the

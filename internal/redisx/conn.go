@@ -432,24 +432,41 @@ func (cn *Conn) ttlPipeline(ctx context.Context, caps Capabilities, key, value s
 	return d.Milliseconds(), nil
 }
 
-// SetIfEqual replaces key's value with next (expiring after ttl) if it
-// holds old. It reports whether it did. Large old values are compared by
-// digest (SET ... IFDEQ where the server has it), never sent back.
+// KeepTTL, as the ttl of SetIfEqual or of a CondSet, keeps the time to
+// live the key has (SET … KEEPTTL): the new value expires when the old
+// one would have.
+const KeepTTL time.Duration = -1
+
+// expiry returns the arguments of SET that give a value ttl (KeepTTL:
+// the key's own), and the script's ARGV[4]; ok is false for a ttl below
+// 1ms.
+func expiry(ttl time.Duration) (args []any, arg any, ok bool) {
+	if ttl == KeepTTL {
+		return []any{"KEEPTTL"}, "keepttl", true
+	}
+	ms := ttl.Milliseconds()
+	return []any{"PX", ms}, ms, ms >= 1
+}
+
+// SetIfEqual replaces key's value with next (expiring after ttl, or when
+// the old value would have with KeepTTL) if it holds old. It reports
+// whether it did. Large old values are compared by digest (SET ... IFDEQ
+// where the server has it), never sent back.
 func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.Duration) (bool, error) {
 	caps, err := cn.CapabilitiesFor(ctx, key)
 	if err != nil {
 		return false, err
 	}
-	ms := ttl.Milliseconds()
-	if ms < 1 {
+	exp, arg, ok := expiry(ttl)
+	if !ok {
 		return false, fmt.Errorf("redisx: set %q: ttl %v below 1ms", key, ttl)
 	}
 	var cmd []any
 	switch {
 	case cn.large(old) && caps.Digest == DigestNative:
-		cmd = []any{"SET", key, next, "IFDEQ", Digest(old), "PX", ms}
+		cmd = append([]any{"SET", key, next, "IFDEQ", Digest(old)}, exp...)
 	case !cn.large(old) && caps.Extend == ExtendSetIfEq:
-		cmd = []any{"SET", key, next, "IFEQ", old, "PX", ms}
+		cmd = append([]any{"SET", key, next, "IFEQ", old}, exp...)
 	}
 	if cmd != nil {
 		// With the concurrent calls of this Conn: many locks' writes and
@@ -475,7 +492,7 @@ func (cn *Conn) SetIfEqual(ctx context.Context, key, old, next string, ttl time.
 		return false, err
 	}
 	want, mode := cn.expect(old)
-	n, err := cn.scripts.setIfEq.Run(ctx, cn.c, []string{key}, want, mode, next, ms).Int64()
+	n, err := cn.scripts.setIfEq.Run(ctx, cn.c, []string{key}, want, mode, next, arg).Int64()
 	if err != nil {
 		return false, cn.scriptErr(caps, OpSet, len(old), err)
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // CondSet is one conditional write of SetIfEqualMany: Key becomes Next,
-// expiring after TTL, if it holds Old.
+// expiring after TTL (KeepTTL: when Old would have), if it holds Old.
 type CondSet struct {
 	Key, Old, Next string
 	TTL            time.Duration
@@ -35,13 +35,13 @@ func (cn *Conn) SetIfEqualMany(ctx context.Context, ops []CondSet) (ok []bool, e
 	pipe := cn.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(ops))
 	for i, op := range ops {
-		ms := op.TTL.Milliseconds()
+		exp, _, ok := expiry(op.TTL)
 		switch {
-		case ms < 1:
+		case !ok:
 		case cn.large(op.Old) && caps.Digest == DigestNative:
-			cmds[i] = pipe.Do(ctx, "SET", op.Key, op.Next, "IFDEQ", Digest(op.Old), "PX", ms)
+			cmds[i] = pipe.Do(ctx, append([]any{"SET", op.Key, op.Next, "IFDEQ", Digest(op.Old)}, exp...)...)
 		case !cn.large(op.Old) && caps.Extend == ExtendSetIfEq:
-			cmds[i] = pipe.Do(ctx, "SET", op.Key, op.Next, "IFEQ", op.Old, "PX", ms)
+			cmds[i] = pipe.Do(ctx, append([]any{"SET", op.Key, op.Next, "IFEQ", op.Old}, exp...)...)
 		}
 	}
 	if pipe.Len() > 0 {
