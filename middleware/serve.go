@@ -408,9 +408,12 @@ func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *r
 	cur, _, gerr := engine.Peek[response](r.Context(), m.e, key)
 	done := &l.res.resp // the marker of what it stored; Version 0 if nothing
 	if (gerr == nil || errors.Is(gerr, cache.ErrStale)) && cur.matches(r) &&
-		(gerr == nil && cur.fresh(m.now()) || done.Version != 0 && cur.Version == done.Version) && m.live(r.Context(), &cur) {
-		// Fresh, or the very response the revalidation this request
-		// waited for stored (a no-cache one is never fresh).
+		(gerr == nil && cur.fresh(m.now()) && m.current(r.Context(), &cur) ||
+			done.Version != 0 && cur.Version == done.Version && m.live(r.Context(), &cur)) {
+		// Fresh (no tag purged since its render, soft purges included),
+		// or the very response the revalidation this request waited for
+		// stored (a no-cache one is never fresh; one soft-purged since is
+		// still the answer it waited for).
 		m.write(w, r, &cur, collapsedStatus("stale"))
 		return outcome{kind: EventHit}, false
 	}

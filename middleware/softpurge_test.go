@@ -296,3 +296,42 @@ func TestPurge_softField(t *testing.T) {
 		})
 	}
 }
+
+// TestSoftPurgeTag_duringRender: a soft purge while a page of the tag
+// renders (which may have read the data from before it) wins: its client
+// gets the render, and the page is stored stale at once, so the next
+// request in any process is answered with it stale while one more render
+// refreshes it.
+func TestSoftPurgeTag_duringRender(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 30*time.Second)
+		gate := newRenderGate(ctx, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := gate.next()
+			w.Header().Set("Surrogate-Key", "t")
+			w.Header().Set("Cache-Control", swrPage)
+			fmt.Fprintf(w, "render %d", n)
+		})
+		b := newTestBed(t, s, h, &bedOptions{procs: 2, mw: tagOptions(), quiet: true})
+		first := b.goSend(ctx, http.MethodGet, "/p", procHeader, "0")
+		redistest.Recv(t, ctx, gate.started, "the first render")
+		if err := b.mws[1].SoftPurgeTag(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+		gate.open()
+		got := redistest.Recv(t, ctx, first, "the first client's answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		got.check(t, 200, "MISS", "render 1")
+		b.waitStored(t, "/p", "render 1")
+		b.get(t, "/p", procHeader, "1").check(t, 200, "STALE", "render 1")
+		redistest.WaitFor(t, ctx, "the refreshed page", func() bool {
+			return b.get(t, "/p", procHeader, "0").body == "render 2"
+		})
+		b.get(t, "/p", procHeader, "1").check(t, 200, "HIT", "render 2")
+		if n := gate.renders.Load(); n != 2 {
+			t.Errorf("%d renders, want 2: the one the soft purge overtook and one refresh", n)
+		}
+	})
+}

@@ -207,6 +207,14 @@ func (m *Middleware) live(ctx context.Context, resp *response) bool {
 	return st != tagsPurged
 }
 
+// current reports whether no tag of resp was purged since its render,
+// softly or not: only then may a page the cache reads fresh be served
+// as fresh.
+func (m *Middleware) current(ctx context.Context, resp *response) bool {
+	st, _ := m.tagsState(ctx, resp)
+	return st == tagsLive
+}
+
 // registerTags returns the tags of a render of tags (the names), begun
 // at requested, with the epochs of their records, making the records
 // that do not exist yet (to live as recordLife says for a page kept for
