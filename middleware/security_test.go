@@ -1000,7 +1000,8 @@ func (b *testBed) rawRequest(tb testing.TB, req string) reply {
 // tag and purge nothing; without Options.Purge a PURGE is one more unsafe
 // method (the handler answers it, and only its 2xx invalidates its own
 // URL), and tags it lists purge nothing; with it, a PURGE its Authorize
-// refuses purges nothing, however its tag field lines come.
+// refuses purges nothing, however its tag field lines come, soft or not;
+// a client's Fastly-Soft-Purge on a GET is nothing either.
 func TestSecurity_purge(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	for _, withPurge := range []bool{false, true} {
@@ -1022,6 +1023,10 @@ func TestSecurity_purge(t *testing.T) {
 			b.get(t, "/b", "Surrogate-Key", "all", "Cache-Tag", "all").check(t, 200, "MISS", "/b #1")
 			b.do(t, "PURGE", "/", "Surrogate-Key", "", "Surrogate-Key", "all", "Cache-Tag", "x,all")
 			b.do(t, "PURGE", "/a")
+			// Soft purges, asked for as Fastly takes them, are purges too.
+			b.do(t, "PURGE", "/a", "Fastly-Soft-Purge", "1")
+			b.do(t, "PURGE", "/", "Fastly-Soft-Purge", "1", "Surrogate-Key", "all")
+			b.get(t, "/a", "Fastly-Soft-Purge", "1").check(t, 200, "HIT", "/a #1")
 			b.get(t, "/a").check(t, 200, "HIT", "/a #1")
 		})
 	}
