@@ -282,9 +282,22 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 		return outcome{}, stepAgain
 	case !resp.matches(x.r):
 		return outcome{}, stepStop
-	case len(resp.Tags) > 0:
-		if !m.live(x.r.Context(), resp) {
+	}
+	soft := false // soft-purged since the render began: served stale
+	if len(resp.Tags) > 0 {
+		switch st, _ := m.tagsState(x.r.Context(), resp); {
+		case st == tagsPurged:
 			return outcome{}, stepAgain // purged since: the next look drops it (see serve)
+		case st == tagsSoft && resp.staleWindow() <= 0:
+			// Soft-purged since, and it may not be served stale: the
+			// next look finds it stored stale, and waits for its
+			// revalidation (see softpurge.go).
+			return outcome{}, stepAgain
+		case st == tagsSoft:
+			// The render this request shared began before a soft purge
+			// of one of its tags: it may have read the data from
+			// before, so it is stored stale, and served as stale.
+			soft = true
 		}
 	}
 	if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
@@ -299,7 +312,7 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 	}
 	// This request did not render: a hit, even when it waited for
 	// another request's render.
-	if !resp.fresh(m.now()) {
+	if soft || !resp.fresh(m.now()) {
 		m.write(x.w, x.r, resp, statusStale)
 		return outcome{kind: EventStale}, stepDone
 	}

@@ -335,3 +335,41 @@ func TestSoftPurgeTag_duringRender(t *testing.T) {
 		}
 	})
 }
+
+// TestSoftPurgeTag_sharedRender: a request that joins, after a soft purge
+// of its tag, a render that began before it is answered with that render
+// as stale, not as a hit: the render may have read the data from before
+// the purge (the robustness suite's soft-purge check found it served as
+// a hit).
+func TestSoftPurgeTag_sharedRender(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 30*time.Second)
+		gate := newRenderGate(ctx, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := gate.next()
+			w.Header().Set("Surrogate-Key", "t")
+			w.Header().Set("Cache-Control", swrPage)
+			fmt.Fprintf(w, "render %d", n)
+		})
+		b := newTestBed(t, s, h, &bedOptions{procs: 1, mw: tagOptions(), quiet: true})
+		first := b.goSend(ctx, http.MethodGet, "/p")
+		redistest.Recv(t, ctx, gate.started, "the first render")
+		if err := b.mws[0].SoftPurgeTag(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+		joined := b.goSend(ctx, http.MethodGet, "/p")
+		// Each request reports its miss before it joins the flight.
+		redistest.WaitFor(t, ctx, "the second request waiting", func() bool { return b.caches[0].Stats().Misses >= 2 })
+		gate.open()
+		got := redistest.Recv(t, ctx, first, "the first client's answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		got.check(t, 200, "MISS", "render 1")
+		got = redistest.Recv(t, ctx, joined, "the joined request's answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		got.check(t, 200, "STALE", "render 1")
+	})
+}
