@@ -71,6 +71,7 @@ func check(h *history, o checkOptions) *result {
 		{"run-once", checkRunOnce},
 		{"lock-lost", checkLockLost},
 		{"purge", checkPurge},
+		{"soft-purge", checkSoftPurge},
 		{"invalidate", checkInvalidate},
 		{"leaks", checkLeaks},
 	}

@@ -107,9 +107,9 @@ func (h *history) slotOf(kind, ns, key string) (int, bool) {
 		return int(redisx.Slot(redisx.Tag(key))), true
 	case kind == kRunOnce:
 		return int(redisx.Slot(redisx.HashTag(fmt.Sprintf("%s:job:%s", h.prefix, key)))), true
-	case kind == kPurgeTag:
+	case kind == kPurgeTag || kind == kSoftPurgeTag:
 		return int(redisx.Slot(redisx.Tag("tag\n" + key))), true
-	case kind == kPurgeURL || kind == kPost:
+	case kind == kPurgeURL || kind == kSoftPurgeURL || kind == kPost:
 		return int(redisx.Slot(redisx.Tag("GET http://" + httpHost + key))), true
 	}
 	return 0, false

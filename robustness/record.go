@@ -28,6 +28,9 @@ const (
 	kPost      = "post"      // a POST through the middleware (invalidates the URL)
 	kPurgeURL  = "purgeurl"  // Middleware.PurgeURL
 	kPurgeTag  = "purgetag"  // Middleware.PurgeTag
+
+	kSoftPurgeURL = "softpurgeurl" // Middleware.SoftPurgeURL
+	kSoftPurgeTag = "softpurgetag" // Middleware.SoftPurgeTag
 	kFault     = "fault"     // a fault of this worker's proxy, or of the server (the coordinator's)
 	kFailpoint = "failpoint" // a failpoint inside the library that fired
 	kEnd       = "end"       // the worker's last record: its leak checks

@@ -2,7 +2,7 @@
 // middleware on a loopback port, over a Cache of its own in a namespace
 // all workers share (and the same Host), so one worker's renders answer
 // the others. Its clients GET pages, POST to them (which invalidates
-// their URL), and purge them by URL and by tag. Every body names its
+// their URL), and purge them by URL and by tag, hard and soft. Every body names its
 // render and when that render began, so the checker can tell a page
 // rendered before a purge served after it.
 
@@ -138,9 +138,21 @@ func (w *worker) httpTraffic(ctx context.Context, r *rand.Rand) {
 			w.httpDo(octx, s, http.MethodGet, path, kHTTP)
 		case p < 85:
 			w.httpDo(octx, s, http.MethodPost, path, kPost)
-		case p < 93:
+		case p < 90:
 			pctx, info, rec := w.begin(octx, Record{Kind: kPurgeURL, Key: path})
 			w.end(info, rec, s.mw.PurgeURL(pctx, "http://"+httpHost+path, nil))
+		case p < 93:
+			pctx, info, rec := w.begin(octx, Record{Kind: kSoftPurgeURL, Key: path})
+			w.end(info, rec, s.mw.SoftPurgeURL(pctx, "http://"+httpHost+path, nil))
+		case p < 96:
+			tag := pageTags(n)[r.IntN(2)]
+			pctx, info, rec := w.begin(octx, Record{Kind: kSoftPurgeTag, Key: tag})
+			if w.cfg.sabotaged("softpurge") {
+				// Sabotage: a soft purge that says it happened and did not.
+				w.end(info, rec, nil)
+				break
+			}
+			w.end(info, rec, s.mw.SoftPurgeTag(pctx, tag))
 		default:
 			tag := pageTags(n)[r.IntN(2)]
 			pctx, info, rec := w.begin(octx, Record{Kind: kPurgeTag, Key: tag})
