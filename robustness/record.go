@@ -28,15 +28,15 @@ const (
 	kPost      = "post"      // a POST through the middleware (invalidates the URL)
 	kPurgeURL  = "purgeurl"  // Middleware.PurgeURL
 	kPurgeTag  = "purgetag"  // Middleware.PurgeTag
-
-	kSoftPurgeURL = "softpurgeurl" // Middleware.SoftPurgeURL
-	kSoftPurgeTag = "softpurgetag" // Middleware.SoftPurgeTag
-	kFault        = "fault"        // a fault of this worker's proxy, or of the server (the coordinator's)
-	kFailpoint    = "failpoint"    // a failpoint inside the library that fired
-	kEnd          = "end"          // the worker's last record: its leak checks
+	kFault     = "fault"     // a fault of this worker's proxy, or of the server (the coordinator's)
+	kFailpoint = "failpoint" // a failpoint inside the library that fired
+	kEnd       = "end"       // the worker's last record: its leak checks
 
 	kInvalidateTag     = "invalidatetag"     // Cache.InvalidateTag of one tag, the Key (namespace exp)
 	kSoftInvalidateTag = "softinvalidatetag" // Cache.SoftInvalidateTag of one tag, the Key (namespace exp)
+
+	kSoftPurgeURL = "softpurgeurl" // Middleware.SoftPurgeURL
+	kSoftPurgeTag = "softpurgetag" // Middleware.SoftPurgeTag
 )
 
 // Record is one line of a history. Call and Return are Unix nanoseconds
