@@ -72,6 +72,7 @@ func check(h *history, o checkOptions) *result {
 		{"lock-lost", checkLockLost},
 		{"purge", checkPurge},
 		{"soft-purge", checkSoftPurge},
+		{"soft-invalidate", checkSoftInvalidate},
 		{"invalidate", checkInvalidate},
 		{"leaks", checkLeaks},
 	}

@@ -165,3 +165,77 @@ func readFlags(r *Record, key string) string {
 	}
 	return fl
 }
+
+// softInvalidationsOf returns the SoftInvalidateTag operations of tag
+// that returned without error.
+func (h *history) softInvalidationsOf(tag string) []*Record {
+	var out []*Record
+	for _, r := range h.ops {
+		if r.Kind == kSoftInvalidateTag && r.Key == tag && r.Return != 0 && r.Err == "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// checkSoftInvalidate: once SoftInvalidateTag of a tag has returned, a
+// Get of a key with that tag that starts afterwards and returns a value
+// whose load began, or whose Set returned, before the soft invalidation
+// was called returns it as stale (ErrStale) — at once in the invalidating
+// process and without near caches, within the near cache's bound in the
+// others. (GetOrLoad and GetOrLoadMany do not tell a stale value from a
+// fresh one; that no value from before a hard invalidation is served, a
+// soft one before it or not, is checkInvalidate's.) Excused, counted:
+// as for checkInvalidate.
+func checkSoftInvalidate(h *history, o checkOptions, res *result) {
+	const name = "soft-invalidate"
+	ix := map[string]writeIndex{} // by exp key: the soft invalidations of its tags
+	for _, r := range h.ops {
+		if r.NS != "exp" || r.Kind != kGet {
+			continue
+		}
+		reads(r, func(key, v string) {
+			or, ok := h.originOf(v)
+			if !ok {
+				return // the values check says so
+			}
+			iix, ok := ix[key]
+			if !ok {
+				var invs []*Record
+				for _, t := range expTags(key) {
+					invs = append(invs, h.softInvalidationsOf(t)...)
+				}
+				iix = indexWrites(invs)
+				ix[key] = iix
+			}
+			inv := iix.latestBefore(r.Call)
+			if inv == nil || inv.Call <= or.from {
+				return
+			}
+			res.Checked[name]++
+			switch {
+			case r.ErrKind == "stale":
+				return
+			case r.Near && inv.Proc != r.Proc:
+				if inv2 := iix.latestBefore(r.Call - int64(o.nearBound)); inv2 == nil || inv2.Call <= or.from {
+					res.excuse(name, "within the near cache's bound")
+					return
+				}
+			}
+			if failingOpen(r) || (or.load != nil && h.failOpen(or.load)) {
+				res.excuse(name, "read while failing open")
+				return
+			}
+			if h.takeoverOf(inv.Kind, inv.NS, inv.Key, inv.Call, inv.Return) != nil {
+				res.excuse(name, "a soft invalidation a TAKEOVER failover of its record's shard may have lost")
+				return
+			}
+			src := or.set
+			if src == nil {
+				src = or.load
+			}
+			res.violate(name, fmt.Sprintf("get of %s/%s returned %s as fresh (%s), made %s before a SoftInvalidateTag of %s that returned %s before the read began",
+				r.NS, key, v, readFlags(r, key), time.Duration(inv.Call-or.start), inv.Key, time.Duration(r.Call-inv.Return)), r, inv, src)
+		})
+	}
+}

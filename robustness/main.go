@@ -122,7 +122,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.Fail, "fail", 8, "percent of loader runs that fail (a quarter as many again panic, as many outlive LoadTimeout)")
 	fs.IntVar(&o.mix.Garbage, "garbage", 2, "percent of exp operations that write bytes no cache can decode (the replace path)")
 	fs.IntVar(&o.mix.Invalidate, "invalidate", 5, "percent of exp operations that invalidate a tag, three in five with InvalidateTag, the others with SoftInvalidateTag")
-	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, softpurge, stale, tags (comma-separated)")
+	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, softpurge, stale, tags, softtags (comma-separated)")
 	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (the checker marks such a violation known; none today)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
 	fs.DurationVar(&o.nearBound, "near-bound", nearLease+150*time.Millisecond, "how long a near cache may serve what another process changed (the Lease, plus scheduling)")
@@ -153,10 +153,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	for _, s := range strings.Split(sabotage, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "fence", "waiter", "purge", "softpurge", "stale", "tags":
+		case "fence", "waiter", "purge", "softpurge", "stale", "tags", "softtags":
 			o.sabotage = append(o.sabotage, s)
 		default:
-			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, softpurge, stale, tags)", s)
+			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, softpurge, stale, tags, softtags)", s)
 		}
 	}
 	if skip != "" {

@@ -147,6 +147,8 @@ func (w *worker) invalidate(ctx context.Context, near bool, c *cache.Cache, tag 
 		w.end(info, rec, nil) // sabotage: an InvalidateTag that says it happened and did not
 	case hard:
 		w.end(info, rec, c.InvalidateTag(ctx, tag))
+	case w.cfg.sabotaged("softtags"):
+		w.end(info, rec, nil) // sabotage: a SoftInvalidateTag that says it happened and did not
 	default:
 		w.end(info, rec, c.SoftInvalidateTag(ctx, tag))
 	}
