@@ -96,10 +96,20 @@ func (h *history) loadTags(l *Record) []string {
 // server syncs every write), and a record that is gone reads as an
 // invalidation: neither excuses anything.
 func checkInvalidate(h *history, o checkOptions, res *result) {
-	const name = "invalidate"
+	checkTagReads(h, o, res, "invalidate", h.invalidationsOf, "", nil)
+}
+
+// checkTagReads checks the reads of exp keys (of the kind only, "" for
+// every kind) against the invalidations of their tags that invsOf
+// returns: a read that returns a value made
+// before such an invalidation that returned before the read began is a
+// violation unless allowed(r) (nil: none is; then every read counts as
+// checked, and those within a value's life of an invalidation once more;
+// otherwise only the reads after one) or a window excuses it.
+func checkTagReads(h *history, o checkOptions, res *result, name string, invsOf func(tag string) []*Record, only string, allowed func(r *Record) bool) {
 	ix := map[string]writeIndex{} // by exp key: the invalidations of its tags
 	for _, r := range h.ops {
-		if r.NS != "exp" {
+		if r.NS != "exp" || only != "" && r.Kind != only {
 			continue
 		}
 		reads(r, func(key, v string) {
@@ -107,24 +117,32 @@ func checkInvalidate(h *history, o checkOptions, res *result) {
 			if !ok {
 				return // the values check says so
 			}
-			res.Checked[name]++
 			iix, ok := ix[key]
 			if !ok {
 				var invs []*Record
 				for _, t := range expTags(key) {
-					invs = append(invs, h.invalidationsOf(t)...)
+					invs = append(invs, invsOf(t)...)
 				}
 				iix = indexWrites(invs)
 				ix[key] = iix
 			}
 			inv := iix.latestBefore(r.Call)
-			if inv != nil && r.Call-inv.Return < int64(valueLife) {
-				// A value from before it may still be stored: the
-				// cases that test the promise.
-				res.Checked[name+" (within a value's life of one)"]++
+			if allowed == nil {
+				res.Checked[name]++
+				if inv != nil && r.Call-inv.Return < int64(valueLife) {
+					// A value from before it may still be stored: the
+					// cases that test the promise.
+					res.Checked[name+" (within a value's life of one)"]++
+				}
 			}
 			if inv == nil || inv.Call <= or.from {
 				return
+			}
+			if allowed != nil {
+				res.Checked[name]++
+				if allowed(r) {
+					return
+				}
 			}
 			// inv was called after v's making began and returned before
 			// r was called. Allow the near cache's bound across
@@ -147,8 +165,8 @@ func checkInvalidate(h *history, o checkOptions, res *result) {
 			if src == nil {
 				src = or.load
 			}
-			res.violate(name, fmt.Sprintf("%s of %s/%s returned %s (%s), made %s before an InvalidateTag of %s that returned %s before the read began",
-				r.Kind, r.NS, key, v, readFlags(r, key), time.Duration(inv.Call-or.start), inv.Key, time.Duration(r.Call-inv.Return)), r, inv, src)
+			res.violate(name, fmt.Sprintf("%s of %s/%s returned %s (%s), made %s before a %s of %s that returned %s before the read began",
+				r.Kind, r.NS, key, v, readFlags(r, key), time.Duration(inv.Call-or.start), inv.Kind, inv.Key, time.Duration(r.Call-inv.Return)), r, inv, src)
 		})
 	}
 }
@@ -188,54 +206,5 @@ func (h *history) softInvalidationsOf(tag string) []*Record {
 // soft one before it or not, is checkInvalidate's.) Excused, counted:
 // as for checkInvalidate.
 func checkSoftInvalidate(h *history, o checkOptions, res *result) {
-	const name = "soft-invalidate"
-	ix := map[string]writeIndex{} // by exp key: the soft invalidations of its tags
-	for _, r := range h.ops {
-		if r.NS != "exp" || r.Kind != kGet {
-			continue
-		}
-		reads(r, func(key, v string) {
-			or, ok := h.originOf(v)
-			if !ok {
-				return // the values check says so
-			}
-			iix, ok := ix[key]
-			if !ok {
-				var invs []*Record
-				for _, t := range expTags(key) {
-					invs = append(invs, h.softInvalidationsOf(t)...)
-				}
-				iix = indexWrites(invs)
-				ix[key] = iix
-			}
-			inv := iix.latestBefore(r.Call)
-			if inv == nil || inv.Call <= or.from {
-				return
-			}
-			res.Checked[name]++
-			switch {
-			case r.ErrKind == "stale":
-				return
-			case r.Near && inv.Proc != r.Proc:
-				if inv2 := iix.latestBefore(r.Call - int64(o.nearBound)); inv2 == nil || inv2.Call <= or.from {
-					res.excuse(name, "within the near cache's bound")
-					return
-				}
-			}
-			if failingOpen(r) || (or.load != nil && h.failOpen(or.load)) {
-				res.excuse(name, "read while failing open")
-				return
-			}
-			if h.takeoverOf(inv.Kind, inv.NS, inv.Key, inv.Call, inv.Return) != nil {
-				res.excuse(name, "a soft invalidation a TAKEOVER failover of its record's shard may have lost")
-				return
-			}
-			src := or.set
-			if src == nil {
-				src = or.load
-			}
-			res.violate(name, fmt.Sprintf("get of %s/%s returned %s as fresh (%s), made %s before a SoftInvalidateTag of %s that returned %s before the read began",
-				r.NS, key, v, readFlags(r, key), time.Duration(inv.Call-or.start), inv.Key, time.Duration(r.Call-inv.Return)), r, inv, src)
-		})
-	}
+	checkTagReads(h, o, res, "soft-invalidate", h.softInvalidationsOf, kGet, func(r *Record) bool { return r.ErrKind == "stale" })
 }
