@@ -187,6 +187,9 @@ func scaleTable(title, about, axis string, pts []Scale) table {
 // WriteText prints every table, aligned, for a terminal.
 func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(w, "stampede bench · %s · %s · %d CPUs · %.1fs\n", r.Server.Capabilities, r.Server.Kind, r.Machine.CPUs, r.ElapsedS)
+	if r.Command != "" {
+		fmt.Fprintf(w, "command: %s\n", r.Command)
+	}
 	if r.Machine.Load != "" {
 		fmt.Fprintf(w, "load average %s\n", r.Machine.Load)
 	}
