@@ -69,14 +69,16 @@ func defaults(quick bool) scenarios.Config {
 			HitDuration: 300 * time.Millisecond, LockDuration: 250 * time.Millisecond, LargeIters: 20,
 			ScaleProcs: []int{1, 2, 4}, ScaleKeys: []int{1, 100, 1000}, ScaleLoad: 10 * time.Millisecond,
 			CoherenceCycles: 30, MemEntries: 10_000, FloodKeys: 50_000, FloodMax: 5_000,
-			GapShapes: []scenarios.GapShape{{Procs: 3, Goroutines: 16}}, Reps: 1, LockGoroutines: 4}
+			GapShapes: []scenarios.GapShape{{Procs: 3, Goroutines: 16}}, Reps: 1, LockGoroutines: 4,
+			PageRate: 600, PagePhase: 500 * time.Millisecond, PageRender: 30 * time.Millisecond}
 	}
 	return scenarios.Config{Procs: 4, Goroutines: 32, Load: 100 * time.Millisecond, Rate: 400,
 		Duration: 5 * time.Second, TTL: time.Second,
 		HitDuration: 1500 * time.Millisecond, LockDuration: time.Second, LargeIters: 200,
 		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond,
 		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 300_000, FloodMax: 100_000,
-		GapShapes: []scenarios.GapShape{{Procs: 4, Goroutines: 64}, {Procs: 8, Goroutines: 32}}, Reps: 3, LockGoroutines: 8}
+		GapShapes: []scenarios.GapShape{{Procs: 4, Goroutines: 64}, {Procs: 8, Goroutines: 32}}, Reps: 3, LockGoroutines: 8,
+		PageRate: 2000, PagePhase: 2 * time.Second, PageRender: 50 * time.Millisecond}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -96,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		flood      = fs.Int("flood", full.FloodKeys, "near memory: distinct keys read through the flooded near cache")
 		quick      = fs.Bool("quick", false, "a run of a few seconds (smaller defaults for every flag not given)")
 		reps       = fs.Int("reps", full.Reps, "cold-gap, lock-gap: runs per approach (medians are reported)")
+		pageRate   = fs.Float64("page-rate", full.PageRate, "purge: requests per second for the hot page, all processes together")
+		pagePhase  = fs.Duration("page-phase", full.PagePhase, "purge: how long each phase (steady, after each purge) lasts")
+		pageRender = fs.Duration("page-render", full.PageRender, "purge: how long the page takes to render")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./bench [flags]\n\n")
@@ -126,6 +131,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			cfg.FloodKeys = *flood
 		case "reps":
 			cfg.Reps = *reps
+		case "page-rate":
+			cfg.PageRate = *pageRate
+		case "page-phase":
+			cfg.PagePhase = *pagePhase
+		case "page-render":
+			cfg.PageRender = *pageRender
 		}
 	})
 	o := options{cfg: cfg, url: *url, out: *out}
@@ -158,6 +169,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-reps %d: want 1 to 100", cfg.Reps)
 	case !(cfg.Rate >= float64(cfg.Procs)) || cfg.Rate > 1e5:
 		return o, fmt.Errorf("-rate %v: want from -procs (%d) to 100000", cfg.Rate, cfg.Procs)
+	case !(cfg.PageRate >= float64(cfg.Procs)) || cfg.PageRate > 1e5:
+		return o, fmt.Errorf("-page-rate %v: want from -procs (%d) to 100000", cfg.PageRate, cfg.Procs)
+	case cfg.PageRender < time.Millisecond:
+		return o, fmt.Errorf("-page-render %v: want at least 1ms", cfg.PageRender)
+	case cfg.PagePhase < 4*cfg.PageRender:
+		return o, fmt.Errorf("-page-phase %v must be at least 4 × -page-render %v, so that a purge's render ends within its phase", cfg.PagePhase, cfg.PageRender)
 	}
 	return o, nil
 }
@@ -179,7 +196,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			DurationS: cfg.Duration.Seconds(), TTLms: ms(cfg.TTL), Quick: cfg.Quick,
 			ScaleProcs: cfg.ScaleProcs, ScaleKeys: cfg.ScaleKeys, ScaleLoadMs: ms(cfg.ScaleLoad),
 			CoherenceCycles: cfg.CoherenceCycles, MemEntries: cfg.MemEntries, FloodKeys: cfg.FloodKeys, FloodMax: cfg.FloodMax,
-			Reps: cfg.Reps},
+			Reps: cfg.Reps, PageRate: cfg.PageRate, PagePhaseS: cfg.PagePhase.Seconds(), PageRenderMs: ms(cfg.PageRender)},
 		Scenarios: o.scenarios,
 	}
 

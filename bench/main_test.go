@@ -69,7 +69,7 @@ func TestRun_quick(t *testing.T) {
 			for _, want := range []string{"## Cold stampede", "## Hot-key expiry", "## Hit path", "## Lock", "## Large values",
 				"## Scaling with processes", "## Scaling with distinct keys", "![Hot-key expiry](hot-latency.png)",
 				"## Near cache: hit path", "## Near cache: coherence across processes", "## Near cache: memory",
-				"## Cold gap", "## Lock gap"} {
+				"## Cold gap", "## Lock gap", "## Soft purge of a hot page"} {
 				if !bytes.Contains(md, []byte(want)) {
 					t.Errorf("report.md lacks %q", want)
 				}
@@ -159,6 +159,18 @@ func checkResults(t *testing.T, r *report.Results) {
 		}
 		if l.Skipped == "" && strings.Contains(l.Method, "digest") && l.BytesSent > 1024 {
 			t.Errorf("large %d %s: %.0f bytes sent for a digest", l.Size, l.Method, l.BytesSent)
+		}
+	}
+	pages := map[string][]report.PagePurge{}
+	for _, p := range r.PagePurge {
+		pages[p.Approach] = append(pages[p.Approach], p)
+	}
+	if len(pages[report.PageStampede]) != 3 || len(pages[report.PagePerProcess]) != 2 {
+		t.Errorf("page purge: %d stampede phases and %d per-process ones, want 3 and 2", len(pages[report.PageStampede]), len(pages[report.PagePerProcess]))
+	}
+	for _, rows := range pages {
+		for _, bad := range scenarios.CheckPagePurge(rows, r.Config.Procs) {
+			t.Error("page purge: " + bad)
 		}
 	}
 	for _, s := range append(append([]report.Scale(nil), r.ScaleProcs...), r.ScaleKeys...) {
@@ -274,6 +286,8 @@ func TestParseFlags(t *testing.T) {
 		{"duration too short", []string{"-duration", "1s", "-ttl", "1s"}, "at least twice"},
 		{"too many procs", []string{"-procs", "100"}, "-procs 100"},
 		{"rate below procs", []string{"-rate", "2"}, "-rate 2"},
+		{"page rate below procs", []string{"-page-rate", "2"}, "-page-rate 2"},
+		{"page phase too short for the render", []string{"-page-phase", "100ms", "-page-render", "50ms"}, "-page-phase 100ms"},
 		{"stray argument", []string{"cold"}, "unexpected arguments"},
 	}
 	for _, tt := range tests {

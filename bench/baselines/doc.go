@@ -9,8 +9,12 @@
 //   - LockPoll: a hand-written distributed lock. On a miss, SET NX PX a
 //     lock key; the winner loads and writes, the losers GET again every
 //     50 ms until the value appears.
+//   - PageCache: an HTTP page cache in process memory with requests
+//     coalesced per process, the model of Souin's and Varnish's: a purge
+//     drops a page in one process, and each process renders it again once.
 //
 // Values are msgpack-encoded, as stampede's default codec does, so that the
-// approaches pay the same encoding costs. Every type is safe for
+// approaches pay the same encoding costs (PageCache keeps responses as they
+// are, in memory). Every type is safe for
 // concurrent use once built; none starts goroutines.
 package baselines

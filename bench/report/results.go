@@ -38,6 +38,9 @@ type Results struct {
 	CoherencePaced *Coherence  `json:"coherence_paced,omitempty"`
 	NearMemory     *NearMemory `json:"near_memory,omitempty"`
 
+	// PagePurge is the page purge scenario: every phase of each approach.
+	PagePurge []PagePurge `json:"page_purge,omitempty"`
+
 	// Notes are things a reader must know: what was skipped and why.
 	Notes []string `json:"notes,omitempty"`
 	// Plots are the file names of the plots, relative to the output folder.
@@ -90,6 +93,12 @@ type Config struct {
 	FloodMax        int `json:"flood_max_entries,omitempty"`
 
 	Reps int `json:"reps,omitempty"` // the gap scenarios' runs per approach
+
+	// The page purge scenario: requests per second over all processes,
+	// each phase's length and the page's render time.
+	PageRate     float64 `json:"page_rate_per_s,omitempty"`
+	PagePhaseS   float64 `json:"page_phase_s,omitempty"`
+	PageRenderMs float64 `json:"page_render_ms,omitempty"`
 }
 
 // Latency summarises request times, in milliseconds.

@@ -144,7 +144,8 @@ func tables(r *Results) []table {
 				"Cells: loader calls (ideal: N) · p99.", r.ScaleKeys[0].Procs, ms(c.ScaleLoadMs)), "keys", r.ScaleKeys))
 	}
 	ts = append(ts, gapTables(r)...)
-	return append(ts, nearTables(r)...)
+	ts = append(ts, nearTables(r)...)
+	return append(ts, purgeTables(r)...)
 }
 
 func scaleTable(title, about, axis string, pts []Scale) table {
@@ -186,6 +187,12 @@ func scaleTable(title, about, axis string, pts []Scale) table {
 // WriteText prints every table, aligned, for a terminal.
 func WriteText(w io.Writer, r *Results) error {
 	fmt.Fprintf(w, "stampede bench · %s · %s · %d CPUs · %.1fs\n", r.Server.Capabilities, r.Server.Kind, r.Machine.CPUs, r.ElapsedS)
+	if r.Command != "" {
+		fmt.Fprintf(w, "command: %s\n", r.Command)
+	}
+	if r.Machine.Load != "" {
+		fmt.Fprintf(w, "load average %s\n", r.Machine.Load)
+	}
 	for _, t := range tables(r) {
 		fmt.Fprintf(w, "\n%s\n%s\n\n", t.title, wrap(t.about, 100))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -36,6 +36,10 @@ type Config struct {
 	MemEntries      int // near memory: entries whose heap is measured
 	FloodKeys       int // near memory: distinct keys of the flood
 	FloodMax        int // near memory: the flooded near cache's MaxEntries
+
+	PageRate   float64       // page purge: requests per second, all processes together
+	PagePhase  time.Duration // page purge: how long each phase lasts
+	PageRender time.Duration // page purge: how long the page takes to render
 }
 
 // Env is what scenarios run with. It is used by one goroutine at a time.
@@ -108,6 +112,7 @@ func All() []Scenario {
 		{Name: "near-hit", Title: "near cache hit path", Steps: func(Config) int { return len(nearHitModes()) }, Run: NearHitPath},
 		{Name: "coherence", Title: "near cache coherence", Steps: func(Config) int { return 2 }, Run: Coherence},
 		{Name: "near-memory", Title: "near cache memory", Steps: func(Config) int { return 1 }, Run: NearMemory},
+		{Name: "purge", Title: "page purge", Steps: func(Config) int { return len(pagePlans()) }, Run: PagePurge},
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 // job is one pod's part of a scenario run.
 type job struct {
-	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader" or "near-memory"
+	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory" or "page"
 	Approach string // an approach, or for "hit" a hit mode
 	NS       string // key prefix (stampede's Namespace)
 	Pod      int
@@ -61,6 +61,14 @@ type job struct {
 	// near memory: Entries entries measured, then a flood of FloodKeys
 	// keys through a near cache of FloodMax entries.
 	Entries, FloodKeys, FloodMax int
+
+	// page: Rate requests per second from PhaseShift after the start for
+	// Duration, of one page that takes Load to render; pod 0 makes
+	// Purges[k] at (k+1) × Phase after the start. Near: the cache has a
+	// near cache.
+	Purges []string
+	Phase  time.Duration
+	Near   bool
 }
 
 // podResult is what a pod reports for a job. Times are in microseconds.
@@ -81,6 +89,13 @@ type podResult struct {
 	// end, and when each request returned.
 	Loads [][2]int64 `json:",omitempty"`
 	Ends  []int64    `json:",omitempty"`
+
+	// page: how each request was answered (see report.PagePurge.Served),
+	// the renders that began after the start, and, from pod 0, when each
+	// purge call began and returned (µs since the start).
+	Served  []string     `json:",omitempty"`
+	Renders []pageRender `json:",omitempty"`
+	Purges  [][2]int64   `json:",omitempty"`
 }
 
 // record adds one request to r.
@@ -178,6 +193,8 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 		return runNearJob(rdb, j, in, say)
 	case "lock-cycles":
 		return runLockJob(rdb, j, in, say)
+	case "page":
+		return runPageJob(rdb, j, in, say)
 	}
 	var g getter
 	var err error
