@@ -62,11 +62,11 @@ func (h *handoff) loader(m *Middleware, x *exchange, vary []string, rv *revalida
 	r, at := x.r, x.at
 	at.vary = vary // the Vary names of the key looked under (a revalidation's are its prior's)
 	var prior *response
-	if rv != nil && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
+	if rv != nil && !rv.purged && (rv.prior.validators() || rv.prior.GraceUntil != 0) {
 		prior = rv.prior // to revalidate, or to answer if the render fails within its grace
 	}
 	seen, fwd := x.seen, x.fwd()
-	if rv != nil {
+	if rv != nil && !rv.purged {
 		fwd = "stale"
 		if seen == nil {
 			seen = rv.prior.Tags // checked before the render began (see serve)

@@ -58,9 +58,13 @@ type revalidation struct {
 	// refresh, whose result the cache stores.
 	key string
 	// raw is the entry prior was read in when it was soft-purged (see
-	// revalidate): the revalidation stores only over it; nil: over any
-	// entry of prior's version.
+	// revalidate), or purged (see replacePurged): the render stores only
+	// over it; nil: over any entry of prior's version.
 	raw []byte
+	// purged: prior was purged (a hard epoch of one of its tags
+	// differs); the render is a new one, made without prior's
+	// validators, and prior never answers in its place.
+	purged bool
 }
 
 // conditions sets, in h (a render request's header, without any

@@ -26,8 +26,10 @@ import (
 // purge, and when that purge was), and each stored page names the epoch
 // of each of its tags that its render saw. A page whose tag has another
 // epoch now, or none (the record expired or was evicted), was purged: a
-// request that finds it deletes it, if it is still there, and renders as
-// on a miss, one render in the cluster. So a purge costs the same for a
+// request that finds it renders it again, knowing the epochs now, and
+// stores that render in its place, if it is still there (replacePurged);
+// every other request for it, in every process, waits for that one
+// render. So a purge costs the same for a
 // tag of ten pages and of ten million, and the server holds no set of
 // pages for any tag. The records are cache entries: with the near cache
 // on, the check costs no round trip, and a purge reaches every process's
@@ -205,14 +207,6 @@ func (m *Middleware) tagsState(ctx context.Context, resp *response) (state tagSt
 func (m *Middleware) live(ctx context.Context, resp *response) bool {
 	st, _ := m.tagsState(ctx, resp)
 	return st != tagsPurged
-}
-
-// current reports whether no tag of resp was purged since its render,
-// softly or not: only then may a page the cache reads fresh be served
-// as fresh.
-func (m *Middleware) current(ctx context.Context, resp *response) bool {
-	st, _ := m.tagsState(ctx, resp)
-	return st == tagsLive
 }
 
 // registerTags returns the tags of a render of tags (the names), begun
