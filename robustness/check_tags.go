@@ -59,14 +59,13 @@ func (h *history) loadTags(l *Record) []string {
 	if l.NS != "exp" {
 		return nil
 	}
-	keys := l.Keys
+	var keys []string
 	if op := h.opByID[fmt.Sprint(l.Proc, "/", l.Op)]; op != nil {
 		keys = op.Keys
 		if op.Key != "" {
 			keys = []string{op.Key}
 		}
 	} else {
-		keys = nil
 		for i := range expKeys {
 			keys = append(keys, fmt.Sprintf("e%d", i))
 		}

@@ -190,7 +190,7 @@ func (ct *controller) runTags(ctx context.Context, cfg tagConfig, progress func(
 			keys[i] = "s"
 		}
 		if err := ct.tagRound(ctx, r, &r.Set, round, readers, keys, -1, "set", "s", round+1); err != nil {
-			return r, fmt.Errorf("Set round %d: %w", round, err)
+			return r, fmt.Errorf("round %d of Set: %w", round, err)
 		}
 	}
 	progress(fmt.Sprintf("tags: %d InvalidateTag and %d Set rounds: %.1fs", cfg.rounds, cfg.rounds, time.Since(t).Seconds()))
