@@ -136,8 +136,8 @@ func (c *Cache) readRaw(ctx context.Context, keys []string, idx []int) ([][]byte
 	return raws, nil
 }
 
-// staleNow returns raw, a value key's contents, rewritten stale from now
-// (by the cache's clock) with a stale window (NoStale unset), every other
+// staleNow returns raw, a value key's contents, rewritten stale (fresh
+// until staleMark) with a stale window (NoStale unset), every other
 // field kept, or ok false when raw is no entry (nothing, a claim, bytes
 // this version cannot read). The result always differs from raw, so
 // that a write conditional on raw (a refresh in progress) fails after it.
@@ -149,16 +149,22 @@ func (c *Cache) staleNow(raw []byte) (next string, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	e.FreshUntil, e.NoStale = c.s.now(), false
-	b := codec.Append(make([]byte, 0, len(raw)), e)
-	if string(b) == string(raw) {
-		// Stale already, since this very millisecond: a millisecond more
-		// makes the bytes differ.
+	// Fresh until long ago, not until now: a reader whose clock lags
+	// the writer's (another process's, or the near cache's coarse clock)
+	// must read it stale too. Marked again, a millisecond earlier still,
+	// so that the bytes differ.
+	if e.FreshUntil.UnixMilli() > staleMark {
+		e.FreshUntil = time.UnixMilli(staleMark)
+	} else {
 		e.FreshUntil = e.FreshUntil.Add(-time.Millisecond)
-		b = codec.Append(b[:0], e)
 	}
-	return string(b), true
+	e.NoStale = false
+	return string(codec.Append(make([]byte, 0, len(raw)), e)), true
 }
+
+// staleMark is the FreshUntil (Unix ms) of an entry soft invalidation
+// marked stale: a time every clock reads as past.
+const staleMark = 1
 
 // deleteAndNotify ends a soft invalidation: it deletes the keys of keys
 // at drop as Delete does (the value key and the rebuild lock), and tells

@@ -267,3 +267,28 @@ func TestSoftInvalidate_invalid(t *testing.T) {
 		t.Errorf("closed Cache: %v; want ErrClosed", err)
 	}
 }
+
+// A soft invalidation is stale for every reader, also one whose clock
+// lags the invalidating process's (a process on another machine, or the
+// near cache's coarse clock, which the robustness suite caught serving a
+// just soft-purged page as fresh from the near cache).
+func TestSoftInvalidate_laggingClock(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		lag := func() time.Time { return time.Now().Add(-time.Minute) }
+		b := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns, Now: lag})
+		if err := cache.Set(ctx, a, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SoftInvalidate(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]*cache.Cache{"the invalidating process": a, "a process a minute behind": b} {
+			if v, err := cache.Get[string](ctx, c, "k"); !errors.Is(err, cache.ErrStale) || v != "v" {
+				t.Errorf("%s: Get = %q, %v; want v, ErrStale", name, v, err)
+			}
+		}
+	})
+}
