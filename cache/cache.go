@@ -416,6 +416,8 @@ func gotInto(c *Cache, key string, rd reading, dst engine.Dst) error {
 	switch {
 	case rd.use == useWait, rd.purged:
 		return ErrMiss
+	case rd.unverified:
+		return fmt.Errorf("%w: the records of %q's tags could not be read", ErrMiss, key)
 	case rd.corrupt():
 		return fmt.Errorf("%w, %q holds no entry of this cache: %w", ErrMiss, key, rd.err)
 	case rd.e.NotFound:
@@ -450,7 +452,9 @@ func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getR
 		return g, false
 	}
 	rd := c.decideEntry(&ne.e, c.clock(now))
-	c.withTags(ctx, &rd)
+	if c.withTags(ctx, &rd); rd.unverified {
+		return g, false // the server path says why
+	}
 	g.near = true
 	switch {
 	case rd.purged:

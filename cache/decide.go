@@ -33,6 +33,9 @@ type reading struct {
 	claim   string       // useWait: the claim's token
 	err     error        // useReplace of an entry this version cannot read: why
 	purged  bool         // useReplace of an entry a tag invalidated (see Cache.withTags)
+	// unverified: useReplace of an entry whose tags' records the server
+	// failed to answer for (see Cache.withTags)
+	unverified bool
 }
 
 // event is what the reading counts as, for a reader that stops at it: a

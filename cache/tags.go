@@ -102,9 +102,10 @@ func recordOf(e codec.Entry) (record, bool) {
 type tagState uint8
 
 const (
-	tagsCurrent tagState = iota // no tag was invalidated since its load
-	tagsSoft                    // a tag was invalidated softly: the value is stale
-	tagsHard                    // a tag was invalidated, or its record is gone or unreadable
+	tagsCurrent    tagState = iota // no tag was invalidated since its load
+	tagsSoft                       // a tag was invalidated softly: the value is stale
+	tagsUnverified                 // a record could not be read (the server failed to answer): not known now
+	tagsHard                       // a tag was invalidated, or its record is gone or is no record
 )
 
 // against is what r says of a value that saw ref.
@@ -134,8 +135,10 @@ func (c *Cache) nearRecord(tag string, now time.Time) (record, bool) {
 // the near cache, and, for those it does not hold, on the server (reads
 // that fill the near cache). A near-cached value whose record the near
 // cache dropped (an invalidation) so costs one round trip, for the
-// record alone: the value is current, as its own copy is. A record that
-// cannot be read counts as gone: the value is not served on a guess.
+// record alone: the value is current, as its own copy is. A record the
+// server failed to answer for is unverified: the value is not served on
+// a guess, nor deleted on one (a failed read is a fact about that read,
+// not about the record).
 func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef) tagState {
 	st := tagsCurrent
 	var missing []int
@@ -154,12 +157,16 @@ func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef) tagState {
 	readOne := func(j int) {
 		ref := refs[missing[j]]
 		rd := c.read(ctx, c.recordKeys(ref.Name))
-		r, ok := decodeRecord(rd.raw)
-		if rd.err != nil || !ok {
-			if rd.err != nil && !redisx.IsNil(rd.err) && !redisx.CallerDone(ctx) {
+		if rd.err != nil && !redisx.IsNil(rd.err) {
+			if !redisx.CallerDone(ctx) {
 				c.serverError(ref.Name, rd.err)
 			}
-			got[j] = tagsHard
+			got[j] = tagsUnverified
+			return
+		}
+		r, ok := decodeRecord(rd.raw)
+		if !ok {
+			got[j] = tagsHard // gone, or something else under its key
 			return
 		}
 		got[j] = r.against(ref)
@@ -182,7 +189,10 @@ func (c *Cache) tagState(ctx context.Context, refs []codec.TagRef) tagState {
 // withTags updates rd, a reading of an entry, to what its tags' records
 // say now: a value or not-found of an invalidated tag is to be replaced
 // (rd.purged: the caller deletes it and loads, see dropInvalidated); a
-// value of a softly invalidated tag is stale, and refreshed.
+// value of a softly invalidated tag is stale, and refreshed; one whose
+// records could not be read is not served, and is replaced as a value
+// nobody can use is (rd.unverified: under the rebuild lock, the write
+// conditional on it), never deleted.
 //
 // An untagged entry (most) costs one length check: this part is inlined.
 func (c *Cache) withTags(ctx context.Context, rd *reading) {
@@ -199,6 +209,8 @@ func (c *Cache) judgeTags(ctx context.Context, rd *reading) {
 	switch c.tagState(ctx, rd.e.Tags) {
 	case tagsHard:
 		*rd = reading{use: useReplace, e: rd.e, stale: true, purged: true}
+	case tagsUnverified:
+		*rd = reading{use: useReplace, e: rd.e, stale: true, unverified: true}
 	case tagsSoft:
 		if rd.use == useNotFound {
 			*rd = reading{use: useReplace, e: rd.e, stale: true}

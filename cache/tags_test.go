@@ -14,6 +14,7 @@ import (
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // versioned is a loader that counts its calls and returns "v<n>" for the
@@ -340,4 +341,65 @@ func TestTags_invalid(t *testing.T) {
 	if err := cache.Set(ctx, c, "k", 1, cache.WithTags(same...)); err != nil {
 		t.Errorf("100 times one tag: %v, want it counted once", err)
 	}
+}
+
+// recordFail fails the GETs of tag records, while on, as a server that
+// cannot answer for a moment (LOADING, a timeout) would.
+type recordFail struct{ on atomic.Bool }
+
+func (h *recordFail) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *recordFail) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *recordFail) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && cmd.Name() == "get" && strings.Contains(fmt.Sprint(cmd.Args()[1]), ":{tag ") {
+			err := errors.New("LOADING Redis is loading the dataset in memory")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A value whose tag's record the server fails to answer for is not
+// served, and not deleted either: a failed read is no evidence of an
+// invalidation. A load replaces it under the rebuild lock, as a value
+// nobody can use, while it stays stored for the processes that can read
+// the record.
+func TestTags_recordUnreadable(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		a := newCacheOn(t, s.Client(t), &cache.Options{Namespace: ns})
+		fail := &recordFail{}
+		b := newCacheOn(t, hookedClient(t, s, fail), &cache.Options{Namespace: ns})
+		if err := cache.Set(ctx, a, "k", "old", cache.WithTags("t")); err != nil {
+			t.Fatal(err)
+		}
+		fail.on.Store(true)
+		if _, err := cache.Get[string](ctx, b, "k"); !errors.Is(err, cache.ErrMiss) || !strings.Contains(err.Error(), "could not be read") {
+			t.Fatalf("Get with the record unreadable = %v, want ErrMiss saying the records could not be read", err)
+		}
+		started := make(chan struct{})
+		release, open := gate(t)
+		got := make(chan result[string], 1)
+		go func() {
+			v, err := cache.GetOrLoad(ctx, b, "k", heldLoader(started, release, "new"), cache.WithTags("t"))
+			got <- result[string]{v, err}
+		}()
+		redistest.Recv(t, ctx, started, "the load")
+		if v, err := cache.Get[string](ctx, a, "k"); err != nil || v != "old" {
+			t.Fatalf("during the load, in a process that reads the record: %q, %v; want the value still stored", v, err)
+		}
+		open()
+		if r := redistest.Recv(t, ctx, got, "the load's answer"); r.err != nil || r.v != "new" {
+			t.Fatalf("GetOrLoad = %q, %v; want new", r.v, r.err)
+		}
+		fail.on.Store(false)
+		redistest.WaitFor(t, ctx, "the load stored", func() bool {
+			v, err := cache.Get[string](ctx, b, "k")
+			return err == nil && v == "new"
+		})
+	})
 }

@@ -47,12 +47,13 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 }
 
 // tagsLive reports whether no tag of res, a flight's result, was
-// invalidated since its load began: a caller that joined the flight after
+// invalidated since its load began (or cannot be told so: a record the
+// server failed to answer for): a caller that joined the flight after
 // an invalidation returned must not take a load from before it (see
 // tags.go). A soft invalidation leaves it live: a stale value may be
 // served.
 func (c *Cache) tagsLive(ctx context.Context, res outcome) bool {
-	return len(res.tags) == 0 || c.tagState(ctx, res.tags) != tagsHard
+	return len(res.tags) == 0 || c.tagState(ctx, res.tags) < tagsUnverified
 }
 
 // firstRead is what the read that sent a caller to fill found, as fill
@@ -328,7 +329,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 		// answer: read the key again, which finds it so and replaces it.
 		rd := c.decide([]byte(n.text), c.s.now())
 		if rd.use != useWait && !rd.corrupt() {
-			if c.withTags(ctx, &rd); rd.purged {
+			if c.withTags(ctx, &rd); rd.purged || rd.unverified {
 				return verdict{next: readAgain}
 			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
