@@ -279,3 +279,36 @@ func FuzzHeaderValue(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSoftPurgeAsked: a PURGE asks for a soft purge only with exactly
+// one Fastly-Soft-Purge field line "1"; it is refused whenever any line
+// is not exactly "0" or "1", or there are several: every field line is
+// read, none is skipped.
+func FuzzSoftPurgeAsked(f *testing.F) {
+	f.Add(1, "1", "")
+	f.Add(1, "0", "")
+	f.Add(2, "1", "1")
+	f.Add(2, "1", "0")
+	f.Add(1, "", "")
+	f.Add(1, " 1", "")
+	f.Add(1, "true", "")
+	f.Add(0, "", "")
+	f.Fuzz(func(t *testing.T, lines int, a, b string) {
+		h := http.Header{}
+		switch {
+		case lines == 1:
+			h[softPurgeField] = []string{a}
+		case lines >= 2:
+			h[softPurgeField] = []string{a, b}
+		}
+		soft, why := softPurgeAsked(h)
+		vs := h[softPurgeField]
+		wantOK := len(vs) == 0 || len(vs) == 1 && (vs[0] == "0" || vs[0] == "1")
+		if (why == "") != wantOK {
+			t.Errorf("field lines %q: refused %q, want refused: %v", vs, why, !wantOK)
+		}
+		if soft != (len(vs) == 1 && vs[0] == "1") {
+			t.Errorf("field lines %q: soft %v", vs, soft)
+		}
+	})
+}
