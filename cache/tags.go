@@ -54,9 +54,13 @@ const (
 // hash tag + "}". A user key's hash tag (redisx.Tag) never holds a space,
 // so a record never shares a key with a value.
 func (c *Cache) recordKeys(tag string) keys {
-	t := "tag " + redisx.Tag(tag)
+	t := recordTag(tag)
 	return keys{user: tag, tag: t, value: c.s.ns + ":{" + t + "}"}
 }
+
+// recordTag is the hash tag of tag's record, which is also its key in
+// the near cache.
+func recordTag(tag string) string { return "tag " + redisx.Tag(tag) }
 
 // record is a tag record's two epochs. Records draw them at random, never
 // zero: a zero epoch in a value's tags (see tagRefs) matches no record.
@@ -124,7 +128,7 @@ func (c *Cache) nearRecord(tag string, now time.Time) (record, bool) {
 	if c.near == nil {
 		return record{}, false
 	}
-	ne := c.near.lookup(c.recordKeys(tag).tag, now.UnixNano())
+	ne := c.near.lookup(recordTag(tag), now.UnixNano())
 	if ne == nil {
 		return record{}, false
 	}

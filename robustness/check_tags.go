@@ -16,17 +16,27 @@ import (
 const valueLife = loadTimeout + expTTL + expStale
 
 // invalidationsOf returns the InvalidateTag operations of tag that
-// returned without error, built once for the run.
-func (h *history) invalidationsOf(tag string) []*Record {
+// returned without error.
+func (h *history) invalidationsOf(tag string) []*Record { return h.tagOps(kInvalidateTag, tag) }
+
+// softInvalidationsOf returns the SoftInvalidateTag operations of tag
+// that returned without error.
+func (h *history) softInvalidationsOf(tag string) []*Record {
+	return h.tagOps(kSoftInvalidateTag, tag)
+}
+
+// tagOps returns the operations of kind on tag that returned without
+// error, indexed once for the run.
+func (h *history) tagOps(kind, tag string) []*Record {
 	if h.invalidations == nil {
 		h.invalidations = map[string][]*Record{}
 		for _, r := range h.ops {
-			if r.Kind == kInvalidateTag && r.Return != 0 && r.Err == "" {
-				h.invalidations[r.Key] = append(h.invalidations[r.Key], r)
+			if (r.Kind == kInvalidateTag || r.Kind == kSoftInvalidateTag) && r.Return != 0 && r.Err == "" {
+				h.invalidations[r.Kind+" "+r.Key] = append(h.invalidations[r.Kind+" "+r.Key], r)
 			}
 		}
 	}
-	return h.invalidations[tag]
+	return h.invalidations[kind+" "+tag]
 }
 
 // invalidatedBetween says whether an invalidation of one of tags overlaps
@@ -181,18 +191,6 @@ func readFlags(r *Record, key string) string {
 		fl += " near"
 	}
 	return fl
-}
-
-// softInvalidationsOf returns the SoftInvalidateTag operations of tag
-// that returned without error.
-func (h *history) softInvalidationsOf(tag string) []*Record {
-	var out []*Record
-	for _, r := range h.ops {
-		if r.Kind == kSoftInvalidateTag && r.Key == tag && r.Return != 0 && r.Err == "" {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // checkSoftInvalidate: once SoftInvalidateTag of a tag has returned, a

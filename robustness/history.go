@@ -35,7 +35,7 @@ type history struct {
 	traces        map[string][]int64   // "proc/op/point" -> when reached, in order, built by tracesOf
 	prefix        string               // of every key and namespace (the coordinator sets it)
 	takeoverList  *[]takeover          // built by takeovers
-	invalidations map[string][]*Record // successful InvalidateTags by tag, built by invalidationsOf
+	invalidations map[string][]*Record // successful InvalidateTags and SoftInvalidateTags, by kind and tag (tagOps)
 }
 
 // storeLog is one counter's log: "fence proc id" per accepted write.
