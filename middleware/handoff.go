@@ -198,7 +198,7 @@ func (m *Middleware) toStore(ctx context.Context, r *http.Request, at place, rv 
 		m.moveGeneration(ctx, r, at, res)
 	}
 	if rv != nil && rv.key != "" {
-		return m.storeRevalidated(ctx, r, at.base, rv, res)
+		return m.storeRevalidated(ctx, rv, res)
 	}
 	m.e.Expire(ctx, res.fresh, res.stale)
 	if len(res.resp.Vary) == 0 || len(at.vary) > 0 {

@@ -14,7 +14,7 @@ import (
 //
 //	exit                                  how the purge wins
 //	stored by the load (GetOrLoad)        the cache's claim: a Delete removes it, the write is a no-op
-//	stored by a revalidation              SetIfUnchanged of the entry the look found (storeRevalidated)
+//	stored by a revalidation              SetIfUnchanged of the entry the look read before the render (storeRevalidated)
 //	stored by a client's no-cache render  SetIfUnchanged of the entry read before the render (renderAndStore)
 //	stored in a new generation (Vary)     the marker is written only if unchanged (toStore, moveGeneration)
 //	tags of any stored render             registerTags: another epoch, or a lost record, since the render began

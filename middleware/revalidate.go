@@ -57,9 +57,8 @@ type revalidation struct {
 	// stores itself (see storeRevalidated); "" for the cache's stale
 	// refresh, whose result the cache stores.
 	key string
-	// raw is the entry prior was read in when it was soft-purged (see
-	// revalidate), or purged (see replacePurged): the render stores only
-	// over it; nil: over any entry of prior's version.
+	// raw is the entry prior was read in (see revalidate and
+	// replacePurged), with key: the render stores only over it.
 	raw []byte
 	// purged: prior was purged (a hard epoch of one of its tags
 	// differs); the render is a new one, made without prior's
@@ -129,24 +128,19 @@ func renderFailed(err error) bool {
 // marker (the response's times and Vary, no body), which tells the
 // waiters to read the key, for as long as they may wait.
 //
-// It writes only if the key still holds prior (its Version): a key
-// deleted meanwhile (invalidation by a write, in any process) or stored
-// again by another render stays as it is. The marker then has Version 0
-// (no render's, see overtaken), and is no error: the waiters go back to
-// the key and share its next render (see revalidate), rather than each
-// render alone. The write is conditional on the server (SetIfUnchanged:
-// SET IFEQ the entry read here), so an invalidation that lands between the
-// read and the write wins too. A new response that varies on other
-// headers than prior goes under prior's key too (it is served only to
-// requests it matches): the base's marker names the Vary that lookups
-// use, until it ends (see toStore).
-func (m *Middleware) storeRevalidated(ctx context.Context, r *http.Request, base string, rv *revalidation, res result) (response, error) {
-	cur, found, err := engine.Peek[response](ctx, m.e, rv.key) // not counted: the check of a write
-	if err != nil && !errors.Is(err, cache.ErrStale) || cur.Version != rv.prior.Version ||
-		rv.raw != nil && string(found.Raw) != string(rv.raw) {
-		return m.overtaken(ctx), nil // a soft purge during the render changes the entry, not the version
-	}
-	err = m.e.SetIfUnchanged(ctx, rv.key, res.resp, found.Raw, max(res.fresh, time.Millisecond), res.stale)
+// It writes only if the key still holds rv.raw, the very entry prior was
+// read in before the render (SET IFEQ, see SetIfUnchanged): a key
+// deleted meanwhile (invalidation by a write, in any process), stored
+// again by another render, or rewritten stale by a soft purge (which
+// keeps the version) stays as it is. The marker then has Version 0 (no
+// render's, see overtaken), and is no error: the waiters go back to the
+// key and share its next render (see revalidate), rather than each
+// render alone. A new response that varies on other headers than prior
+// goes under prior's key too (it is served only to requests it
+// matches): the base's marker names the Vary that lookups use, until it
+// ends (see toStore).
+func (m *Middleware) storeRevalidated(ctx context.Context, rv *revalidation, res result) (response, error) {
+	err := m.e.SetIfUnchanged(ctx, rv.key, res.resp, rv.raw, max(res.fresh, time.Millisecond), res.stale)
 	if err != nil {
 		if errors.Is(err, engine.ErrChanged) {
 			return m.overtaken(ctx), nil

@@ -216,7 +216,7 @@ func (m *Middleware) fromStored(x *exchange, p *peeked) (outcome, step) {
 		// lifetime: the time kept is in the cache's stale window.)
 		// A soft-purged response that may not be served stale waits for
 		// that revalidation too (see softpurge.go).
-		if o, again := m.revalidate(x, key, vary, cached, m.softRaw(p)); !again {
+		if o, again := m.revalidate(x, key, vary, cached, p.found.Raw); !again {
 			return o, stepDone
 		}
 		return outcome{}, stepAgain
@@ -275,7 +275,6 @@ func (m *Middleware) throughCache(x *exchange, p *peeked) (outcome, step) {
 
 // loaded answers x.r with resp, what GetOrLoad of x.at.key returned.
 func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
-	key := x.at.key
 	switch {
 	case resp.marker():
 		// The base's marker (a render for other header values made
@@ -310,12 +309,11 @@ func (m *Middleware) loaded(x *exchange, resp *response) (outcome, step) {
 	}
 	if resp.FreshUntil > resp.Stored && resp.mustRevalidate(m.now()) {
 		// GetOrLoad found it kept past its stale window (and served
-		// it, as the cache serves what it holds as stale). A no-cache
-		// response (never fresh) is the render this request waited
-		// for: it is as new as a revalidation.
-		if o, again := m.revalidate(x, key, resp.Vary, resp, nil); !again {
-			return o, stepDone
-		}
+		// it, as the cache serves what it holds as stale): the next
+		// look finds it so, and revalidates it over the entry it reads
+		// (see fromStored). A no-cache response (never fresh) is the
+		// render this request waited for: it is as new as a
+		// revalidation.
 		return outcome{}, stepAgain
 	}
 	// This request did not render: a hit, even when it waited for
@@ -376,9 +374,10 @@ func (m *Middleware) renderAndStore(x *exchange) outcome {
 }
 
 // revalidate answers x, for which prior, stored under key (the variant
-// key of x's base for vary), is kept past its stale window: one request
-// in the cluster revalidates it (see the comment at the top of this
-// file), the others wait for that render and answer with what it stored.
+// key of x's base for vary) in the entry raw, is kept past its stale
+// window or soft-purged: one request in the cluster revalidates it (see
+// the comment at the top of this file), the others wait for that render
+// and answer with what it stored.
 //
 // again reports that x is not answered: the revalidation ended without
 // leaving a response for r under key (a write deleted it, or another
@@ -388,17 +387,14 @@ func (m *Middleware) renderAndStore(x *exchange) outcome {
 // would re-open the stampede a write is bound to: at most one render per
 // key after it.
 //
-// raw, when set, is the entry prior was read in, soft-purged (see
-// softpurge.go): the revalidation stores only over that very entry, and
-// has a key of its own, as a soft purge that comes during it makes
-// another entry of the same version.
+// The revalidation stores only over raw, the very entry the look read
+// before it (see storeRevalidated), and its key names that entry, not
+// only prior's version: a soft purge rewrites the entry, keeping the
+// version, and a render begun before it may have read the data from
+// before. Its result is dropped, and the requests that read the entry
+// the soft purge left share a render of their own.
 func (m *Middleware) revalidate(x *exchange, key string, vary []string, prior *response, raw []byte) (o outcome, again bool) {
-	// The revalidation of this version of the stored response: once it
-	// is stored again, its next revalidation has a key of its own.
-	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36)
-	if raw != nil {
-		rkey += " soft " + strconv.FormatUint(xxh3.Hash(raw), 36)
-	}
+	rkey := key + "\nrevalidate " + strconv.FormatUint(prior.Version, 36) + " " + strconv.FormatUint(xxh3.Hash(raw), 36)
 	return m.renderOver(x, rkey, vary, &revalidation{prior: prior, key: key, raw: raw})
 }
 

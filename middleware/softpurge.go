@@ -24,7 +24,9 @@ import (
 // The page's cache entry is made stale (cache.(*Cache).SoftInvalidate,
 // engine.View.MarkStale): the cache reads it stale while the response's
 // own lifetime (response.FreshUntil) has not ended. That is how a reader
-// tells a soft-purged page (softPurged).
+// tells a soft-purged page (softPurged). Every revalidation stores only
+// over the very entry its look read (see revalidate), so one that began
+// before a soft purge, which rewrites the entry, is dropped.
 //
 // The rule for a response that forbids serving it stale
 // (must-revalidate, proxy-revalidate, no-cache, s-maxage in a shared
@@ -48,6 +50,7 @@ import (
 //	stored, fresh                serves it stale, starts the one refresh    -                                          deletes it (URL) or differs in a hard epoch (tag): never served again, rendered as a miss
 //	stored, forbids stale        waits for the one revalidation             answered with what the revalidation stored  as above; the revalidation's write is conditional on the entry read and is dropped
 //	being refreshed              serves it stale                            -                                          as above; the refresh's write is conditional on the old entry and is dropped
+//	being revalidated (kept)     waits for a revalidation of its own        told to read again when that one is dropped  as above; the revalidation stores only over the entry its look read before the render
 //	claimed (a miss's render)    the claim is deleted: renders as a miss    told to read again; shares the next render  as on a hard purge
 //	Vary (by URL)                the marker is gone: renders as a miss      shares that render                         as on a hard purge
 //	tag soft-purged, not marked  marks it stale (once: conditional), as above                                               a hard epoch differs: dropped, as on a hard purge
@@ -176,14 +179,6 @@ func (m *Middleware) softPurged(p *peeked) bool {
 // only after a revalidation.
 func (m *Middleware) waitsSoft(p *peeked) bool {
 	return m.softPurged(p) && p.resp.staleWindow() <= 0
-}
-
-// softRaw is the entry of p if it is soft-purged, for revalidate.
-func (m *Middleware) softRaw(p *peeked) []byte {
-	if m.softPurged(p) {
-		return p.found.Raw
-	}
-	return nil
 }
 
 // staleWindow is how long (ms) resp may be served stale past its

@@ -373,3 +373,50 @@ func TestSoftPurgeTag_sharedRender(t *testing.T) {
 		got.check(t, 200, "STALE", "render 1")
 	})
 }
+
+// TestSoftPurgeURL_duringRevalidation: a soft purge while a page kept
+// past its freshness is revalidated (its grace keeps it: it may not be
+// served stale, so requests wait for the one revalidation) wins over that
+// revalidation, which began before it and may have read the data from
+// before: its client gets it, but it is not stored, and the next request
+// in any process waits for one more render. (The robustness suite found
+// the revalidation stored as fresh: its write was conditional on the
+// entry read after the render, which the soft purge had rewritten with
+// the same version.)
+func TestSoftPurgeURL_duringRevalidation(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testContext(t, 30*time.Second)
+		gate := newRenderGate(ctx, 2)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := gate.next()
+			w.Header().Set("Cache-Control", "max-age=1, stale-if-error=60")
+			fmt.Fprintf(w, "render %d", n)
+		})
+		b := newTestBed(t, s, h, &bedOptions{procs: 2, quiet: true})
+		b.get(t, "/p", procHeader, "0").check(t, 200, "MISS", "render 1")
+		b.waitStored(t, "/p", "render 1")
+		b.clock.Advance(2 * time.Second) // past its freshness, within its grace: kept
+		first := b.goSend(ctx, http.MethodGet, "/p", procHeader, "0")
+		redistest.Recv(t, ctx, gate.started, "the revalidation")
+		if err := b.mws[1].SoftPurgeURL(ctx, b.srv.URL+"/p", nil); err != nil {
+			t.Fatal(err)
+		}
+		gate.open()
+		got := redistest.Recv(t, ctx, first, "the first client's answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if got.status != 200 || got.body != "render 2" {
+			t.Errorf("the revalidating request: %v; want render 2", got.reply)
+		}
+		for i := range 2 {
+			r := b.get(t, "/p", procHeader, fmt.Sprint(i))
+			if r.status != 200 || r.body != "render 3" || r.cache() == "STALE" {
+				t.Errorf("process %d after the soft purge: %v; want render 3, the revalidation after it", i, r)
+			}
+		}
+		if n := gate.renders.Load(); n != 3 {
+			t.Errorf("%d renders, want 3: the first, the revalidation the soft purge overtook, one after it", n)
+		}
+	})
+}

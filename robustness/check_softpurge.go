@@ -29,27 +29,4 @@ func checkSoftPurge(h *history, o checkOptions, res *result) {
 		return false
 	}
 	checkPagePurges(h, o, res, "soft-purge", purges, func(r *Record) bool { return r.Cache == "STALE" })
-	for i, v := range res.Violations {
-		if v.Check == "soft-purge" && len(v.Records) == 2 && v.Records[1].Kind == kSoftPurgeURL && nearHit(v.Records[0]) {
-			res.Violations[i].Known = knownSoftURLNear
-		}
-	}
-}
-
-// knownSoftURLNear names the one window of soft purges this suite still
-// finds, and issue 40 leaves open: after SoftPurgeURL, in about one run
-// in eight of TestShort, a request answered from its process's near cache
-// with a render begun a few milliseconds before the purge, as a fresh
-// hit, 20 µs to 50 ms after it returned. Not yet explained: the entry
-// that render stored should be rewritten stale, or its write refused.
-const knownSoftURLNear = "issue 40: a fresh near hit after SoftPurgeURL"
-
-// nearHit reports whether r was answered from its process's near cache.
-func nearHit(r *Record) bool {
-	for _, fl := range r.Flags {
-		if slices.Contains(fl, "nearhit") {
-			return true
-		}
-	}
-	return false
 }
