@@ -481,6 +481,7 @@ func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
 			}
 			continue
 		}
+		c.served(res) // the GetOrLoad above counts its own
 		switch {
 		case err != nil:
 			m.fail(p.k.user, err)

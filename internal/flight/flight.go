@@ -46,6 +46,7 @@ type call[V any] struct {
 	val    V
 	err    error
 	joined int // callers waiting on it; guarded by Group.mu
+	left   int // of those, the ones whose own ctx ended first; guarded by Group.mu
 }
 
 // Group coalesces calls by key. The zero value is ready to use; a Group
@@ -55,6 +56,14 @@ type Group[V any] struct {
 	// every caller of the call gets. Set it before first use. Nil: an
 	// error that names the value.
 	Recover Recover
+
+	// Finished, if set, is called once for every call, after its callers
+	// have been handed its result (v, err), with how many of them waited
+	// for it to the end: the one that started it and those that joined,
+	// less those whose own ctx ended first. It runs in the call's
+	// goroutine (in the starting caller's when start failed), under no
+	// lock. Set it before first use.
+	Finished func(key string, v V, err error, callers int)
 
 	mu    sync.Mutex // guards calls; never held while fn runs
 	calls map[string]*call[V]
@@ -84,6 +93,7 @@ func (g *Group[V]) Do(ctx context.Context, key string, start Starter, fn func(co
 	case <-c.done:
 		return c.val, c.err, !leader
 	case <-ctx.Done():
+		g.leave(c)
 		var zero V
 		return zero, ctx.Err(), !leader
 	}
@@ -105,6 +115,7 @@ func (g *Group[V]) Begin(key string, start Starter, fn func(context.Context) (V,
 		case <-c.done:
 			return c.val, c.err
 		case <-ctx.Done():
+			g.leave(c)
 			var zero V
 			return zero, ctx.Err()
 		}
@@ -155,8 +166,24 @@ func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
 	if g.calls[key] == c { // not forgotten and replaced meanwhile
 		delete(g.calls, key)
 	}
+	callers := c.joined - c.left // no caller joins or leaves c from now on
+	close(c.done)                // under mu: a leave that races with it is not counted (see leave)
 	g.mu.Unlock()
-	close(c.done)
+	if g.Finished != nil {
+		g.Finished(key, v, err, callers)
+	}
+}
+
+// leave counts a caller of c whose own ctx ended, unless c finished
+// first (its result was there to take).
+func (g *Group[V]) leave(c *call[V]) {
+	g.mu.Lock()
+	select {
+	case <-c.done:
+	default:
+		c.left++
+	}
+	g.mu.Unlock()
 }
 
 // Forget makes later calls for key start a new call instead of joining the
@@ -166,6 +193,19 @@ func (g *Group[V]) Forget(key string) {
 	g.mu.Lock()
 	delete(g.calls, key)
 	g.mu.Unlock()
+}
+
+// Attach counts the caller as one of the callers of the call for key in
+// progress, without waiting for it, and reports whether one was; it
+// starts none. (A background refresh counts so the readers it serves.)
+func (g *Group[V]) Attach(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[key]; ok {
+		c.joined++
+		return true
+	}
+	return false
 }
 
 // Joined returns how many callers have joined the call for key that is in
