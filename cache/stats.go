@@ -150,7 +150,7 @@ type Event struct {
 	Near     bool // a hit or stale hit answered from the near cache (Options.Near)
 	// Callers is, for EventServed, how many calls of this process the
 	// load answered: one EventServed per load (per key of a batch load),
-	// once its flight has ended. For a load after a miss (or in place of
+	// when its flight ends, before any of those calls returns. For a load after a miss (or in place of
 	// a value nobody could use), the call that ran it and those that
 	// joined its flight, less those whose own ctx ended first; for a
 	// background refresh, the stale values of the key this process served

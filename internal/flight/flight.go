@@ -57,12 +57,14 @@ type Group[V any] struct {
 	// error that names the value.
 	Recover Recover
 
-	// Finished, if set, is called once for every call, after its callers
-	// have been handed its result (v, err), with how many of them waited
-	// for it to the end: the one that started it and those that joined,
-	// less those whose own ctx ended first. It runs in the call's
-	// goroutine (in the starting caller's when start failed), under no
-	// lock. Set it before first use.
+	// Finished, if set, is called once for every call, when it has its
+	// result (v, err) and no caller can join it any more, just before its
+	// callers are handed that result (so what it reports is seen before
+	// any of them returns), with how many callers it has: the one that
+	// started it and those that joined, less those whose own ctx ended
+	// before then. It runs in the call's goroutine (in the starting
+	// caller's when start failed), under no lock. Set it before first
+	// use.
 	Finished func(key string, v V, err error, callers int)
 
 	mu    sync.Mutex // guards calls; never held while fn runs
@@ -166,16 +168,17 @@ func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
 	if g.calls[key] == c { // not forgotten and replaced meanwhile
 		delete(g.calls, key)
 	}
-	callers := c.joined - c.left // no caller joins or leaves c from now on
-	close(c.done)                // under mu: a leave that races with it is not counted (see leave)
+	callers := c.joined - c.left // no caller joins c from now on
 	g.mu.Unlock()
 	if g.Finished != nil {
 		g.Finished(key, v, err, callers)
 	}
+	close(c.done)
 }
 
 // leave counts a caller of c whose own ctx ended, unless c finished
-// first (its result was there to take).
+// first (its result was there to take). A caller that leaves after
+// Finished was called is counted there all the same.
 func (g *Group[V]) leave(c *call[V]) {
 	g.mu.Lock()
 	select {
