@@ -25,16 +25,19 @@ import (
 //
 // Served counts the callers that a load answered, rather than a stored
 // value, one per call of GetOrLoad (and per key of GetOrLoadMany) that
-// returned a load's outcome (a value, a not-found or the load's error):
-// the call whose flight ran the loader, those that joined that flight
-// (Coalesced), and those whose flight waited for another process's load
-// (Waits) and took its outcome, announced or read from the key. Each is
-// counted in its own process, so Stats summed over the processes sharing
-// the server (Add) counts each caller once, and Served/Loads is the
-// fleet's callers per load; a load answers at least its own caller, except
-// a background refresh, which answers none (its callers are the StaleHits
-// served meanwhile). A call that gave up first (its ctx, WaitTimeout), or
-// was answered by a value written before it came, counts in none.
+// was answered by a load's outcome (a value, a not-found or the load's
+// error): the call whose flight ran the loader (counted as the load ends,
+// even if that call stopped waiting for it), those that joined that
+// flight (Coalesced) and took its outcome, and those whose flight waited
+// for another process's load (Waits) and took its outcome, announced or
+// read from the key. Each is counted in its own process, so Stats summed
+// over the processes sharing the server (Add) counts each caller once,
+// and Served/Loads is the fleet's callers per load; a load answers at
+// least the call that ran it, except a background refresh, which answers
+// none (its readers are the StaleHits served meanwhile). A call that gave
+// up first (its ctx, WaitTimeout), or was answered by a value stored
+// before it came, is not counted. Counting costs an atomic add per call
+// answered by a load, none on a hit.
 type Stats struct {
 	Hits           uint64 // fresh values served
 	StaleHits      uint64 // stale values served while one process refreshes
@@ -150,10 +153,11 @@ type Event struct {
 	Near     bool // a hit or stale hit answered from the near cache (Options.Near)
 	// Callers is, for EventServed, how many calls of this process the
 	// load answered: one EventServed per load (per key of a batch load),
-	// when its flight ends, before any of those calls returns. For a load after a miss (or in place of
-	// a value nobody could use), the call that ran it and those that
-	// joined its flight, less those whose own ctx ended first; for a
-	// background refresh, the stale values of the key this process served
+	// when its flight ends, before any of those calls returns. For a load
+	// after a miss (or in place of a value nobody could use), the call
+	// that ran it (whether or not it still waits) and those that joined
+	// its flight, less those whose own ctx ended first; for a background
+	// refresh, the stale values of the key this process served
 	// while it ran (counting the one that started it). Zero for other
 	// kinds.
 	//
@@ -233,11 +237,25 @@ func (c *Cache) record(e Event) {
 }
 
 // served counts in Stats.Served a call (or a key of a batch) that takes
-// res, its flight's result, with err, unless a stored value answered it.
-func (c *Cache) served(res outcome) {
-	if res.src != fromStore {
+// res, the result of the flight it started or joined (shared), unless a
+// stored value answered it, or its own flight's load did (led counted
+// that).
+func (c *Cache) served(res outcome, shared bool) {
+	if res.src != fromStore && (shared || res.src != fromLoad) {
 		c.n.served.Add(1)
 	}
+}
+
+// led passes on the result of a flight's work, counting in Stats.Served
+// the call that started the flight when its loader ran: that call is
+// answered by its own load, whether or not it still waits for the
+// flight's result (package middleware's request renders in its own
+// goroutine, and does not).
+func (c *Cache) led(res outcome, err error) (outcome, error) {
+	if res.src == fromLoad {
+		c.n.served.Add(1)
+	}
+	return res, err
 }
 
 // flightServed is the Finished of c.flights: a flight whose result this

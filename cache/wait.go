@@ -35,18 +35,18 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, load, bad, obs.first())
+		return c.led(c.fill(ctx, k, it, load, bad, obs.first()))
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
 	}
 	if err != nil {
-		c.served(res) // a load's error is its answer too; the caller's own ctx's is none (zero res)
+		c.served(res, shared) // a load's error is its answer too; the caller's own ctx's is none (zero res)
 		return outcome{}, false, err
 	}
 	taken = !shared || res.accepts(obs) && c.tagsLive(ctx, res)
 	if taken {
-		c.served(res)
+		c.served(res, shared)
 	}
 	return res, taken, nil
 }

@@ -46,7 +46,7 @@ type call[V any] struct {
 	val    V
 	err    error
 	joined int // callers waiting on it; guarded by Group.mu
-	left   int // of those, the ones whose own ctx ended first; guarded by Group.mu
+	left   int // of those that joined it, the ones whose own ctx ended first; guarded by Group.mu
 }
 
 // Group coalesces calls by key. The zero value is ready to use; a Group
@@ -61,8 +61,8 @@ type Group[V any] struct {
 	// result (v, err) and no caller can join it any more, just before its
 	// callers are handed that result (so what it reports is seen before
 	// any of them returns), with how many callers it has: the one that
-	// started it and those that joined, less those whose own ctx ended
-	// before then. It runs in the call's goroutine (in the starting
+	// started it (whether or not it still waits: the call is its), and
+	// those that joined it, less those whose own ctx ended before then. It runs in the call's goroutine (in the starting
 	// caller's when start failed), under no lock. Set it before first
 	// use.
 	Finished func(key string, v V, err error, callers int)
@@ -95,7 +95,9 @@ func (g *Group[V]) Do(ctx context.Context, key string, start Starter, fn func(co
 	case <-c.done:
 		return c.val, c.err, !leader
 	case <-ctx.Done():
-		g.leave(c)
+		if !leader {
+			g.leave(c)
+		}
 		var zero V
 		return zero, ctx.Err(), !leader
 	}
@@ -117,7 +119,9 @@ func (g *Group[V]) Begin(key string, start Starter, fn func(context.Context) (V,
 		case <-c.done:
 			return c.val, c.err
 		case <-ctx.Done():
-			g.leave(c)
+			if !leader {
+				g.leave(c)
+			}
 			var zero V
 			return zero, ctx.Err()
 		}
@@ -176,9 +180,9 @@ func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
 	close(c.done)
 }
 
-// leave counts a caller of c whose own ctx ended, unless c finished
-// first (its result was there to take). A caller that leaves after
-// Finished was called is counted there all the same.
+// leave counts a caller that joined c and whose own ctx ended, unless c
+// finished first (its result was there to take). A caller that leaves
+// after Finished was called is counted there all the same.
 func (g *Group[V]) leave(c *call[V]) {
 	g.mu.Lock()
 	select {

@@ -218,24 +218,30 @@ func TestGroup_Finished_counts(t *testing.T) {
 	}}
 	release := make(chan struct{})
 	fn := func(context.Context) (int, error) { <-release; return 7, nil }
-	const stay = 4
-	errs := make(chan error, stay+1)
+	errs := make(chan error, 8)
+	do := func(ctx context.Context) {
+		_, err, _ := g.Do(ctx, "k", detached, fn)
+		errs <- err
+	}
+	// The caller that starts the call gives up: the call is its all the
+	// same, and counts it.
+	leader, leaderLeaves := context.WithCancel(ctx)
+	go do(leader)
+	waitJoined(t, &g, "k", 1)
+	const stay = 3
 	for range stay {
-		go func() {
-			_, err, _ := g.Do(ctx, "k", detached, fn)
-			errs <- err
-		}()
+		go do(ctx)
 	}
 	// One more caller joins, then gives up: it is no caller at the end.
-	leaver, leave := context.WithCancel(ctx)
-	go func() {
-		_, err, _ := g.Do(leaver, "k", detached, fn)
-		errs <- err
-	}()
-	waitJoined(t, &g, "k", stay+1)
-	leave()
-	if err := <-errs; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the caller that left got %v", err)
+	joiner, joinerLeaves := context.WithCancel(ctx)
+	go do(joiner)
+	waitJoined(t, &g, "k", stay+2)
+	leaderLeaves()
+	joinerLeaves()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller that left got %v", err)
+		}
 	}
 	// A reader that attaches to the call counts without waiting for it.
 	if !g.Attach("k") {
@@ -252,8 +258,8 @@ func TestGroup_Finished_counts(t *testing.T) {
 	}
 	select {
 	case f := <-ended:
-		if want := (finished{"k", 7, stay + 1}); f != want {
-			t.Errorf("Finished(%q, %d, _, %d), want %d callers (%d waited, 1 attached, 1 left)", f.key, f.v, f.callers, want.callers, stay)
+		if want := (finished{"k", 7, 1 + stay + 1}); f != want {
+			t.Errorf("Finished(%q, %d, _, %d), want %d callers (the leader, %d that waited, 1 attached; not the joiner that left)", f.key, f.v, f.callers, want.callers, stay)
 		}
 	case <-ctx.Done():
 		t.Fatal("Finished was not called")
