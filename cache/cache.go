@@ -33,8 +33,8 @@ type Cache struct {
 	reads reads      // hit-path GETs shared by concurrent callers of a key
 
 	flights   flight.Group[outcome] // loads and waits, by value key
-	refreshes flight.Group[struct{}]
-	runs      loadRuns // the loader runs of both, by value key, which fail-open loads join
+	refreshes flight.Group[string]  // by value key; the result is the caller's key if the refresh loaded
+	runs      loadRuns              // the loader runs of both, by value key, which fail-open loads join
 
 	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
 	warned    sync.Map     // cause -> *atomic.Int64, Unix ns of the last warning about it (see warnOnce)
@@ -63,7 +63,23 @@ type outcome struct {
 	// tags are the tags of the value and the epochs its load saw (see
 	// tags.go), for callers that join the flight after it began.
 	tags []codec.TagRef
+
+	// src says whether a load answered (Stats.Served), and whose; user
+	// is the caller's key where this process's loader ran (fromLoad),
+	// for the EventServed its flight's end reports.
+	src  source
+	user string
 }
+
+// source is where a flight's result came from, for Stats.Served.
+type source uint8
+
+const (
+	fromStore  source = iota // a stored entry: no load answered
+	fromLoad                 // this process's loader, run by this flight (or this batch)
+	fromRun                  // a loader run of this process that the flight joined (fail open)
+	fromRemote               // another process's load, waited for: its announcement, or what it wrote
+)
 
 // New returns a Cache using rc. It makes no server call (with
 // Options.Broadcast it subscribes to the namespace's announcement channel
@@ -92,6 +108,7 @@ func newCache(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, err
 		s:     s,
 	}
 	c.flights.Recover, c.refreshes.Recover = panicError, panicError
+	c.flights.Finished, c.refreshes.Finished = c.flightServed, c.refreshServed
 	c.conn.SetRecheck(recheck)
 	c.ann = startAnnouncer(rc, s.ns, s.broadcast, c.announceRefused, c.announceRestored)
 	c.ann.probe.Recheck = recheck

@@ -123,9 +123,9 @@ func TestGetOrLoad_loaderError(t *testing.T) {
 
 func TestStats_Add(t *testing.T) {
 	a := cache.Stats{Hits: 1, StaleHits: 2, Misses: 3, Loads: 4, LoadErrors: 5, Coalesced: 6, Waits: 7,
-		WaitTimeouts: 8, LockContention: 9, FailOpenLoads: 10, DecodeFailures: 11, Refreshes: 12, WritesSkipped: 13, ServerErrors: 14}
+		WaitTimeouts: 8, LockContention: 9, FailOpenLoads: 10, DecodeFailures: 11, Refreshes: 12, WritesSkipped: 13, ServerErrors: 14, Served: 15}
 	want := cache.Stats{Hits: 2, StaleHits: 4, Misses: 6, Loads: 8, LoadErrors: 10, Coalesced: 12, Waits: 14,
-		WaitTimeouts: 16, LockContention: 18, FailOpenLoads: 20, DecodeFailures: 22, Refreshes: 24, WritesSkipped: 26, ServerErrors: 28}
+		WaitTimeouts: 16, LockContention: 18, FailOpenLoads: 20, DecodeFailures: 22, Refreshes: 24, WritesSkipped: 26, ServerErrors: 28, Served: 30}
 	if got := a.Add(a); got != want {
 		t.Fatalf("Add = %+v, want %+v", got, want)
 	}

@@ -73,15 +73,54 @@ func ExampleGetOrLoad_notFound() {
 }
 
 // Totals over several Caches, e.g. one per namespace, or the Stats that
-// each process reports.
+// each process reports. Every caller a load answered counts in Served of
+// its own process (the second process's 5 waited for the first's load),
+// so the sum gives the fleet's callers per load.
 func ExampleStats_Add() {
-	perProcess := []cache.Stats{{Hits: 90, Misses: 10, Loads: 1}, {Hits: 95, Misses: 5, Coalesced: 4}}
+	perProcess := []cache.Stats{
+		{Hits: 90, Misses: 10, Loads: 1, Served: 10, Coalesced: 9},
+		{Hits: 95, Misses: 5, Served: 5, Coalesced: 4, Waits: 1},
+	}
 	var total cache.Stats
 	for _, s := range perProcess {
 		total = total.Add(s)
 	}
-	fmt.Printf("hits %d, misses %d, loads %d\n", total.Hits, total.Misses, total.Loads)
-	// Output: hits 185, misses 15, loads 1
+	fmt.Printf("hits %d, misses %d, loads %d, callers per load %d\n", total.Hits, total.Misses, total.Loads, total.Served/total.Loads)
+	// Output: hits 185, misses 15, loads 1, callers per load 15
+}
+
+// An Observer hears, once per load, how many calls of its process the
+// load answered (EventServed); Stats.Served counts them too, and, in
+// other processes, the calls that waited for it.
+func ExampleEvent_served() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	c, err := cache.New(rdb, &cache.Options{Observer: func(e cache.Event) {
+		if e.Kind == cache.EventServed {
+			fmt.Printf("the load of %s answered %d call(s) here\n", e.Key, e.Callers)
+		}
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	load := func(context.Context) (string, error) { return "Ada", nil }
+	for range 3 { // a miss and its load, then two hits
+		if _, err := cache.GetOrLoad(context.Background(), c, "user:42", load); err != nil {
+			panic(err)
+		}
+	}
+	st := c.Stats()
+	fmt.Printf("served by a load %d, hits %d\n", st.Served, st.Hits)
+	// Output:
+	// the load of user:42 answered 1 call(s) here
+	// served by a load 1, hits 2
 }
 
 // A loader wrapped with loader.WithRetry rides out a transient failure; the

@@ -187,9 +187,13 @@ func panicError(value any, stack []byte) error {
 	return &loader.PanicError{Value: value, Stack: stack}
 }
 
-// runAs runs the loader as r, registered with c.runs, and ends r.
+// runAs runs the loader as r, registered with c.runs, and ends r. Its
+// result, an error too, is a load's (outcome.src).
 func (c *Cache) runAs(ctx context.Context, k keys, load loader.Func[[]byte], r *loadRun) (res outcome, err error) {
-	defer func() { c.runs.end(k.value, r, res, err) }()
+	defer func() {
+		res.src, res.user = fromLoad, k.user
+		c.runs.end(k.value, r, res, err)
+	}()
 	ctx, cancel := context.WithTimeout(ctx, c.s.loadTimeout)
 	defer cancel()
 	start := time.Now()
@@ -229,7 +233,7 @@ func (c *Cache) loadAlone(ctx context.Context, k keys, load loader.Func[[]byte])
 		if errors.Is(r.err, context.Canceled) && ctx.Err() == nil {
 			continue // the run's callers left, not this one: run again
 		}
-		return outcome{payload: r.res.payload, notFound: r.res.notFound, seen: r.began}, r.err
+		return outcome{payload: r.res.payload, notFound: r.res.notFound, seen: r.began, src: fromRun}, r.err
 	}
 }
 

@@ -423,7 +423,10 @@ func (m *many[V]) begin(ctx context.Context, todos []todo, down bool) []pendingK
 	pending := make([]pendingKey, 0, len(todos))
 	for _, t := range todos {
 		c.emit(ctx, EventMiss, t.k.user, 0, nil)
-		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), m.flight(t, b))
+		fn := m.flight(t, b)
+		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), func(ctx context.Context) (outcome, error) {
+			return c.led(fn(ctx))
+		})
 		if shared {
 			c.n.coalesced.Add(1)
 			b.drop(t.k) // not this call's to load
@@ -481,6 +484,7 @@ func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
 			}
 			continue
 		}
+		c.served(res, p.shared) // the GetOrLoad above counts its own
 		switch {
 		case err != nil:
 			m.fail(p.k.user, err)

@@ -275,7 +275,7 @@ func (b *batch) awaitRuns(ctx context.Context, joined map[string]joinedRun) {
 			b.send(j.k, batchResult{fill: true}) // the run's callers left: go the way of GetOrLoad
 			continue
 		}
-		b.send(j.k, batchResult{res: outcome{payload: j.r.res.payload, notFound: j.r.res.notFound}, err: j.r.err})
+		b.send(j.k, batchResult{res: outcome{payload: j.r.res.payload, notFound: j.r.res.notFound, src: fromRun}, err: j.r.err})
 	}
 }
 
@@ -388,21 +388,25 @@ func (b *batch) loadAlone(ctx context.Context, ks []keys) {
 	b.awaitRuns(ctx, joined)
 }
 
-// resultOf is k's outcome of a batch load that returned got and lerr.
+// resultOf is k's outcome of a batch load that returned got and lerr:
+// this process's load's, an error too (outcome.src).
 func (c *Cache) resultOf(k keys, got map[string]encodedValue, lerr error) (outcome, error) {
+	loaded := outcome{src: fromLoad, user: k.user}
 	if lerr != nil {
-		return outcome{}, lerr
+		return loaded, lerr
 	}
 	ev, ok := got[k.user]
 	switch {
 	case !ok:
-		return outcome{notFound: true}, nil
+		loaded.notFound = true
+		return loaded, nil
 	case ev.err != nil:
-		return outcome{}, ev.err
+		return loaded, ev.err
 	case len(ev.payload) > c.s.maxSize:
-		return outcome{}, fmt.Errorf("%w: %q is %d bytes, MaxValueSize is %d", ErrValueTooLarge, k.user, len(ev.payload), c.s.maxSize)
+		return loaded, fmt.Errorf("%w: %q is %d bytes, MaxValueSize is %d", ErrValueTooLarge, k.user, len(ev.payload), c.s.maxSize)
 	}
-	return outcome{payload: ev.payload}, nil
+	loaded.payload = ev.payload
+	return loaded, nil
 }
 
 // runMany calls the batch loader once for users, limited by LoadTimeout,
@@ -530,22 +534,28 @@ func (c *Cache) announceAll(ctx context.Context, notes []announcement) {
 }
 
 // refreshMany starts one background refresh of the stale values stale,
-// leaving out the keys this process refreshes already; the refreshes
-// group holds each key meanwhile, so that GetOrLoad does not start a
-// second one.
+// leaving out the keys this process refreshes already (each such value
+// served counts as a reader of that refresh: Event.Callers); the
+// refreshes group holds each key meanwhile, so that GetOrLoad does not
+// start a second one.
 func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) {
 	done := make(chan struct{})
+	var loaded map[string]bool // the keys refreshBatch loaded; read once done is closed
 	var mine []staleKey
 	for _, s := range stale {
-		if c.refreshes.Joined(s.k.value) > 0 {
+		if c.refreshes.Attach(s.k.value) {
 			continue
 		}
-		started := c.refreshes.Start(s.k.value, c.background(ctx, it.wait), func(ctx context.Context) (struct{}, error) {
+		user := s.k.user
+		started := c.refreshes.Start(s.k.value, c.background(ctx, it.wait), func(ctx context.Context) (string, error) {
 			select {
 			case <-done:
+				if loaded[user] {
+					return user, nil
+				}
 			case <-ctx.Done():
 			}
-			return struct{}{}, nil
+			return "", nil
 		})
 		if started {
 			mine = append(mine, staleKey{k: s.k, old: bytes.Clone(s.old)})
@@ -568,7 +578,7 @@ func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleK
 				c.log(slog.LevelError, "background batch refresh panicked", "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
-		c.refreshBatch(rctx, it, mine, load)
+		loaded = c.refreshBatch(rctx, it, mine, load)
 	}()
 }
 
@@ -577,11 +587,12 @@ func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleK
 // Nothing it meets is anyone's error. A key that a run of this process
 // loads already (a fail-open load, which began while the server failed)
 // is left out, as refreshStale leaves it: the stale value goes on being
-// served, and a later read refreshes it.
-func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) {
+// served, and a later read refreshes it. It returns the keys it loaded
+// (by the caller's key).
+func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) (loaded map[string]bool) {
 	held := c.stillStale(ctx, c.lockStale(ctx, stale))
 	if len(held) == 0 {
-		return
+		return nil
 	}
 	ks := make([]keys, len(held))
 	for i, t := range held {
@@ -598,12 +609,14 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	}
 	held = kept
 	if len(held) == 0 {
-		return
+		return nil
 	}
 	ks = ks[:0]
 	locks := make([]heldClaim, len(held))
+	loaded = make(map[string]bool, len(held))
 	for i, t := range held {
 		ks, locks[i] = append(ks, t.cl.k), t.cl
+		loaded[t.cl.k.user] = true
 		c.emit(ctx, EventRefresh, t.cl.k.user, 0, nil)
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
@@ -648,6 +661,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 		}
 	}
 	c.announceAll(wctx, notes)
+	return loaded
 }
 
 // staleLock is the rebuild lock cl, held to refresh the stale value old.

@@ -57,40 +57,42 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 }
 
 // refresh starts a background refresh of a stale (or nearly expired)
-// value unless this process already runs one for the key. Across
-// processes the rebuild lock lets one through; the others keep serving
-// what they have.
+// value unless this process already runs one for the key; the caller,
+// served that value, counts as one of the refresh's readers either way
+// (Event.Callers). Across processes the rebuild lock lets one through;
+// the others keep serving what they have.
 func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte, load loader.Func[[]byte]) {
-	if c.refreshes.Joined(k.value) > 0 {
+	if c.refreshes.Attach(k.value) {
 		return
 	}
 	old = append([]byte(nil), old...)
-	c.refreshes.Start(k.value, c.background(ctx, it.wait), func(ctx context.Context) (struct{}, error) {
-		c.refreshStale(ctx, k, it, load, old)
-		return struct{}{}, nil
+	c.refreshes.Start(k.value, c.background(ctx, it.wait), func(ctx context.Context) (string, error) {
+		return c.refreshStale(ctx, k, it, load, old)
 	})
 }
 
 // refreshStale replaces old, a value callers go on being served meanwhile,
 // if this process gets the rebuild lock. Nothing it meets is anyone's
 // error: a failure is logged and counted, and a failed load keeps the
-// lock for Expiry.RefreshBackoff so that nobody retries at once.
-func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte) {
+// lock for Expiry.RefreshBackoff so that nobody retries at once. When the
+// loader ran, it returns the caller's key and the load's error, for the
+// refresh's EventServed (refreshServed); otherwise "" and nil.
+func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], old []byte) (string, error) {
 	if err := c.permitted(ctx, k, old); err != nil {
 		c.serverError(k.user, err) // the stale value goes on being served
-		return
+		return "", nil
 	}
 	l, err := c.locks.Obtain(ctx, k.lock(), c.s.lockTTL)
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		c.n.contention.Add(1)
-		return
+		return "", nil
 	case err != nil:
 		c.serverError(k.user, err)
-		return
+		return "", nil
 	}
 	if !c.stillHolds(ctx, k, l, old) {
-		return
+		return "", nil
 	}
 	// A load of the key in progress in this process (a fail-open one,
 	// which began while the server failed) is not run beside: the stale
@@ -98,7 +100,7 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 	r := c.runs.begin(k.value, true)
 	if r == nil {
 		c.release(ctx, k, l)
-		return
+		return "", nil
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	c.emit(ctx, EventRefresh, k.user, 0, nil)
@@ -113,9 +115,10 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 			c.serverError(k.user, err)
 		}
 		c.announceNothing(wctx, k, l, ld.err)
-		return
+		return k.user, ld.err
 	}
 	c.replaceOld(wctx, k, l, old, ld)
+	return k.user, nil
 }
 
 // stillHolds reports whether the key still holds old now that l is held.

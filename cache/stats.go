@@ -22,6 +22,22 @@ import (
 // no-cache (middleware.Options.AllowNoCache) counts in none of them.
 // Hits and stale hits answered by the near cache (Options.Near) count in
 // Hits or StaleHits and in NearHits.
+//
+// Served counts the callers that a load answered, rather than a stored
+// value, one per call of GetOrLoad (and per key of GetOrLoadMany) that
+// was answered by a load's outcome (a value, a not-found or the load's
+// error): the call whose flight ran the loader (counted as the load ends,
+// even if that call stopped waiting for it), those that joined that
+// flight (Coalesced) and took its outcome, and those whose flight waited
+// for another process's load (Waits) and took its outcome, announced or
+// read from the key. Each is counted in its own process, so Stats summed
+// over the processes sharing the server (Add) counts each caller once,
+// and Served/Loads is the fleet's callers per load; a load answers at
+// least the call that ran it, except a background refresh, which answers
+// none (its readers are the StaleHits served meanwhile). A call that gave
+// up first (its ctx, WaitTimeout), or was answered by a value stored
+// before it came, is not counted. Counting costs an atomic add per call
+// answered by a load, none on a hit.
 type Stats struct {
 	Hits           uint64 // fresh values served
 	StaleHits      uint64 // stale values served while one process refreshes
@@ -29,6 +45,7 @@ type Stats struct {
 	Loads          uint64 // loader calls made by this Cache
 	LoadErrors     uint64 // loader calls that failed (not found excluded)
 	Coalesced      uint64 // calls that joined a load or wait already running in this process
+	Served         uint64 // calls answered by a load (this process's or one waited for), not a stored value
 	Waits          uint64 // flights that waited for another process's load
 	WaitTimeouts   uint64 // of those, the ones that gave up after WaitTimeout
 	LockContention uint64 // rebuild locks found held by another process
@@ -55,6 +72,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.Loads += o.Loads
 	s.LoadErrors += o.LoadErrors
 	s.Coalesced += o.Coalesced
+	s.Served += o.Served
 	s.Waits += o.Waits
 	s.WaitTimeouts += o.WaitTimeouts
 	s.LockContention += o.LockContention
@@ -76,7 +94,7 @@ type counters struct {
 	// lines. A near hit counts once, in nearFresh or nearStale; Stats
 	// adds them to Hits and StaleHits.
 	hits, staleHits, nearFresh, nearStale striped.Counter
-	misses, loads, loadErrors, coalesced, waits, waitTimeouts,
+	misses, loads, loadErrors, coalesced, served, waits, waitTimeouts,
 	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied atomic.Uint64
 }
 
@@ -91,7 +109,7 @@ func (c *Cache) Stats() Stats {
 	nf, ns := n.nearFresh.Load(), n.nearStale.Load()
 	return Stats{
 		Hits: n.hits.Load() + nf, StaleHits: n.staleHits.Load() + ns, Misses: n.misses.Load(), Loads: n.loads.Load(),
-		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Waits: n.waits.Load(),
+		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Served: n.served.Load(), Waits: n.waits.Load(),
 		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
 		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
 		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(),
@@ -113,9 +131,10 @@ const (
 	EventRefresh                            // background refresh started
 	EventWriteSkipped                       // a rebuilt value was not written: a Delete or Set came first
 	EventServerError                        // a server call failed; Err says why
+	EventServed                             // a load of this process answered its callers; Callers says how many, Err the load's error
 )
 
-var eventNames = [...]string{"", "hit", "stale", "miss", "load", "wait", "fail-open", "decode-failure", "refresh", "write-skipped", "server-error"}
+var eventNames = [...]string{"", "hit", "stale", "miss", "load", "wait", "fail-open", "decode-failure", "refresh", "write-skipped", "server-error", "served"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k > 0 {
@@ -132,6 +151,22 @@ type Event struct {
 	Duration time.Duration
 	Err      error
 	Near     bool // a hit or stale hit answered from the near cache (Options.Near)
+	// Callers is, for EventServed, how many calls of this process the
+	// load answered: one EventServed per load (per key of a batch load),
+	// when its flight ends, before any of those calls returns. For a load
+	// after a miss (or in place of a value nobody could use), the call
+	// that ran it (whether or not it still waits) and those that joined
+	// its flight, less those whose own ctx ended first; for a background
+	// refresh, the stale values of the key this process served
+	// while it ran (counting the one that started it). Zero for other
+	// kinds.
+	//
+	// Callers in other processes that waited for the load are not in it:
+	// each knows which load answered it, but telling the loader would
+	// cost a server round trip per waiter. They count in Stats.Served of
+	// their own process (stale values they served meanwhile, in
+	// StaleHits), which is where fleet totals come from (see Stats).
+	Callers int
 	// Context is the context of the call the event belongs to, never nil:
 	// for a hit, stale hit or miss the caller's; for EventLoad the very
 	// context the loader was called with (it keeps the values of the
@@ -140,8 +175,8 @@ type Event struct {
 	// same values); for a background refresh (its EventRefresh and
 	// EventLoad) the refresh's, which keeps the values of the call that
 	// found the value stale. Events that no call's context reaches
-	// (EventServerError, EventWriteSkipped, a decode failure met while
-	// decoding a loaded value) carry context.Background().
+	// (EventServerError, EventWriteSkipped, EventServed, a decode failure
+	// met while decoding a loaded value) carry context.Background().
 	//
 	// It is for reading values, such as the trace a span is a child of,
 	// not for cancellation: it may be done by the time the Observer runs.
@@ -196,7 +231,48 @@ func (c *Cache) record(e Event) {
 	case EventServerError:
 		c.n.serverErrors.Add(1)
 	}
+	// EventServed moves no counter: Served counts calls, each where it
+	// takes its answer (Cache.served).
 	c.tell(e)
+}
+
+// served counts in Stats.Served a call (or a key of a batch) that takes
+// res, the result of the flight it started or joined (shared), unless a
+// stored value answered it, or its own flight's load did (led counted
+// that).
+func (c *Cache) served(res outcome, shared bool) {
+	if res.src != fromStore && (shared || res.src != fromLoad) {
+		c.n.served.Add(1)
+	}
+}
+
+// led passes on the result of a flight's work, counting in Stats.Served
+// the call that started the flight when its loader ran: that call is
+// answered by its own load, whether or not it still waits for the
+// flight's result (package middleware's request renders in its own
+// goroutine, and does not).
+func (c *Cache) led(res outcome, err error) (outcome, error) {
+	if res.src == fromLoad {
+		c.n.served.Add(1)
+	}
+	return res, err
+}
+
+// flightServed is the Finished of c.flights: a flight whose result this
+// process's loader made reports the load's callers in this process.
+func (c *Cache) flightServed(_ string, res outcome, err error, callers int) {
+	if res.src == fromLoad && c.s.observer != nil {
+		c.tell(Event{Kind: EventServed, Key: res.user, Err: err, Callers: callers})
+	}
+}
+
+// refreshServed is the Finished of c.refreshes: a refresh that ran the
+// loader (user is then the caller's key) reports the stale readers of
+// this process it served meanwhile (refresh attaches them).
+func (c *Cache) refreshServed(_ string, user string, err error, callers int) {
+	if user != "" && c.s.observer != nil {
+		c.tell(Event{Kind: EventServed, Key: user, Err: err, Callers: callers})
+	}
 }
 
 // tell hands e to the Observer, counting nothing.

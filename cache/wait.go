@@ -35,15 +35,20 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.fill(ctx, k, it, load, bad, obs.first())
+		return c.led(c.fill(ctx, k, it, load, bad, obs.first()))
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
 	}
 	if err != nil {
+		c.served(res, shared) // a load's error is its answer too; the caller's own ctx's is none (zero res)
 		return outcome{}, false, err
 	}
-	return res, !shared || res.accepts(obs) && c.tagsLive(ctx, res), nil
+	taken = !shared || res.accepts(obs) && c.tagsLive(ctx, res)
+	if taken {
+		c.served(res, shared)
+	}
+	return res, taken, nil
 }
 
 // tagsLive reports whether no tag of res, a flight's result, was
@@ -181,6 +186,9 @@ func (c *Cache) fillOn(ctx context.Context, k keys, it itemSettings, load loader
 				// come with the announcement, a lost announcement, a poll)
 				// or by taking over a dead claim: it is a wait all the same.
 				c.emit(ctx, EventWait, k.user, time.Since(wt.start), v.err)
+				if v.err == nil && v.res.src == fromStore {
+					v.res.src = fromRemote // what the load it waited for wrote
+				}
 			}
 			return v.res, v.err
 		case readAgain:
@@ -333,11 +341,11 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 				return verdict{next: readAgain}
 			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent, tags: rd.e.Tags}, nil)
+			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent, tags: rd.e.Tags, src: fromRemote}, nil)
 		}
 	case noticeNotFound:
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-		return told(outcome{notFound: true, claim: cl.token, seen: cl.sent}, nil)
+		return told(outcome{notFound: true, claim: cl.token, seen: cl.sent, src: fromRemote}, nil)
 	case noticeError:
 		err := fmt.Errorf("%w: key %q: %s", ErrRemoteLoad, k.user, n.text)
 		if strings.Contains(n.text, ErrPermission.Error()) {
@@ -346,7 +354,7 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 			err = remotePermission{err}
 		}
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), err)
-		return told(outcome{}, err)
+		return told(outcome{src: fromRemote}, err)
 	}
 	return verdict{next: readAgain}
 }

@@ -30,7 +30,7 @@ func TestExamples(t *testing.T) {
 		args []string
 		want string // a regexp the output must match
 	}{
-		{"stampede", nil, `the loader ran \d+ times for naive cache-aside and 2 times for stampede's GetOrLoad`},
+		{"stampede", nil, `the loader ran \d+ times for naive cache-aside and 2 times for stampede's GetOrLoad(?s:.*)cold-start load answered \d+ of its 200 requests`},
 		{"query", []string{"-rows", "20000"}, `the query ran \d+ times without the cache and once with it`},
 		{"httpserver", []string{"-demo"}, `200 requests on 2 instances were answered by 1 render`},
 		{"cron", nil, `every tick ran exactly once`},

@@ -17,6 +17,14 @@ func DefaultBuckets() []float64 {
 	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 }
 
+// CallerBuckets returns the upper bounds of the buckets of a histogram of
+// the callers one load answered (cache.Event.Callers): 1, 2, 5, 10, 20,
+// 50, 100, 200, 500, 1000 (10 bounds), from a load nobody else asked for
+// to a hot key's stampede. Each call returns a new slice.
+func CallerBuckets() []float64 {
+	return []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+}
+
 // Validate checks an adapter's options: buckets (the histograms' upper
 // bounds; empty means DefaultBuckets) must be in increasing order, and
 // maxRoutes (0 means DefaultMaxRoutes) must not be negative. Its errors

@@ -19,13 +19,15 @@ type StatsField struct {
 }
 
 // StatsFields returns the cache.Stats fields that no cache.Event carries:
-// coalesced, waits, lock_contention, announce_denied, near.invalidations,
-// near.flushes and the gauge near.entries, in that order. Each call
-// returns a new slice.
+// coalesced, served, waits, lock_contention, announce_denied,
+// near.invalidations, near.flushes and the gauge near.entries, in that
+// order. Each call returns a new slice.
 func StatsFields() []StatsField {
 	return []StatsField{
 		{Name: "coalesced", Help: "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).",
 			Value: func(s cache.Stats) uint64 { return s.Coalesced }},
+		{Name: "served", Help: "Calls answered by a load (this process's, or another's they waited for) rather than by a stored value; summed over processes and divided by the loads, the fleet's callers per load (cache.Stats.Served).",
+			Value: func(s cache.Stats) uint64 { return s.Served }},
 		{Name: "waits", Help: "Flights that waited for another process's load, however the wait ended (cache.Stats.Waits).",
 			Value: func(s cache.Stats) uint64 { return s.Waits }},
 		{Name: "lock_contention", Help: "Rebuild locks found held by another process (cache.Stats.LockContention).",

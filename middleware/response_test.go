@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hotkv/stampede/cache"
 	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/middleware"
 )
@@ -273,5 +275,51 @@ func TestMiddleware_cacheStatusUpstream(t *testing.T) {
 		if got, want := r.header.Values("Cache-Status"), []string{up + st.ours}; r.cache() != st.xcache || len(got) != 1 || got[0] != want[0] {
 			t.Errorf("%s: X-Cache %s, Cache-Status %q; want %s, %q", st.what, r.cache(), got, st.xcache, want)
 		}
+	}
+}
+
+// TestMiddleware_collapsedServed: a render answers its own request (MISS,
+// not collapsed) and the requests that waited for it (HIT, collapsed),
+// each counted in cache.Stats.Served of its own process; the render's
+// EventServed counts the requests of its process. Cache-Status says no
+// more than collapsed: how many a render answered is not known when a
+// response goes out.
+func TestMiddleware_collapsedServed(t *testing.T) {
+	s := redistest.Shared(t, redistest.Redis8)
+	ctx := testContext(t, 30*time.Second)
+	gate := newRenderGate(ctx, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "render %d", gate.next()) })
+	events := make(chan cache.Event, 8)
+	obs := func(e cache.Event) {
+		if e.Kind == cache.EventServed {
+			events <- e
+		}
+	}
+	b := newTestBed(t, s, h, &bedOptions{procs: 2, cache: &cache.Options{Observer: obs}})
+	first := b.goSend(ctx, http.MethodGet, "/c", procHeader, "0")
+	redistest.Recv(t, ctx, gate.started, "the render of /c")
+	waiter := b.goSend(ctx, http.MethodGet, "/c", procHeader, "1")
+	redistest.WaitFor(t, ctx, "the other process waiting", func() bool { return b.caches[1].Stats().Waits >= 1 })
+	gate.open()
+	for i, ch := range []<-chan sent{first, waiter} {
+		got := redistest.Recv(t, ctx, ch, "an answer")
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		collapsed := strings.Contains(got.reply.header.Get("Cache-Status"), "; collapsed")
+		if collapsed != (i == 1) {
+			t.Errorf("answer %d: Cache-Status %q, collapsed should be %v", i, got.reply.header.Get("Cache-Status"), i == 1)
+		}
+	}
+	if e := redistest.Recv(t, ctx, events, "the render's EventServed"); e.Callers != 1 {
+		t.Errorf("EventServed %+v: want the 1 request of its process", e)
+	}
+	if s0, s1 := b.caches[0].Stats().Served, b.caches[1].Stats().Served; s0 != 1 || s1 != 1 {
+		t.Errorf("served %d and %d in the two processes, want 1 each: the render's request and the collapsed one", s0, s1)
+	}
+	select {
+	case e := <-events:
+		t.Errorf("another EventServed: %+v", e)
+	default:
 	}
 }

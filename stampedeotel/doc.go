@@ -5,7 +5,8 @@
 // It is built on the packages' hooks: an Observer function per Cache, lock
 // Client and Middleware records each Event, and CacheStats reads
 // (*cache.Cache).Stats at every collection for the values no Event carries
-// (coalesced calls, rebuild-lock contention, the near cache's size).
+// (coalesced calls, calls a load answered, rebuild-lock contention, the
+// near cache's size).
 //
 //	tel, err := stampedeotel.New(nil) // the global MeterProvider and TracerProvider
 //	c, err := cache.New(rdb, &cache.Options{Observer: tel.CacheObserver("users")})

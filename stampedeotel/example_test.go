@@ -78,6 +78,7 @@ func Example() {
 	// stampede.cache.events stampede.cache=users,stampede.event=hit,stampede.tier=server = 2
 	// stampede.cache.events stampede.cache=users,stampede.event=load = 1
 	// stampede.cache.events stampede.cache=users,stampede.event=miss = 1
+	// stampede.cache.events stampede.cache=users,stampede.event=served = 1
 	// stampede.cache.load.duration stampede.cache=users,stampede.result=ok: 1 recorded
 	// span stampede.cache.load
 }

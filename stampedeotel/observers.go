@@ -78,7 +78,9 @@ func (t *Telemetry) spanAttrs(base []attribute.KeyValue, key string) []attribute
 // stampede.cache.wait.duration, each by result (and error.type for a
 // failure) and with a span (stampede.cache.load, stampede.cache.wait), a
 // child of the span in the Event's Context: the caller's. A load whose
-// loader Traced wrapped has Traced's span only.
+// loader Traced wrapped has Traced's span only. The calls of this process
+// each load answered (cache.EventServed's Callers) go to
+// stampede.cache.load.callers.
 //
 // Events are counted in place and reported when the meter collects; the
 // attribute sets of the histograms are built now, so that recording an
@@ -91,6 +93,7 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 	addTable(t, &t.cacheTables, events)
 	loads := results(cacheName, metrics.LoadResults()...)
 	waits := results(cacheName, metrics.WaitResults()...)
+	callers := recording(cacheName)
 	return func(e cache.Event) {
 		events.Count(e.Kind, e.Near)
 		switch e.Kind {
@@ -113,6 +116,8 @@ func (t *Telemetry) CacheObserver(name string) func(cache.Event) {
 			}
 			t.cacheWaits.Record(ctx, e.Duration.Seconds(), r.record...)
 			t.span(ctx, spanWait, e.Duration, failed, e.Err, t.spanAttrs(r.attrs, e.Key)...)
+		case cache.EventServed:
+			t.cacheCallers.Record(eventContext(e.Context), int64(e.Callers), callers...)
 		}
 	}
 }

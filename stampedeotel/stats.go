@@ -12,7 +12,7 @@ import (
 
 // CacheStats adds the counters of c.Stats that no cache.Event carries,
 // read at every collection with the attribute stampede.cache=name:
-// stampede.cache.coalesced, stampede.cache.waits,
+// stampede.cache.coalesced, stampede.cache.served, stampede.cache.waits,
 // stampede.cache.lock_contention,
 // stampede.cache.announce_denied, stampede.cache.near.invalidations,
 // stampede.cache.near.flushes (observable counters) and
@@ -24,6 +24,11 @@ import (
 // stampede.cache.waits counts every wait for another process's load, as
 // stampede.cache.wait.duration and the stampede.cache.wait spans do (one
 // cache.EventWait per wait, however it ended).
+//
+// stampede.cache.served counts the calls a load answered, each in its own
+// process (cache.Stats.Served): summed over the processes and divided by
+// the loads (stampede.cache.events with stampede.event=load), it is the
+// fleet's callers per load.
 //
 // It returns an error if a Cache is already watched under name. c is read
 // for as long as the Telemetry's meter collects, even after c.Close (Stats

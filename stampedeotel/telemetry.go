@@ -116,6 +116,7 @@ type Telemetry struct {
 	cacheEvents  metric.Int64ObservableCounter // reported from cacheTables
 	cacheLoads   metric.Float64Histogram
 	cacheWaits   metric.Float64Histogram
+	cacheCallers metric.Int64Histogram
 	lockEvents   metric.Int64ObservableCounter // reported from lockTables
 	lockObtain   metric.Float64Histogram
 	lockHeld     metric.Float64Histogram
@@ -169,6 +170,11 @@ func New(opts *Options) (*Telemetry, error) {
 		"How long the loader ran, by result (ok, not-found, error); a failure also by error.type.")
 	t.cacheWaits = histogram("stampede.cache.wait.duration",
 		"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error); a failure also by error.type.")
+	var err error
+	t.cacheCallers, err = meter.Int64Histogram("stampede.cache.load.callers", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls of this process that one load answered (cache.Event.Callers): the one that ran it and those that joined it; for a background refresh, the stale values served meanwhile. Waiters in other processes count in their own stampede.cache.served."),
+		metric.WithExplicitBucketBoundaries(metrics.CallerBuckets()...))
+	errs = append(errs, err)
 	t.lockEvents = observable("stampede.lock.events",
 		"Events of a lock.Client by kind, the EventKind's String (obtained, not-obtained, released, lost, woken, ...).")
 	t.lockObtain = histogram("stampede.lock.obtain.duration",

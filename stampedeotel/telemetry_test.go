@@ -95,6 +95,12 @@ func (b *bed) point(tb testing.TB, name string, kvs ...attribute.KeyValue) (v, s
 						return float64(p.Count), p.Sum
 					}
 				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Count), float64(p.Sum)
+					}
+				}
 			default:
 				tb.Fatalf("%s: unexpected data %T", name, m.Data)
 			}
@@ -382,6 +388,15 @@ func TestCacheObserver_wait(t *testing.T) {
 	bd.want(t, -1, waits, cacheAttr("a"), result("ok"))
 	bd.want(t, 0, "stampede.cache.events", cacheAttr("b"), event("load"))
 	bd.want(t, 1, "stampede.cache.events", cacheAttr("a"), event("load"))
+	// a's load answered its caller, and b's waiter, which b counts.
+	bd.want(t, 1, "stampede.cache.served", cacheAttr("b"))
+	bd.want(t, 1, "stampede.cache.events", cacheAttr("a"), event("served"))
+	bd.want(t, 0, "stampede.cache.events", cacheAttr("b"), event("served"))
+	const callers = "stampede.cache.load.callers"
+	if n, sum := bd.point(t, callers, cacheAttr("a")); n != 1 || sum != 1 {
+		t.Errorf("%s of a: %v loads, %v callers; want 1 load that answered its 1 caller", callers, n, sum)
+	}
+	bd.want(t, -1, callers, cacheAttr("b"))
 	spans := bd.ended("stampede.cache.wait")
 	if len(spans) != 1 || attr(spans[0], "stampede.cache") != "b" || attr(spans[0], "stampede.result") != "ok" {
 		t.Fatalf("wait spans %v, want one of b's, ok", spans)

@@ -70,6 +70,7 @@ func Example() {
 	// stampede_cache_events_total{cache="users",event="hit",tier="server"} 2
 	// stampede_cache_events_total{cache="users",event="load",tier=""} 1
 	// stampede_cache_events_total{cache="users",event="miss",tier=""} 1
+	// stampede_cache_events_total{cache="users",event="served",tier=""} 1
 	// stampede_cache_load_duration_seconds_count{cache="users",result="ok"} 1
 }
 

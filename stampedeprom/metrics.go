@@ -65,6 +65,7 @@ type Metrics struct {
 	cacheEvents  *prometheus.Desc         // cache, event, tier; collected from tables
 	cacheLoads   *prometheus.HistogramVec // cache, result
 	cacheWaits   *prometheus.HistogramVec // cache, result
+	cacheCallers *prometheus.HistogramVec // cache
 	lockEvents   *prometheus.CounterVec   // lock, event
 	lockObtain   *prometheus.HistogramVec // lock, result
 	lockHeld     *prometheus.HistogramVec // lock
@@ -103,6 +104,9 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			"How long the loader ran, by result (ok, not-found, error).", "cache", "result"),
 		cacheWaits: histogram("cache", "wait_duration_seconds",
 			"How long a call waited for another process's load until it was woken with the outcome, by result (ok, timeout, error).", "cache", "result"),
+		cacheCallers: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: "cache", Name: "load_callers",
+			Help:    "Calls of this process that one load answered (cache.Event.Callers): the one that ran it and those that joined it; for a background refresh, the stale values served meanwhile. Waiters in other processes count in their own stampede_cache_served_total.",
+			Buckets: metrics.CallerBuckets()}, []string{"cache"}),
 		lockEvents: counter("lock", "events_total",
 			"Events of a lock.Client by kind, the EventKind's String (obtained, not-obtained, released, lost, woken, ...).",
 			"lock", "event"),
@@ -129,7 +133,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 }
 
 func (m *Metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.cacheLoads, m.cacheWaits, m.lockEvents, m.lockObtain, m.lockHeld, m.httpEvents, m.httpDuration}
+	return []prometheus.Collector{m.cacheLoads, m.cacheWaits, m.cacheCallers, m.lockEvents, m.lockObtain, m.lockHeld, m.httpEvents, m.httpDuration}
 }
 
 // Describe implements prometheus.Collector.

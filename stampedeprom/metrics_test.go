@@ -228,6 +228,16 @@ func TestCacheObserver_wait(t *testing.T) {
 	if h := series(t, reg, waits, "cache", "b", "result", "ok").GetHistogram(); h.GetSampleSum() <= 0 {
 		t.Errorf("wait duration sum %v, want > 0", h.GetSampleSum())
 	}
+	// a's load answered its caller, and b's waiter, which b counts.
+	want(t, reg, 1, "stampede_cache_served_total", "cache", "b")
+	want(t, reg, 1, "stampede_cache_events_total", "cache", "a", "event", "served")
+	want(t, reg, 0, "stampede_cache_events_total", "cache", "b", "event", "served")
+	const callers = "stampede_cache_load_callers"
+	want(t, reg, 1, callers, "cache", "a") // reported before a's caller returned
+	if h := series(t, reg, callers, "cache", "a").GetHistogram(); h.GetSampleSum() != 1 {
+		t.Errorf("load callers sum %v, want 1: the caller that ran the load", h.GetSampleSum())
+	}
+	want(t, reg, 0, callers, "cache", "b")
 }
 
 // A held lock: a refused Obtain, an Obtain that waits until the holder

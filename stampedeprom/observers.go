@@ -13,8 +13,10 @@ import (
 // the Cache's Events under the label cache=name: every Event in
 // stampede_cache_events_total by its kind (and, for hits and stale hits,
 // its tier: near or server), the loader's run time in
-// stampede_cache_load_duration_seconds and the wait for another process's
-// load in stampede_cache_wait_duration_seconds.
+// stampede_cache_load_duration_seconds, the wait for another process's
+// load in stampede_cache_wait_duration_seconds, and the calls of this
+// process each load answered (cache.EventServed's Callers) in
+// stampede_cache_load_callers.
 //
 // Every series it uses exists (at 0) from now on, and counting allocates
 // nothing: events are counted in place (hits and stale hits in counters
@@ -31,6 +33,7 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 	m.mu.Unlock()
 	loads := resolve(m.cacheLoads, name, metrics.LoadResults()...)
 	waits := resolve(m.cacheWaits, name, metrics.WaitResults()...)
+	callers := m.cacheCallers.WithLabelValues(name)
 	return func(e cache.Event) {
 		events.Count(e.Kind, e.Near)
 		switch e.Kind {
@@ -38,6 +41,8 @@ func (m *Metrics) CacheObserver(name string) func(cache.Event) {
 			loads[metrics.LoadResult(e.Err)].Observe(e.Duration.Seconds())
 		case cache.EventWait:
 			waits[metrics.WaitResult(e.Err)].Observe(e.Duration.Seconds())
+		case cache.EventServed:
+			callers.Observe(float64(e.Callers))
 		}
 	}
 }

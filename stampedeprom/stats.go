@@ -11,7 +11,8 @@ import (
 
 // CacheStats adds the counters of c.Stats that no cache.Event carries to
 // the Metrics, read at every scrape under the label cache=name:
-// stampede_cache_coalesced_total, stampede_cache_waits_total,
+// stampede_cache_coalesced_total, stampede_cache_served_total,
+// stampede_cache_waits_total,
 // stampede_cache_lock_contention_total,
 // stampede_cache_announce_denied_total,
 // stampede_cache_near_invalidations_total,
@@ -23,6 +24,12 @@ import (
 // stampede_cache_waits_total counts every wait for another process's
 // load, as stampede_cache_wait_duration_seconds does (one cache.EventWait
 // per wait, however it ended).
+//
+// stampede_cache_served_total counts the calls a load answered, each in
+// its own process (cache.Stats.Served): summed over the processes and
+// divided by the loads, sum(stampede_cache_served_total) /
+// sum(stampede_cache_events_total{event="load"}), it is the fleet's
+// callers per load.
 //
 // It returns an error if a Cache is already watched under name. c is read
 // until the Metrics are dropped, even after c.Close (Stats still works

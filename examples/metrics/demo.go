@@ -83,8 +83,10 @@ func runDemo(ctx context.Context, a *app, base string) error {
 		{series("stampede_middleware_events_total", append(products, "event", "miss", "reason", "")...), 1},
 		{series("stampede_middleware_events_total", append(products, "event", "hit", "reason", "")...), concurrent - 1},
 		{series("stampede_middleware_events_total", append(products, "event", "bypass", "reason", "authorization")...), 1},
-		// One load for the page, one for the price.
+		// One load for the page, one for the price; each reports the
+		// requests of this process it answered.
 		{series("stampede_cache_load_duration_seconds_count", "cache", "shop", "result", "ok"), 2},
+		{series("stampede_cache_load_callers_count", "cache", "shop"), 2},
 		{series("stampede_lock_events_total", "event", "obtained", "lock", "jobs"), 2},
 		{series("stampede_lock_events_total", "event", "not-obtained", "lock", "jobs"), 1},
 		{series("stampede_lock_events_total", "event", "released", "lock", "jobs"), 2},
@@ -121,6 +123,10 @@ func runDemo(ctx context.Context, a *app, base string) error {
 	fmt.Println(strings.Join(lines, "\n"))
 	fmt.Printf("\n/metrics counted every request: 1 render for %d concurrent requests (%d HIT), 1 BYPASS, 2 loads, 1 contended lock\n",
 		concurrent, concurrent-1)
+	// Those that came after the page was stored were hits, not answered
+	// by its load: how many did depends on timing.
+	fmt.Printf("the 2 loads answered %v requests (stampede_cache_served_total; sum it over the instances and divide by the loads for callers per load)\n",
+		got[series("stampede_cache_served_total", "cache", "shop")])
 	return nil
 }
 

@@ -73,6 +73,7 @@ type burst struct {
 	requests            int
 	loads               int64 // loader calls, as counted on the server
 	fresh, stale, waits int
+	served              int // answered by a load: Stats.Served, summed over the workers
 	errors              int
 	firstErr            string
 	latencies           []time.Duration
@@ -85,6 +86,7 @@ func (b *burst) add(w workerReport) {
 	b.fresh += w.Fresh
 	b.stale += w.Stale
 	b.waits += w.Waited
+	b.served += w.Served
 	b.errors += w.Errors
 	if b.firstErr == "" {
 		b.firstErr = w.FirstErr
@@ -279,10 +281,10 @@ func waitExpired(ctx context.Context, rdb *redis.Client, approach string, keys r
 // loader ran anything but once per burst or a request failed.
 func report(bursts []*burst, notes []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "approach\tphase\trequests\tloader calls\tserved fresh\tserved stale\twaited for a load\tp50\tp99\tmax\t")
+	fmt.Fprintln(tw, "approach\tphase\trequests\tloader calls\tcallers per load\tserved fresh\tserved stale\twaited for a load\tp50\tp99\tmax\t")
 	for _, b := range bursts {
 		slices.Sort(b.latencies)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t\n", b.approach, b.phase, b.requests, b.loads,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%v\t%v\t%v\t\n", b.approach, b.phase, b.requests, b.loads, perLoad(b),
 			b.fresh, b.stale, b.waits, quantile(b.latencies, 0.50), quantile(b.latencies, 0.99), quantile(b.latencies, 1))
 	}
 	tw.Flush()
@@ -312,7 +314,19 @@ func report(bursts []*burst, notes []string) error {
 	naive := bursts[0].loads + bursts[1].loads
 	fmt.Printf("the loader ran %d times for naive cache-aside and %d times for stampede's GetOrLoad (once per burst)\n",
 		naive, bursts[2].loads+bursts[3].loads)
+	fmt.Printf("stampede's cold-start load answered %d of its %d requests (cache.Stats.Served summed over the workers)\n",
+		bursts[2].served, bursts[2].requests)
 	return nil
+}
+
+// perLoad is how many requests each load of b answered: those a load
+// answered (Served), and, for a refresh, those served the stale value
+// meanwhile.
+func perLoad(b *burst) string {
+	if b.loads == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(b.served+b.stale)/float64(b.loads), 'f', 1, 64)
 }
 
 // versions summarises which value versions a burst's requests got.

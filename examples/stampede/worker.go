@@ -77,6 +77,7 @@ type workerReport struct {
 	Fresh     int             // served a fresh value
 	Stale     int             // served a stale value at once
 	Waited    int             // found no usable value and waited for a load
+	Served    int             // answered by a load (its own, or one it joined or waited for)
 	Errors    int
 	FirstErr  string        `json:",omitempty"`
 	Versions  map[int64]int // value version → requests that got it
@@ -230,6 +231,7 @@ func worker(id int) error {
 					rep.Fresh++
 				case "waited":
 					rep.Waited++
+					rep.Served++ // naive: each ran its own load
 				}
 			})
 		}
@@ -243,6 +245,7 @@ func worker(id int) error {
 			rep.Fresh = int(s.Hits - before.Hits)
 			rep.Stale = int(s.StaleHits - before.StaleHits)
 			rep.Waited = int(s.Misses - before.Misses)
+			rep.Served = int(s.Served - before.Served)
 		}
 		b, err := json.Marshal(rep)
 		if err != nil {

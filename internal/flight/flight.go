@@ -46,6 +46,7 @@ type call[V any] struct {
 	val    V
 	err    error
 	joined int // callers waiting on it; guarded by Group.mu
+	left   int // of those that joined it, the ones whose own ctx ended first; guarded by Group.mu
 }
 
 // Group coalesces calls by key. The zero value is ready to use; a Group
@@ -55,6 +56,16 @@ type Group[V any] struct {
 	// every caller of the call gets. Set it before first use. Nil: an
 	// error that names the value.
 	Recover Recover
+
+	// Finished, if set, is called once for every call, when it has its
+	// result (v, err) and no caller can join it any more, just before its
+	// callers are handed that result (so what it reports is seen before
+	// any of them returns), with how many callers it has: the one that
+	// started it (whether or not it still waits: the call is its), and
+	// those that joined it, less those whose own ctx ended before then. It runs in the call's goroutine (in the starting
+	// caller's when start failed), under no lock. Set it before first
+	// use.
+	Finished func(key string, v V, err error, callers int)
 
 	mu    sync.Mutex // guards calls; never held while fn runs
 	calls map[string]*call[V]
@@ -84,6 +95,9 @@ func (g *Group[V]) Do(ctx context.Context, key string, start Starter, fn func(co
 	case <-c.done:
 		return c.val, c.err, !leader
 	case <-ctx.Done():
+		if !leader {
+			g.leave(c)
+		}
 		var zero V
 		return zero, ctx.Err(), !leader
 	}
@@ -105,6 +119,9 @@ func (g *Group[V]) Begin(key string, start Starter, fn func(context.Context) (V,
 		case <-c.done:
 			return c.val, c.err
 		case <-ctx.Done():
+			if !leader {
+				g.leave(c)
+			}
 			var zero V
 			return zero, ctx.Err()
 		}
@@ -155,8 +172,25 @@ func (g *Group[V]) finish(key string, c *call[V], v V, err error) {
 	if g.calls[key] == c { // not forgotten and replaced meanwhile
 		delete(g.calls, key)
 	}
+	callers := c.joined - c.left // no caller joins c from now on
 	g.mu.Unlock()
+	if g.Finished != nil {
+		g.Finished(key, v, err, callers)
+	}
 	close(c.done)
+}
+
+// leave counts a caller that joined c and whose own ctx ended, unless c
+// finished first (its result was there to take). A caller that leaves
+// after Finished was called is counted there all the same.
+func (g *Group[V]) leave(c *call[V]) {
+	g.mu.Lock()
+	select {
+	case <-c.done:
+	default:
+		c.left++
+	}
+	g.mu.Unlock()
 }
 
 // Forget makes later calls for key start a new call instead of joining the
@@ -166,6 +200,19 @@ func (g *Group[V]) Forget(key string) {
 	g.mu.Lock()
 	delete(g.calls, key)
 	g.mu.Unlock()
+}
+
+// Attach counts the caller as one of the callers of the call for key in
+// progress, without waiting for it, and reports whether one was; it
+// starts none. (A background refresh counts so the readers it serves.)
+func (g *Group[V]) Attach(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[key]; ok {
+		c.joined++
+		return true
+	}
+	return false
 }
 
 // Joined returns how many callers have joined the call for key that is in

@@ -203,3 +203,73 @@ func TestGroup_Forget(t *testing.T) {
 		t.Fatalf("new callers got %d, %d from %d calls; want 2, 2 from 1", a, b, calls.Load())
 	}
 }
+
+func TestGroup_Finished_counts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	type finished struct {
+		key     string
+		v       int
+		callers int
+	}
+	ended := make(chan finished, 2)
+	g := flight.Group[int]{Finished: func(key string, v int, err error, callers int) {
+		ended <- finished{key, v, callers}
+	}}
+	release := make(chan struct{})
+	fn := func(context.Context) (int, error) { <-release; return 7, nil }
+	errs := make(chan error, 8)
+	do := func(ctx context.Context) {
+		_, err, _ := g.Do(ctx, "k", detached, fn)
+		errs <- err
+	}
+	// The caller that starts the call gives up: the call is its all the
+	// same, and counts it.
+	leader, leaderLeaves := context.WithCancel(ctx)
+	go do(leader)
+	waitJoined(t, &g, "k", 1)
+	const stay = 3
+	for range stay {
+		go do(ctx)
+	}
+	// One more caller joins, then gives up: it is no caller at the end.
+	joiner, joinerLeaves := context.WithCancel(ctx)
+	go do(joiner)
+	waitJoined(t, &g, "k", stay+2)
+	leaderLeaves()
+	joinerLeaves()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller that left got %v", err)
+		}
+	}
+	// A reader that attaches to the call counts without waiting for it.
+	if !g.Attach("k") {
+		t.Fatal("Attach found no call in progress")
+	}
+	if g.Attach("other") {
+		t.Fatal("Attach found a call of a key nobody called")
+	}
+	close(release)
+	for range stay {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case f := <-ended:
+		if want := (finished{"k", 7, 1 + stay + 1}); f != want {
+			t.Errorf("Finished(%q, %d, _, %d), want %d callers (the leader, %d that waited, 1 attached; not the joiner that left)", f.key, f.v, f.callers, want.callers, stay)
+		}
+	case <-ctx.Done():
+		t.Fatal("Finished was not called")
+	}
+	// A call the start function refuses finishes with its one caller.
+	refuse := func() (context.Context, func(), error) { return nil, nil, errors.New("closed") }
+	if _, err, _ := g.Do(ctx, "r", refuse, fn); err == nil {
+		t.Fatal("refused call returned no error")
+	}
+	if f := <-ended; f.key != "r" || f.callers != 1 {
+		t.Errorf("refused call finished as %+v, want key r and 1 caller", f)
+	}
+}
