@@ -135,7 +135,7 @@ func TestStatsFields(t *testing.T) {
 			t.Errorf("%s: no help or no getter", f.Name)
 		}
 	}
-	s := cache.Stats{Coalesced: 1, Waits: 2, LockContention: 3, AnnounceDenied: 4, NearInvalidations: 5, NearFlushes: 6, NearEntries: 7}
+	s := cache.Stats{Coalesced: 1, Waits: 2, LockContention: 3, AnnounceDenied: 4, NearInvalidations: 5, NearFlushes: 6, NearEntries: 7, BackendWaits: 8}
 	for i, f := range StatsFields() {
 		if got := f.Value(s); got != uint64(i+1) {
 			t.Errorf("%s reads %d, want %d", f.Name, got, i+1)
