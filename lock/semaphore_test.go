@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,4 +280,52 @@ func TestClient_Semaphore_invalid(t *testing.T) {
 		t.Errorf("Refresh(0): %v, want ErrInvalid", err)
 	}
 	_ = p.Release(testCtx(t))
+}
+
+// workerSemHold takes a permit, keeps it alive, says "held" and then
+// blocks until killed.
+func workerSemHold() int {
+	c := workerClient()
+	ttl, _ := time.ParseDuration(workerEnv("TTL"))
+	sem, err := c.Semaphore(workerEnv("KEY"), 1, ttl)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	p, err := sem.TryAcquire(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	p.KeepAlive(context.Background(), ttl, 0)
+	fmt.Println("held")
+	select {}
+}
+
+// A permit of a killed process (kept alive until then) frees its place
+// after its TTL: a waiter whose poll is an hour gets it, woken by the
+// expiry the full semaphore reported.
+func TestSemaphore_killedHolder(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		c, _ := newClient(t, s, nil)
+		t.Cleanup(c.Close)
+		key := redistest.Key(t, "sem")
+		p := redistest.Spawn(t, s, "semhold", "LOCKTEST_KEY="+key, "LOCKTEST_TTL=300ms")
+		if line := redistest.Recv(t, ctx, p.Lines(), "the worker's permit"); line != "held" {
+			t.Fatalf("worker said %q", line)
+		}
+		sem := newSemaphore(t, c, key, 1, time.Minute, lock.WithPollInterval(time.Hour))
+		if _, err := sem.TryAcquire(ctx); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("TryAcquire while the worker holds the permit: %v, want ErrNotObtained", err)
+		}
+		p.Kill()
+		got, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("Acquire after the killed worker's TTL: %v", err)
+		}
+		if err := got.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
