@@ -61,9 +61,14 @@ type Permit struct {
 }
 
 // SemaphoreOption is an option of Client.Semaphore: WithPollInterval.
-type SemaphoreOption func(*semSettings)
+type SemaphoreOption interface{ applySemaphore(*semSettings) }
 
 type semSettings struct{ poll time.Duration }
+
+// semSetting is a SemaphoreOption.
+type semSetting func(*semSettings)
+
+func (f semSetting) applySemaphore(s *semSettings) { f(s) }
 
 // WithPollInterval sets how often, at most, a waiting Acquire tries again
 // when no release notice wakes it (notices lost, refused by the server's
@@ -72,7 +77,7 @@ type semSettings struct{ poll time.Duration }
 // and all of it, so that waiters of many processes spread their attempts.
 // Default: 250ms.
 func WithPollInterval(d time.Duration) SemaphoreOption {
-	return func(s *semSettings) { s.poll = d }
+	return semSetting(func(s *semSettings) { s.poll = d })
 }
 
 // semChannel returns the channel on which releases of the semaphore on
@@ -96,7 +101,7 @@ func (c *Client) Semaphore(key string, limit int, ttl time.Duration, opts ...Sem
 	st := semSettings{poll: defaultSemPoll}
 	for _, o := range opts {
 		if o != nil {
-			o(&st)
+			o.applySemaphore(&st)
 		}
 	}
 	ch, ok := semChannel(key)
