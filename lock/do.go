@@ -268,7 +268,7 @@ func keepAlive(ctx context.Context, h keeper, cancel context.CancelCauseFunc, tt
 				// attempt's send too (at once after one that hung);
 				// expiring ends the attempts at the cutoff.
 				timer.Reset(time.Until(sent.Add(every / 4)))
-				c.log(slog.LevelWarn, "refresh failed; retrying until the lock would expire", "key", key, "err", err)
+				c.log(slog.LevelWarn, "refresh failed; retrying until it would expire", "key", key, "err", err)
 				c.emitOwned(EventRefreshFailed, key, time.Since(obtained), err)
 			}
 		}
