@@ -179,7 +179,10 @@ func (s *Semaphore) acquire(ctx context.Context) (*Permit, error) {
 		return nil, s.ended(ctx)
 	}
 	p, wait, err := s.try(ctx)
-	if p != nil || err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, s.ended(ctx)
+	case p != nil || err != nil:
 		return p, err
 	}
 	// Full. Listen for releases before the next attempt, so that one
