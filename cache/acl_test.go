@@ -552,3 +552,39 @@ func TestACL_cache_failureMarker(t *testing.T) {
 		}, redistest.Redis7, redistest.Redis8, redistest.Valkey, redistest.Cluster)
 	})
 }
+
+// With CachePerms and CacheBackendPerms a capped load waits for the
+// permit another process holds and is woken by its release (the poll is a
+// minute); with CachePerms alone a capped load is refused with
+// ErrPermission, its loader never run.
+func TestACL_cache_backends(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		opts := cache.Options{Backends: map[string]int{"db": 1}, Backend: "db", WaitTimeout: time.Minute, PollInterval: time.Minute}
+		u := s.User(t, append(redistest.CachePerms(s.Kind, ns), redistest.CacheBackendPerms()...)...)
+		a, b := aclCache(t, u, ns, opts), aclCache(t, u, ns, opts)
+		started, release := make(chan struct{}), make(chan struct{})
+		held := goGetOrLoad(ctx, a, "slow", heldLoader(started, release, "slow"))
+		redistest.Recv(t, ctx, started, "the load holding the permit")
+		waiter := goGetOrLoad(ctx, b, "k", func(context.Context) (string, error) { return "v", nil })
+		redistest.WaitFor(t, ctx, "the load to wait for a permit", func() bool { return b.Stats().BackendWaits == 1 })
+		close(release)
+		if r := redistest.Recv(t, ctx, held, "the slow load"); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r := redistest.Recv(t, ctx, waiter, "the waiting load"); r.err != nil || r.v != "v" {
+			t.Fatalf("waiting load = %q, %v", r.v, r.err)
+		}
+
+		nu := s.User(t, redistest.CachePerms(s.Kind, ns)...)
+		c := aclCache(t, nu, ns, opts)
+		var calls atomic.Int32
+		if _, err := cache.GetOrLoad(ctx, c, "k2", neverLoad[string](&calls)); !errors.Is(err, cache.ErrPermission) {
+			t.Errorf("capped load without CacheBackendPerms: %v, want ErrPermission", err)
+		}
+		if n := calls.Load(); n != 0 {
+			t.Errorf("the loader ran %d times", n)
+		}
+	})
+}

@@ -36,6 +36,9 @@ type Cache struct {
 	refreshes flight.Group[string]  // by value key; the result is the caller's key if the refresh loaded
 	runs      loadRuns              // the loader runs of both, by value key, which fail-open loads join
 
+	sems map[string]*lock.Semaphore // Options.Backends' semaphores, by backend name (backend.go)
+	busy sync.Map                   // value key -> backend name, while its load waits for a permit
+
 	downUntil atomic.Int64 // Unix ns until which the server is not tried (fail open)
 	warned    sync.Map     // cause -> *atomic.Int64, Unix ns of the last warning about it (see warnOnce)
 	n         counters
@@ -101,11 +104,16 @@ func newCache(rc RedisClient, opts *Options, recheck time.Duration) (*Cache, err
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
+	sems, err := newBackends(locks, s)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cache{
 		rc:    rc,
 		conn:  redisx.NewConn(rc, nil, s.digest),
 		locks: locks,
 		s:     s,
+		sems:  sems,
 	}
 	c.flights.Recover, c.refreshes.Recover = panicError, panicError
 	c.flights.Finished, c.refreshes.Finished = c.flightServed, c.refreshServed

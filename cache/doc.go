@@ -38,6 +38,11 @@
 // MGET (one per slot on a Cluster), the claims in one pipeline, one loader
 // call for the keys it claimed, their values and announcements pipelined.
 //
+// Options.Backends caps, per backend and across every process, how many
+// loads run at once: a load takes one of its backend's permits (a
+// lock.Semaphore) once it holds its claim, and fails with ErrBackendBusy
+// when none frees up within its WaitTimeout (see WithBackend).
+//
 // # Failures
 //
 // A loader error is returned to every caller waiting for that load, in

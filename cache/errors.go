@@ -23,6 +23,14 @@ var ErrWaitTimeout = errors.New("cache: timed out waiting for another process to
 // whose load failed; the message carries that process's error text.
 var ErrRemoteLoad = errors.New("cache: load failed in another process")
 
+// ErrBackendBusy is returned when a load for a capped backend (see
+// Options.Backends) found every permit of the backend held, in every
+// process, until the call's WaitTimeout passed (or its load's context
+// ended); the loader did not run. The message names the backend and how
+// long the load waited. Callers waiting in other processes for that load
+// get it together with ErrRemoteLoad.
+var ErrBackendBusy = errors.New("cache: backend busy")
+
 // ErrValueTooLarge is returned when an encoded value exceeds
 // Options.MaxValueSize; nothing is stored.
 var ErrValueTooLarge = errors.New("cache: value too large")

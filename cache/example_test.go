@@ -401,3 +401,41 @@ func Example_batch() {
 	}
 	fmt.Println(users)
 }
+
+// A service caps its loads from the orders database at 8 at once across
+// all its processes, and from the search API at 2; every process gives
+// the same caps. A load that finds no permit free within its WaitTimeout
+// fails with ErrBackendBusy instead of piling onto the backend.
+func ExampleWithBackend() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	c, err := cache.New(rdb, &cache.Options{
+		Backends: map[string]int{"orders-db": 8, "search": 2},
+		Backend:  "orders-db", // loads that name no backend
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	order, err := cache.GetOrLoad(ctx, c, "order:7", func(ctx context.Context) (string, error) {
+		return "7 books", nil // runs holding one of orders-db's 8 permits
+	})
+	fmt.Println(order, err)
+	hits, err := cache.GetOrLoad(ctx, c, "search:go", func(ctx context.Context) (int, error) {
+		return 42, nil // one of search's 2 permits
+	}, cache.WithBackend("search"))
+	fmt.Println(hits, err)
+	if errors.Is(err, cache.ErrBackendBusy) {
+		log.Print("search is saturated: serve without it")
+	}
+	// Output:
+	// 7 books <nil>
+	// 42 <nil>
+}

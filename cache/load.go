@@ -267,6 +267,14 @@ func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load l
 // loadHoldingAs is loadHolding run as r (see loadRuns.begin).
 func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, r *loadRun) loaded {
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
+	// A capped backend's permit, under the claim kept alive: a load that
+	// gets none ends as a failed load does.
+	done, err := c.permit(ctx, it, []keys{k})
+	if err != nil {
+		c.runs.end(k.value, r, outcome{}, err)
+		_ = stop()
+		return loaded{err: err, it: it}
+	}
 	// The tags' epochs before the loader runs: an invalidation from now
 	// on makes what it loads invalidated (see tags.go).
 	var tags []codec.TagRef
@@ -276,6 +284,7 @@ func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load
 	start := time.Now()
 	exp := &expiry{}
 	res, err := c.runAs(context.WithValue(ctx, expiryKey{}, exp), k, load, r)
+	done() // the permit goes back as soon as the backend is done with
 	res.tags = tags
 	took := time.Since(start)
 	if exp.set {

@@ -241,12 +241,8 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 	}
 	if len(ks) > 0 {
 		stop := c.keepAll(ctx, won)
-		var tags []codec.TagRef
-		if len(won) > 0 && len(b.it.tags) > 0 {
-			tags = c.loadTags(ctx, won[0].k, b.it.tags)
-		}
-		ld = c.runManyAs(ctx, b.it, ks, rs, b.load)
-		ld.tags = tags
+		// Fail-open keys alone take no permit: the server failed for them.
+		ld = c.runManyHolding(ctx, b.it, ks, rs, len(won), b.load)
 		stop()
 	}
 	for _, k := range lead {
@@ -436,6 +432,29 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 	return got, it, took, nil
 }
 
+// runManyHolding is runManyAs for a batch whose first claimed keys of ks
+// are claimed (or rebuild-locked) and kept alive: with a capped backend's
+// permit (see permit), taken before the tags' epochs are read and given
+// back as soon as the loader returns; a batch that gets none ends every
+// run with that error, and the loader does not run.
+func (c *Cache) runManyHolding(ctx context.Context, it itemSettings, ks []keys, rs []*loadRun, claimed int, load manyLoader) loadedMany {
+	done, err := c.permit(ctx, it, ks[:claimed])
+	if err != nil {
+		for i, k := range ks {
+			c.runs.end(k.value, rs[i], outcome{}, err)
+		}
+		return loadedMany{it: it, err: err}
+	}
+	var tags []codec.TagRef
+	if claimed > 0 && len(it.tags) > 0 {
+		tags = c.loadTags(ctx, ks[0], it.tags)
+	}
+	ld := c.runManyAs(ctx, it, ks, rs, load)
+	done()
+	ld.tags = tags
+	return ld
+}
+
 // runManyAs is runMany for ks as the runs rs (rs[i] is ks[i]'s, see
 // loadRuns): each run ends with its key's result.
 func (c *Cache) runManyAs(ctx context.Context, it itemSettings, ks []keys, rs []*loadRun, load manyLoader) (ld loadedMany) {
@@ -621,12 +640,7 @@ func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []stale
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	stop := c.keepAll(ctx, locks)
-	var tags []codec.TagRef
-	if len(it.tags) > 0 {
-		tags = c.loadTags(ctx, ks[0], it.tags)
-	}
-	ld := c.runManyAs(ctx, it, ks, rs, load)
-	ld.tags = tags
+	ld := c.runManyHolding(ctx, it, ks, rs, len(ks), load)
 	stop()
 	if ld.err != nil {
 		c.log(slog.LevelWarn, "background batch refresh failed; serving stale", "keys", len(ks), "err", ld.err)

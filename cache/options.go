@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -128,6 +129,23 @@ type Options struct {
 	// bounded by the tags in use within a TagLifetime. Default: 24h; at
 	// least 1s.
 	TagLifetime time.Duration
+
+	// Backends caps, by backend name, how many loads run at once against
+	// each backend, counting every process of the namespace: a load for a
+	// named backend (WithBackend, or Backend) takes one of its permits
+	// once it holds its key's claim, before its loader runs, and gives it
+	// back when the loader returns. A load that finds them all held
+	// waits, at most its WaitTimeout, then fails with ErrBackendBusy; a
+	// background refresh waits while its stale value is served. Every
+	// process must give the same caps: each compares the permits held with
+	// its own. A name must be non-empty and a cap at least 1. See
+	// docs/backends.md. Default: nil, no cap.
+	Backends map[string]int
+
+	// Backend is the backend of every load that names none with
+	// WithBackend; it must be a name in Backends. Default: "", loads are
+	// not capped.
+	Backend string
 
 	// Near, if set, keeps recently read entries in this process as well,
 	// so that a hit costs a map lookup instead of a round trip, and keeps
@@ -272,6 +290,8 @@ type settings struct {
 	near                                         *Near
 	broadcast                                    bool
 	tagLife                                      time.Duration
+	backends                                     map[string]int // Options.Backends, copied
+	backend                                      string         // Options.Backend
 }
 
 func or[T comparable](v, def T) T {
@@ -293,6 +313,9 @@ func (o *Options) settings() (settings, error) {
 		return s, err
 	}
 	if err := s.check(o); err != nil {
+		return s, err
+	}
+	if err := s.checkBackends(); err != nil {
 		return s, err
 	}
 	if o.Near != nil {
@@ -331,6 +354,8 @@ func (o *Options) defaults() settings {
 		now:               o.Now,
 		near:              o.Near,
 		tagLife:           min(or(o.TagLifetime, 24*time.Hour), maxExpiry),
+		backends:          maps.Clone(o.Backends),
+		backend:           o.Backend,
 	}
 	if s.codec == nil {
 		s.codec = Msgpack
@@ -384,6 +409,23 @@ func (s *settings) check(o *Options) error {
 		return invalid("LockTTL %v is below 10ms: it could not be kept alive", s.lockTTL)
 	case s.tagLife < time.Second:
 		return invalid("TagLifetime %v is below 1s", s.tagLife)
+	}
+	return nil
+}
+
+// checkBackends rejects Options.Backends and Options.Backend that name
+// no backend or cap nothing.
+func (s *settings) checkBackends() error {
+	for _, name := range slices.Sorted(maps.Keys(s.backends)) {
+		switch n := s.backends[name]; {
+		case name == "":
+			return invalid("Backends has an empty backend name")
+		case n < 1:
+			return invalid("Backends[%q] %d is below 1", name, n)
+		}
+	}
+	if _, ok := s.backends[s.backend]; s.backend != "" && !ok {
+		return invalid("Backend %q is not a name in Backends", s.backend)
 	}
 	return nil
 }
@@ -444,6 +486,7 @@ func (o anyOption) applySet(s *itemSettings)   { o(s) }
 type itemSettings struct {
 	fresh, stale, negative, wait time.Duration
 	tags                         []string // WithTags
+	backend                      string   // WithBackend, or Options.Backend; "": not capped
 }
 
 // WithExpiry sets this value's lifetime, in place of the Cache's
@@ -472,6 +515,16 @@ func WithNegative(d time.Duration) LoadOption {
 // load, in place of Options.WaitTimeout. It must be at least 1ms.
 func WithWaitTimeout(d time.Duration) LoadOption {
 	return loadOption(func(s *itemSettings) { s.wait = d })
+}
+
+// WithBackend names the backend this call's load runs against, in place
+// of Options.Backend: the load takes one of the backend's permits (see
+// Options.Backends) before its loader runs. The name must be one of
+// Options.Backends; "" runs the load without a cap. It changes nothing
+// for a call that finds a value, nor for one that waits for another
+// process's load, whose own backend applies.
+func WithBackend(name string) LoadOption {
+	return loadOption(func(s *itemSettings) { s.backend = name })
 }
 
 // WithTags stores the value with tags, which InvalidateTag and
@@ -525,6 +578,9 @@ func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
 	if len(opts) > 0 {
 		it = withLoad(it, opts)
 	}
+	if _, ok := c.s.backends[it.backend]; it.backend != "" && !ok {
+		return it, invalid("WithBackend %q is not a name in Options.Backends", it.backend)
+	}
 	return it, it.check()
 }
 
@@ -538,7 +594,7 @@ func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
 
 // item returns the settings of a call given no options.
 func (c *Cache) item() itemSettings {
-	return itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout}
+	return itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout, backend: c.s.backend}
 }
 
 //go:noinline

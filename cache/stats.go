@@ -55,6 +55,7 @@ type Stats struct {
 	WritesSkipped  uint64 // rebuilt values not written because a Delete or Set came first
 	ServerErrors   uint64 // failed server calls
 	AnnounceDenied uint64 // SUBSCRIBEs and PUBLISHes of announcements the server refused (ACL): waiters poll instead
+	BackendWaits   uint64 // loads that found their backend's permits all held and waited for one (Options.Backends)
 
 	// The near cache (Options.Near).
 	NearHits          uint64 // of Hits and StaleHits, those answered from the near cache
@@ -82,6 +83,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.WritesSkipped += o.WritesSkipped
 	s.ServerErrors += o.ServerErrors
 	s.AnnounceDenied += o.AnnounceDenied
+	s.BackendWaits += o.BackendWaits
 	s.NearHits += o.NearHits
 	s.NearInvalidations += o.NearInvalidations
 	s.NearFlushes += o.NearFlushes
@@ -95,7 +97,7 @@ type counters struct {
 	// adds them to Hits and StaleHits.
 	hits, staleHits, nearFresh, nearStale striped.Counter
 	misses, loads, loadErrors, coalesced, served, waits, waitTimeouts,
-	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied atomic.Uint64
+	contention, failOpen, decodeFailures, refreshes, writesSkipped, serverErrors, announceDenied, backendWaits atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -112,7 +114,7 @@ func (c *Cache) Stats() Stats {
 		LoadErrors: n.loadErrors.Load(), Coalesced: n.coalesced.Load(), Served: n.served.Load(), Waits: n.waits.Load(),
 		WaitTimeouts: n.waitTimeouts.Load(), LockContention: n.contention.Load(), FailOpenLoads: n.failOpen.Load(),
 		DecodeFailures: n.decodeFailures.Load(), Refreshes: n.refreshes.Load(), WritesSkipped: n.writesSkipped.Load(),
-		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(),
+		ServerErrors: n.serverErrors.Load(), AnnounceDenied: n.announceDenied.Load(), BackendWaits: n.backendWaits.Load(),
 		NearHits: nf + ns, NearInvalidations: invals, NearFlushes: flushes, NearEntries: entries,
 	}
 }

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 	}
 	if err != nil {
 		c.served(res, shared) // a load's error is its answer too; the caller's own ctx's is none (zero res)
-		return outcome{}, false, err
+		return outcome{}, false, c.busyCaller(ctx, k, err)
 	}
 	taken = !shared || res.accepts(obs) && c.tagsLive(ctx, res)
 	if taken {
@@ -352,6 +353,10 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 			// The rebuild's write was refused by the ACL: so would
 			// this caller's be; tell it so.
 			err = remotePermission{err}
+		} else if strings.HasPrefix(n.text, ErrBackendBusy.Error()) {
+			// The rebuild found its backend's permits held: so would
+			// this caller; tell it so.
+			err = errors.Join(ErrBackendBusy, err)
 		}
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), err)
 		return told(outcome{src: fromRemote}, err)

@@ -209,3 +209,60 @@ func TestACL_lock_permissionRemoved(t *testing.T) {
 		})
 	}
 }
+
+// A user holding exactly SemaphorePerms acquires, refreshes and releases
+// permits, and a waiter whose poll is an hour is woken by a release (the
+// channel is granted); without a command the script calls, TryAcquire
+// returns ErrPermission naming the semaphore.
+func TestACL_semaphore(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		prefix := aclPrefix(t)
+		u := s.User(t, append(redistest.ConnPerms(s.Kind), redistest.SemaphorePerms(prefix+"*")...)...)
+		c, err := lock.New(u.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		sem := newSemaphore(t, c, prefix+"sem", 1, time.Minute, lock.WithPollInterval(time.Hour))
+		p, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("refresh: %v", err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			q, err := sem.Acquire(ctx)
+			if err == nil {
+				err = q.Release(ctx)
+			}
+			got <- err
+		}()
+		redistest.WaitFor(t, ctx, "the waiter to wait for a notice", func() bool { return lock.SemArmed(c, sem) == 1 })
+		if err := p.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if err := redistest.Recv(t, ctx, got, "the woken waiter"); err != nil {
+			t.Fatal(err)
+		}
+
+		var fewer []string
+		for _, r := range redistest.SemaphorePerms(prefix + "*") {
+			if r != "+zremrangebyscore" {
+				fewer = append(fewer, r)
+			}
+		}
+		nu := s.User(t, append(redistest.ConnPerms(s.Kind), fewer...)...)
+		nc, err := lock.New(nu.Client(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		nsem := newSemaphore(t, nc, prefix+"sem", 1, time.Minute)
+		if _, err := nsem.TryAcquire(ctx); !errors.Is(err, lock.ErrPermission) || !strings.Contains(err.Error(), prefix+"sem") {
+			t.Errorf("TryAcquire without +zremrangebyscore: %v, want ErrPermission naming the semaphore", err)
+		}
+	})
+}

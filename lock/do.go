@@ -76,7 +76,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 
 // hold runs fn under l with a keep-alive, then releases l.
 func (l *Lock) hold(ctx context.Context, ttl, every time.Duration, obtained time.Time, fn func(context.Context) error) (err error) {
-	work, stop := l.keepAliveFrom(context.WithValue(ctx, lockKey, l), ttl, every, obtained)
+	work, stop := keepAliveFrom(context.WithValue(ctx, lockKey, l), l, ttl, every, obtained)
 	defer func() {
 		cause := stop()
 		lost := errors.Is(cause, ErrLost)
@@ -135,21 +135,42 @@ func (l *Lock) KeepAlive(ctx context.Context, ttl, interval time.Duration) (held
 	// deadline does not overestimate. A lock obtained more recently than
 	// that is measured from its obtain: a KeepAlive called right after
 	// Obtain refreshes interval after the obtain was sent, not at once.
-	set := time.Now().Add(-interval)
-	if l.sent.After(set) {
-		set = l.sent
-	}
-	return l.keepAliveFrom(ctx, ttl, interval, set)
+	return keepAliveFrom(ctx, l, ttl, interval, assumedSet(l.sent, interval))
 }
 
-// keepAliveFrom starts the keep-alive of l, last set to expire ttl from
+// assumedSet is when a lock or permit obtained at sent, which a caller asks
+// to keep alive every interval, was last set to expire a full TTL later,
+// as KeepAlive assumes it (see there).
+func assumedSet(sent time.Time, interval time.Duration) time.Time {
+	set := time.Now().Add(-interval)
+	if sent.After(set) {
+		set = sent
+	}
+	return set
+}
+
+// keeper is what a keep-alive keeps: a Lock or a semaphore's Permit.
+type keeper interface {
+	// keptBy returns the Client, the key (the lock's, the semaphore's)
+	// and when the acquisition was sent.
+	keptBy() (c *Client, key string, sent time.Time)
+	// extend refreshes it to ttl, reporting nothing; ErrNotHeld when it
+	// is not held any more.
+	extend(ctx context.Context, ttl time.Duration) error
+	// lost reports its loss (see Lock.lost).
+	lost(ctx context.Context, err error, owned bool)
+}
+
+func (l *Lock) keptBy() (*Client, string, time.Time) { return l.c, l.key, l.sent }
+
+// keepAliveFrom starts the keep-alive of h, last set to expire ttl from
 // set (when that refresh or obtain was sent).
-func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set time.Time) (context.Context, func() error) {
+func keepAliveFrom(ctx context.Context, h keeper, ttl, every time.Duration, set time.Time) (context.Context, func() error) {
 	work, cancel := context.WithCancelCause(ctx)
 	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		l.keepAlive(ctx, cancel, ttl, every, set, quit)
+		keepAlive(ctx, h, cancel, ttl, every, set, quit)
 	}()
 	return work, func() error {
 		select {
@@ -167,7 +188,7 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set 
 	}
 }
 
-// keepAlive refreshes l until stop closes, each refresh due every after
+// keepAlive refreshes h until stop closes, each refresh due every after
 // the send of the last one that succeeded (set: the obtain, or the refresh
 // the caller made), not after its answer: timed from the answers, a round
 // trip as long as a third of ttl would put each refresh a round trip
@@ -185,7 +206,8 @@ func (l *Lock) keepAliveFrom(ctx context.Context, ttl, every time.Duration, set 
 //
 // ctx is the keep-alive's caller's, for its values only (the failpoint's):
 // the refreshes run on contexts of their own, bounded by the cutoff.
-func (l *Lock) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, ttl, every time.Duration, set time.Time, stop <-chan struct{}) {
+func keepAlive(ctx context.Context, h keeper, cancel context.CancelCauseFunc, ttl, every time.Duration, set time.Time, stop <-chan struct{}) {
+	c, key, obtained := h.keptBy()
 	margin := min(ttl/10, 100*time.Millisecond)
 	validUntil := set.Add(ttl)
 	expiring := time.NewTimer(time.Until(validUntil.Add(-margin))) // fires at the cutoff
@@ -206,16 +228,16 @@ func (l *Lock) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, tt
 	lose := func(cause, refreshErr error) {
 		cancel(cause)
 		if refreshErr != nil {
-			l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), refreshErr)
+			c.emitOwned(EventRefreshFailed, key, time.Since(obtained), refreshErr)
 		}
-		l.lost(context.Background(), cause, true)
+		h.lost(context.Background(), cause, true)
 	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-expiring.C:
-			lose(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, l.key), nil)
+			lose(fmt.Errorf("%w: could not refresh %q before it expires", ErrLost, key), nil)
 			return
 		case <-timer.C:
 			cutoff := validUntil.Add(-margin)
@@ -228,7 +250,7 @@ func (l *Lock) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, tt
 				failpoint.Inject(ctx, failpoint.LockRefresh)
 				ctx, done := context.WithDeadline(context.Background(), cutoff)
 				defer done()
-				result <- l.extend(ctx, ttl) // reported below, not on this goroutine
+				result <- h.extend(ctx, ttl) // reported below, not on this goroutine
 			}(result)
 		case err := <-result:
 			result = nil
@@ -237,17 +259,17 @@ func (l *Lock) keepAlive(ctx context.Context, cancel context.CancelCauseFunc, tt
 				validUntil = sent.Add(ttl)
 				expiring.Reset(time.Until(validUntil.Add(-margin)))
 				timer.Reset(time.Until(sent.Add(every)))
-				l.c.emitOwned(EventRefreshed, l.key, time.Since(l.sent), nil)
+				c.emitOwned(EventRefreshed, key, time.Since(obtained), nil)
 			case errors.Is(err, ErrNotHeld):
-				lose(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, l.key), err)
+				lose(fmt.Errorf("%w: %q was taken or deleted by someone else", ErrLost, key), err)
 				return
 			default:
 				// A transient failure: try again soon, timed from this
 				// attempt's send too (at once after one that hung);
 				// expiring ends the attempts at the cutoff.
 				timer.Reset(time.Until(sent.Add(every / 4)))
-				l.c.log(slog.LevelWarn, "refresh failed; retrying until the lock would expire", "key", l.key, "err", err)
-				l.c.emitOwned(EventRefreshFailed, l.key, time.Since(l.sent), err)
+				c.log(slog.LevelWarn, "refresh failed; retrying until it would expire", "key", key, "err", err)
+				c.emitOwned(EventRefreshFailed, key, time.Since(obtained), err)
 			}
 		}
 	}

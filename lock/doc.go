@@ -103,6 +103,17 @@
 // a slot migrates, its waiters may miss notifications and go by their
 // poll. Elsewhere PUBLISH and SUBSCRIBE, one connection per Client.
 //
+// # Semaphores
+//
+// Client.Semaphore caps how many holders, in every process, hold one of its
+// N permits at once: Acquire waits for one (woken by a release's notice on
+// the semaphore's channel, else at the earliest expiry or the poll),
+// TryAcquire takes one or returns ErrNotObtained. A Permit expires after
+// its TTL unless refreshed (Permit.KeepAlive, as Lock.KeepAlive), so a
+// killed holder frees its place then. Waiters are not served in order. The
+// semaphore is one key, a sorted set scored by the server's clock, and
+// needs scripting on every server.
+//
 // # Guarantees and their limits
 //
 // While the lock has not expired, no other Client can obtain it, and no

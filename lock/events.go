@@ -46,7 +46,9 @@ func (k EventKind) String() string {
 // cache (middleware.Event has a Route instead, and a Reason, which lock's
 // kinds make unnecessary). For a lock:
 //
-//   - Key is the lock's key.
+//   - Key is the lock's key. A Semaphore's permits report the same kinds
+//     as a lock (Acquire and TryAcquire as Obtain, a Permit's Release,
+//     Refresh and KeepAlive as a Lock's), with the semaphore's key.
 //   - Duration is, for EventObtained, EventNotObtained and
 //     EventObtainFailed, the time Obtain spent, retries included; for events
 //     about a lock that was obtained, the time since it was obtained (so
@@ -74,7 +76,7 @@ func (k EventKind) String() string {
 // Arguments rejected with ErrInvalid report nothing.
 type Event struct {
 	Kind     EventKind
-	Key      string // the lock's key
+	Key      string // the lock's key (a semaphore's, for its permits)
 	Duration time.Duration
 	Err      error
 	Context  context.Context // of the call the event belongs to (see above); never nil

@@ -415,3 +415,45 @@ func Example_obtain() {
 		lock.WithMinHold(time.Minute))
 	log.Print(ran, err)
 }
+
+// A semaphore caps the calls to a backend across every process: here at
+// two. A third TryAcquire finds both permits held; Acquire waits for a
+// release instead. A permit of a process that dies frees its place after
+// its TTL.
+func ExampleClient_Semaphore() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := lock.New(rdb, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	sem, err := c.Semaphore("backend:payments", 2, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	a, _ := sem.Acquire(ctx)
+	b, _ := sem.Acquire(ctx)
+	_, err = sem.TryAcquire(ctx)
+	fmt.Println("third:", err)
+
+	got := make(chan *lock.Permit)
+	go func() {
+		p, err := sem.Acquire(ctx) // waits for the release below
+		if err != nil {
+			panic(err)
+		}
+		got <- p
+	}()
+	fmt.Println("release:", a.Release(ctx))
+	p := <-got
+	fmt.Println("waiter got a permit")
+	_ = b.Release(ctx)
+	_ = p.Release(ctx)
+	// Output:
+	// third: lock: not obtained
+	// release: <nil>
+	// waiter got a permit
+}

@@ -14,5 +14,6 @@ func TestMain(m *testing.M) {
 		"cron":    workerCron,
 		"handoff": workerHandoff,
 		"waiter":  workerWaiter,
+		"semhold": workerSemHold,
 	})
 }

@@ -20,8 +20,9 @@ import (
 type waker struct {
 	once    sync.Once
 	hub     *keysub.Hub
-	mu      sync.Mutex             // guards waiters; held only for map updates and sends that cannot block
-	waiters map[string]*wakeWaiter // token -> its wake-up and subscription
+	mu      sync.Mutex              // guards waiters and sems; held only for map updates and sends that cannot block
+	waiters map[string]*wakeWaiter  // token -> its wake-up and subscription
+	sems    map[string][]*semWaiter // semaphore release channel -> its waiters here, oldest first (semaphore.go)
 }
 
 // wakeWaiter is one waiting Obtain's registration. Its fields but wake are
@@ -174,11 +175,15 @@ func (c *Client) wakerRemove(channel, token string) {
 	}
 }
 
-// wake delivers a hand-off notice (the message is the waiter's token).
-func (c *Client) wake(_, token string) {
+// wake delivers a hand-off notice (the message is the waiter's token), or
+// a semaphore's release notice (on the semaphore's channel, see
+// semWakeLocked).
+func (c *Client) wake(channel, token string) {
 	w := &c.waker
 	w.mu.Lock()
-	if ww, ok := w.waiters[token]; ok {
+	if ws := w.sems[channel]; len(ws) > 0 {
+		semWakeLocked(ws)
+	} else if ww, ok := w.waiters[token]; ok {
 		select {
 		case ww.wake <- struct{}{}:
 		default:

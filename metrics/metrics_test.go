@@ -135,7 +135,7 @@ func TestStatsFields(t *testing.T) {
 			t.Errorf("%s: no help or no getter", f.Name)
 		}
 	}
-	s := cache.Stats{Coalesced: 1, Served: 2, Waits: 3, LockContention: 4, AnnounceDenied: 5, NearInvalidations: 6, NearFlushes: 7, NearEntries: 8}
+	s := cache.Stats{Coalesced: 1, Served: 2, Waits: 3, LockContention: 4, AnnounceDenied: 5, NearInvalidations: 6, NearFlushes: 7, NearEntries: 8, BackendWaits: 9}
 	for i, f := range StatsFields() {
 		if got := f.Value(s); got != uint64(i+1) {
 			t.Errorf("%s reads %d, want %d", f.Name, got, i+1)

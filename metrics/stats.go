@@ -20,8 +20,8 @@ type StatsField struct {
 
 // StatsFields returns the cache.Stats fields that no cache.Event carries:
 // coalesced, served, waits, lock_contention, announce_denied,
-// near.invalidations, near.flushes and the gauge near.entries, in that
-// order. Each call returns a new slice.
+// near.invalidations, near.flushes, the gauge near.entries and
+// backend_waits, in that order. Each call returns a new slice.
 func StatsFields() []StatsField {
 	return []StatsField{
 		{Name: "coalesced", Help: "Calls that joined a load or wait already running in this process (cache.Stats.Coalesced).",
@@ -40,5 +40,7 @@ func StatsFields() []StatsField {
 			Value: func(s cache.Stats) uint64 { return s.NearFlushes }},
 		{Name: "near.entries", Help: "Entries in the near cache now, otter's estimate (cache.Stats.NearEntries).", Gauge: true,
 			Value: func(s cache.Stats) uint64 { return s.NearEntries }},
+		{Name: "backend_waits", Help: "Loads that found their backend's permits all held and waited for one (cache.Stats.BackendWaits).",
+			Value: func(s cache.Stats) uint64 { return s.BackendWaits }},
 	}
 }

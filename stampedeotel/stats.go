@@ -17,7 +17,8 @@ import (
 // stampede.cache.announce_denied, stampede.cache.near.invalidations,
 // stampede.cache.near.flushes (observable counters) and
 // stampede.cache.near.entries (an observable up-down counter, unit
-// {entry}: a count of items, which goes down as well as up). (Hits, misses,
+// {entry}: a count of items, which goes down as well as up) and
+// stampede.cache.backend_waits. (Hits, misses,
 // loads, fail-open loads, decode failures, refreshes, skipped writes and
 // server errors come from CacheObserver's events.)
 //

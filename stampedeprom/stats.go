@@ -16,8 +16,8 @@ import (
 // stampede_cache_lock_contention_total,
 // stampede_cache_announce_denied_total,
 // stampede_cache_near_invalidations_total,
-// stampede_cache_near_flushes_total and the gauge
-// stampede_cache_near_entries. (Hits, misses, loads, fail-open loads,
+// stampede_cache_near_flushes_total, the gauge
+// stampede_cache_near_entries and stampede_cache_backend_waits_total. (Hits, misses, loads, fail-open loads,
 // decode failures, refreshes, skipped writes and server errors come from
 // CacheObserver's events.)
 //

@@ -41,6 +41,10 @@ type Results struct {
 	// PagePurge is the page purge scenario: every phase of each approach.
 	PagePurge []PagePurge `json:"page_purge,omitempty"`
 
+	// BackendCap is the backend-cap scenario: the uncapped run, then the
+	// capped one.
+	BackendCap []BackendCap `json:"backend_cap,omitempty"`
+
 	// Notes are things a reader must know: what was skipped and why.
 	Notes []string `json:"notes,omitempty"`
 	// Plots are the file names of the plots, relative to the output folder.

@@ -113,6 +113,7 @@ func All() []Scenario {
 		{Name: "coherence", Title: "near cache coherence", Steps: func(Config) int { return 2 }, Run: Coherence},
 		{Name: "near-memory", Title: "near cache memory", Steps: func(Config) int { return 1 }, Run: NearMemory},
 		{Name: "purge", Title: "page purge", Steps: func(Config) int { return len(pagePlans()) }, Run: PagePurge},
+		{Name: "backend-cap", Title: "backend cap", Steps: func(Config) int { return 2 }, Run: BackendCap},
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 // job is one pod's part of a scenario run.
 type job struct {
-	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory" or "page"
+	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory", "page" or "backend"
 	Approach string // an approach, or for "hit" a hit mode
 	NS       string // key prefix (stampede's Namespace)
 	Pod      int
@@ -69,6 +69,9 @@ type job struct {
 	Purges []string
 	Phase  time.Duration
 	Near   bool
+
+	// backend: the loads are capped at Cap fleet-wide (0: no cap).
+	Cap int
 }
 
 // podResult is what a pod reports for a job. Times are in microseconds.
@@ -96,6 +99,11 @@ type podResult struct {
 	Served  []string     `json:",omitempty"`
 	Renders []pageRender `json:",omitempty"`
 	Purges  [][2]int64   `json:",omitempty"`
+
+	// backend: the most loads seen running at once, fleet-wide, and the
+	// loads that waited for a permit (cache.Stats.BackendWaits).
+	MaxConc      int64  `json:",omitempty"`
+	BackendWaits uint64 `json:",omitempty"`
 }
 
 // record adds one request to r.
@@ -195,6 +203,8 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 		return runLockJob(rdb, j, in, say)
 	case "page":
 		return runPageJob(rdb, j, in, say)
+	case "backend":
+		return runBackendJob(rdb, j, in, say)
 	}
 	var g getter
 	var err error

@@ -161,3 +161,21 @@ func HandoffPerms(keyPattern string) []string {
 		"+zadd", "+zrem", "+zrange", "+hset", "+hget", "+hdel",
 		"+spublish", "+ssubscribe", "+sunsubscribe", "+publish", "+subscribe", "+unsubscribe", "+ping"}
 }
+
+// SemaphorePerms are what a lock.Semaphore on keys matching keyPattern
+// (without a hash tag) needs on every kind, the connection's aside: the
+// key itself, the release channel "{key}:released" that waiters subscribe
+// to (sharded pub/sub: every kind here has it), and the semaphore script
+// and the commands it calls. docs/permissions.md lists the same.
+func SemaphorePerms(keyPattern string) []string {
+	return []string{"~" + keyPattern, "&{" + keyPattern,
+		"+evalsha", "+eval", "+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zscore", "+zrem",
+		"+pttl", "+pexpire", "+spublish", "+ssubscribe", "+sunsubscribe", "+ping"}
+}
+
+// CacheBackendPerms are what cache.Options.Backends adds to CachePerms on
+// every kind: the semaphore script and the commands it calls (its key and
+// channel are within the namespace's).
+func CacheBackendPerms() []string {
+	return []string{"+evalsha", "+eval", "+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zscore", "+zrem", "+pttl", "+pexpire"}
+}
