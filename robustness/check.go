@@ -54,6 +54,7 @@ type checkOptions struct {
 	nearBound  time.Duration // how long a process's near cache may serve a value another process changed
 	linTimeout time.Duration // Porcupine's budget per key
 	skip       []string      // validators left out (proof that the others catch what they should not)
+	cap        int           // the workers' cap on exp's concurrent loads (Options.Backends); 0: none
 }
 
 // check runs every validator on h.
@@ -75,6 +76,7 @@ func check(h *history, o checkOptions) *result {
 		{"soft-purge", checkSoftPurge},
 		{"soft-invalidate", checkSoftInvalidate},
 		{"invalidate", checkInvalidate},
+		{"cap", checkCap},
 		{"leaks", checkLeaks},
 	}
 	for _, v := range validators {

@@ -121,8 +121,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.mix.HTTP, "http", 2, "HTTP client goroutines per worker")
 	fs.IntVar(&o.mix.Fail, "fail", 8, "percent of loader runs that fail (a quarter as many again panic, as many outlive LoadTimeout)")
 	fs.IntVar(&o.mix.Garbage, "garbage", 2, "percent of exp operations that write bytes no cache can decode (the replace path)")
+	fs.IntVar(&o.mix.Cap, "cap", 3, "fleet-wide cap on exp's concurrent loads (cache.Options.Backends, the same in every worker); 0: none")
 	fs.IntVar(&o.mix.Invalidate, "invalidate", 5, "percent of exp operations that invalidate a tag, three in five with InvalidateTag, the others with SoftInvalidateTag")
-	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, softpurge, stale, tags, softtags (comma-separated)")
+	fs.StringVar(&sabotage, "sabotage", "", "break a promise on purpose, to show a check catches it: fence, waiter, purge, softpurge, stale, tags, softtags, cap (comma-separated)")
 	fs.BoolVar(&o.strict, "strict", false, "fail on violations an open issue names too (the checker marks such a violation known; none today)")
 	fs.StringVar(&skip, "skip", "", "validators to leave out, comma-separated")
 	fs.DurationVar(&o.nearBound, "near-bound", nearLease+150*time.Millisecond, "how long a near cache may serve what another process changed (the Lease, plus scheduling)")
@@ -153,10 +154,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	for _, s := range strings.Split(sabotage, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case "fence", "waiter", "purge", "softpurge", "stale", "tags", "softtags":
+		case "fence", "waiter", "purge", "softpurge", "stale", "tags", "softtags", "cap":
 			o.sabotage = append(o.sabotage, s)
 		default:
-			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, softpurge, stale, tags, softtags)", s)
+			return o, fmt.Errorf("-sabotage: unknown %q (fence, waiter, purge, softpurge, stale, tags, softtags, cap)", s)
 		}
 	}
 	if skip != "" {
@@ -369,7 +370,7 @@ func runOnce(ctx context.Context, o options, dir string, log io.Writer) (*summar
 	if err := readStore(ctx, db, prefix, h); err != nil {
 		return nil, nil, fmt.Errorf("reading the fenced store: %w", err)
 	}
-	res := check(h, checkOptions{nearBound: o.nearBound, linTimeout: 30 * time.Second, skip: o.skip})
+	res := check(h, checkOptions{nearBound: o.nearBound, linTimeout: 30 * time.Second, skip: o.skip, cap: o.mix.Cap})
 	for _, p := range procs.failed {
 		res.violate("processes", p)
 	}

@@ -91,7 +91,7 @@ func TestShort(t *testing.T) {
 				t.Errorf("[%s] %s", v.Check, v.Message)
 			}
 			// The run must have exercised what it checks.
-			for _, c := range []string{"linearizable ops", "read-your-writes", "one-load", "remote-failure", "fencing", "run-once", "purge", "soft-purge", "invalidate", "soft-invalidate", "invalidate (within a value's life of one)", "leaks"} {
+			for _, c := range []string{"linearizable ops", "read-your-writes", "one-load", "remote-failure", "fencing", "run-once", "purge", "soft-purge", "invalidate", "soft-invalidate", "invalidate (within a value's life of one)", "cap", "leaks"} {
 				if res.Checked[c] == 0 {
 					t.Errorf("check %q looked at nothing", c)
 				}
@@ -122,6 +122,7 @@ func TestSabotage(t *testing.T) {
 		{"softpurge", "soft-purge", []string{"-lin", "0", "-exp", "0", "-locks", "0", "-http", "4"}},
 		{"tags", "invalidate", []string{"-lin", "0", "-http", "0", "-locks", "0", "-exp", "4"}},
 		{"softtags", "soft-invalidate", []string{"-lin", "0", "-http", "0", "-locks", "0", "-exp", "4"}},
+		{"cap", "cap", []string{"-lin", "0", "-http", "0", "-locks", "0", "-exp", "4"}},
 	}
 	for _, c := range cases {
 		t.Run(c.sabotage, func(t *testing.T) {

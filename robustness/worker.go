@@ -65,6 +65,27 @@ type mix struct {
 	Fail       int  `json:"fail"`       // percent of loader runs that fail (as many again panic or outlive LoadTimeout, a quarter each)
 	Garbage    int  `json:"garbage"`    // percent of exp operations that write bytes no cache can decode
 	Invalidate int  `json:"invalidate"` // percent of exp operations that invalidate a tag (three in five hard, the others soft)
+	Cap        int  `json:"cap"`        // fleet-wide cap on exp's concurrent loads (backend "robust"); 0: none
+}
+
+// backends caps exp's loads at Mix.Cap ("robust"); sabotaged, at three
+// times that, while the checker holds it to Mix.Cap.
+func (w *worker) backends() map[string]int {
+	if w.cfg.Mix.Cap <= 0 {
+		return nil
+	}
+	if w.cfg.sabotaged("cap") {
+		return map[string]int{"robust": 3 * w.cfg.Mix.Cap}
+	}
+	return map[string]int{"robust": w.cfg.Mix.Cap}
+}
+
+// backend is exp's default backend: "robust" when capped.
+func (w *worker) backend() string {
+	if w.cfg.Mix.Cap <= 0 {
+		return ""
+	}
+	return "robust"
 }
 
 func (c workerConfig) sabotaged(name string) bool {
@@ -302,6 +323,7 @@ func (w *worker) open() error {
 		LockTTL:   lockTTL, LoadTimeout: loadTimeout, WaitTimeout: waitTimeout,
 		PollInterval: poll, FailOpenCooldown: cooldown, DigestThreshold: 256,
 		Near: near, Observer: observe, Logger: logger,
+		Backends: w.backends(), Backend: w.backend(),
 	})
 	if err != nil {
 		return err
