@@ -444,6 +444,9 @@ func (o anyOption) applySet(s *itemSettings)   { o(s) }
 type itemSettings struct {
 	fresh, stale, negative, wait time.Duration
 	tags                         []string // WithTags
+	// queue, set by a Batcher's calls (viaQueue), takes the background
+	// refreshes of the call in place of refresh and refreshMany.
+	queue *refreshQueue
 }
 
 // WithExpiry sets this value's lifetime, in place of the Cache's

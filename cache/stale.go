@@ -57,11 +57,15 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 }
 
 // refresh starts a background refresh of a stale (or nearly expired)
-// value unless this process already runs one for the key. Across
-// processes the rebuild lock lets one through; the others keep serving
-// what they have.
+// value unless this process already runs one for the key (a Batcher's
+// call hands it to the Batcher's rounds). Across processes the rebuild
+// lock lets one through; the others keep serving what they have.
 func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte, load loader.Func[[]byte]) {
 	if c.refreshes.Joined(k.value) > 0 {
+		return
+	}
+	if it.queue != nil { // a Batcher's call: its round loads the key (refreshqueue.go)
+		it.queue.add(ctx, staleKey{k: k, old: old}, it)
 		return
 	}
 	old = append([]byte(nil), old...)
