@@ -40,6 +40,8 @@ type Results struct {
 
 	// PagePurge is the page purge scenario: every phase of each approach.
 	PagePurge []PagePurge `json:"page_purge,omitempty"`
+	// BatchRefresh is the batched refresh scenario: each approach's run.
+	BatchRefresh []BatchRefresh `json:"batch_refresh,omitempty"`
 
 	// Notes are things a reader must know: what was skipped and why.
 	Notes []string `json:"notes,omitempty"`

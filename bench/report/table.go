@@ -145,7 +145,8 @@ func tables(r *Results) []table {
 	}
 	ts = append(ts, gapTables(r)...)
 	ts = append(ts, nearTables(r)...)
-	return append(ts, purgeTables(r)...)
+	ts = append(ts, purgeTables(r)...)
+	return append(ts, batchTables(r)...)
 }
 
 func scaleTable(title, about, axis string, pts []Scale) table {

@@ -22,7 +22,7 @@ import (
 
 // job is one pod's part of a scenario run.
 type job struct {
-	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory" or "page"
+	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory", "page" or "batch"
 	Approach string // an approach, or for "hit" a hit mode
 	NS       string // key prefix (stampede's Namespace)
 	Pod      int
@@ -69,6 +69,13 @@ type job struct {
 	Purges []string
 	Phase  time.Duration
 	Near   bool
+
+	// batch: pod 0 stores Keys keys falling due within Spread from Lead
+	// after; every pod of Procs reads them at Rate requests per second
+	// (through a Batcher of Window and MaxKeys, or GetOrLoad), the loader
+	// logging its calls on List and counting keys in the hash Counter.
+	Spread, Lead, Window time.Duration
+	MaxKeys, Procs       int
 }
 
 // podResult is what a pod reports for a job. Times are in microseconds.
@@ -96,6 +103,9 @@ type podResult struct {
 	Served  []string     `json:",omitempty"`
 	Renders []pageRender `json:",omitempty"`
 	Purges  [][2]int64   `json:",omitempty"`
+
+	// batch, from pod 0: when the first key falls due (Unix µs).
+	Due int64 `json:",omitempty"`
 }
 
 // record adds one request to r.
@@ -195,6 +205,8 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 		return runLockJob(rdb, j, in, say)
 	case "page":
 		return runPageJob(rdb, j, in, say)
+	case "batch":
+		return runBatchJob(rdb, j, in, say)
 	}
 	var g getter
 	var err error
