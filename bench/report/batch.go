@@ -10,6 +10,11 @@ const (
 	// BatchGetOrLoad is GetOrLoad per key: each stale key refreshed by a
 	// loader call of its own.
 	BatchGetOrLoad = "GetOrLoad"
+	// BatchSturdyc is sturdyc v1.1.5 in each process, its early refreshes
+	// falling due within the same spread, with WithRefreshCoalescing of
+	// the Batcher's Window and MaxKeys: every process holds and refreshes
+	// its own copy of every key.
+	BatchSturdyc = "sturdyc coalescing"
 )
 
 // BatchRefresh is one approach's run in the batched refresh scenario:
@@ -30,8 +35,9 @@ type BatchRefresh struct {
 	Calls   int `json:"calls"`
 	Largest int `json:"largest"`
 	// Refreshed counts the keys loaded at least once, Twice those loaded
-	// more than once, fleet-wide.
+	// more than once, Loads the keys' loads, fleet-wide.
 	Refreshed int `json:"refreshed"`
+	Loads     int `json:"loads"`
 	Twice     int `json:"twice"`
 	// RefreshMs is from the first key falling due to the end of the last
 	// loader call.
@@ -65,15 +71,17 @@ func batchTables(r *Results) []table {
 		f.Keys, ms(f.SpreadMs), f.Procs, f.Rate, ms(f.LoadMs))
 	if b != nil {
 		about += fmt.Sprintf(" Batcher: Window %s, MaxKeys %d.", ms(b.WindowMs), b.MaxKeys)
+		about += fmt.Sprintf(" sturdyc (v1.1.5, a cache in each process's memory): early refreshes due within the same %s, "+
+			"WithRefreshCoalescing(%d, %s), every key read through GetOrFetchBatch of one id.", ms(f.SpreadMs), b.MaxKeys, ms(b.WindowMs))
 	}
 	t := table{
 		title:  "Batched refreshes",
 		about:  about,
-		header: []string{"approach", "loader calls", "largest", "keys refreshed", "loaded twice", "refresh took", "hit p50", "hit p99", "refresh p50", "refresh p99", "p99 ÷ hit", "max", "errors"},
+		header: []string{"approach", "loader calls", "largest", "keys refreshed", "key loads", "loaded twice", "refresh took", "hit p50", "hit p99", "refresh p50", "refresh p99", "p99 ÷ hit", "max", "errors"},
 	}
 	for _, x := range r.BatchRefresh {
 		t.rows = append(t.rows, []string{x.Approach, fmt.Sprint(x.Calls), fmt.Sprint(x.Largest), fmt.Sprintf("%d of %d", x.Refreshed, x.Keys),
-			fmt.Sprint(x.Twice), ms(x.RefreshMs), ms(x.Hit.P50), ms(x.Hit.P99), ms(x.Refresh.P50), ms(x.Refresh.P99),
+			fmt.Sprint(x.Loads), fmt.Sprint(x.Twice), ms(x.RefreshMs), ms(x.Hit.P50), ms(x.Hit.P99), ms(x.Refresh.P50), ms(x.Refresh.P99),
 			ratio(x.Refresh.P99, x.Hit.P99), ms(x.Refresh.Max), errs(x.Errors, x.FirstError)})
 	}
 	return []table{t}

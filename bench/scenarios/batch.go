@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/viccon/sturdyc"
 
 	"github.com/hotkv/stampede/bench/report"
 	"github.com/hotkv/stampede/cache"
@@ -27,7 +28,11 @@ import (
 //     go to the batch loader together, each key claimed by its rebuild
 //     lock, so that the fleet refreshes it once;
 //   - GetOrLoad per key: each stale key refreshed by a loader call of its
-//     own (once in the fleet too).
+//     own (once in the fleet too);
+//   - sturdyc in each process (GetOrFetchBatch of one id), its early
+//     refreshes due within BatchSpread, BatchLead after each process
+//     loaded every key, and WithRefreshCoalescing(BatchMax, BatchWindow):
+//     each process refreshes its own copy of every key.
 //
 // The loader (BatchLoad per call) logs each call, with its keys' count,
 // and counts each key it loads, in the server, so that every process
@@ -45,7 +50,9 @@ func BatchRefresh(ctx context.Context, e *Env, r *report.Results) error {
 	return nil
 }
 
-func batchApproaches() []string { return []string{report.BatchBatcher, report.BatchGetOrLoad} }
+func batchApproaches() []string {
+	return []string{report.BatchBatcher, report.BatchGetOrLoad, report.BatchSturdyc}
+}
 
 // batchRun runs approach on e's pods and sums it up.
 func batchRun(ctx context.Context, e *Env, approach string) (report.BatchRefresh, error) {
@@ -55,7 +62,7 @@ func batchRun(ctx context.Context, e *Env, approach string) (report.BatchRefresh
 	e.Progress.Step(fmt.Sprintf("batched refreshes · %s · %d keys", approach, c.BatchKeys), duration)
 	perPod := c.BatchRate / float64(c.Procs)
 	interval := time.Duration(float64(time.Second) / perPod)
-	ns := e.key("batch", approach)
+	ns := e.key("batch", strings.ReplaceAll(approach, " ", "-"))
 	calls, loads := e.key("batch", approach, "calls"), e.key("batch", approach, "loads")
 	jobs := make([]job, c.Procs)
 	for i := range jobs {
@@ -87,7 +94,7 @@ func batchRun(ctx context.Context, e *Env, approach string) (report.BatchRefresh
 func batchSummary(approach string, res []podResult, start time.Time, logged []string, perKey map[string]string, c Config) (report.BatchRefresh, error) {
 	row := report.BatchRefresh{Approach: approach, Procs: len(res), Keys: c.BatchKeys, SpreadMs: millis(c.BatchSpread),
 		Rate: c.BatchRate, LoadMs: millis(c.BatchLoad)}
-	if approach == report.BatchBatcher {
+	if approach != report.BatchGetOrLoad {
 		row.WindowMs, row.MaxKeys = millis(c.BatchWindow), c.BatchMax
 	}
 	if len(res) == 0 || res[0].Due == 0 {
@@ -110,8 +117,13 @@ func batchSummary(approach string, res []podResult, start time.Time, logged []st
 		end = max(end, ended-start.UnixMicro())
 	}
 	for _, v := range perKey {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return row, fmt.Errorf("batched refreshes: a key loaded %q times", v)
+		}
 		row.Refreshed++
-		if n, err := strconv.Atoi(v); err != nil || n > 1 {
+		row.Loads += n
+		if n > 1 {
 			row.Twice++
 		}
 	}
@@ -144,6 +156,9 @@ func batchSummary(approach string, res []podResult, start time.Time, logged []st
 // reads them at Rate requests per second, sweeping every key from an
 // offset of its own, for Duration.
 func runBatchJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any)) (*podResult, error) {
+	if j.Approach == report.BatchSturdyc {
+		return runSturdycBatchJob(rdb, j, in, say)
+	}
 	ctx := context.Background()
 	c, err := cache.New(rdb, &cache.Options{Namespace: j.NS, Expiry: cache.ExpiryPolicy{Fresh: time.Hour, Stale: time.Hour}})
 	if err != nil {
@@ -181,6 +196,48 @@ func runBatchJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, .
 			return nil, err
 		}
 		res.Due = due.UnixMicro()
+	}
+	start, err := awaitGo(in, say)
+	if err != nil {
+		return nil, err
+	}
+	runBatchRequests(j, get, start, res)
+	return res, nil
+}
+
+// runSturdycBatchJob is runBatchJob through sturdyc: every pod loads
+// every key into its own cache (a loader that counts nothing), due for an
+// early refresh between Lead and Lead+Spread after, then reads them at
+// Rate requests per second as the other approaches do.
+func runSturdycBatchJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any)) (*podResult, error) {
+	ctx := context.Background()
+	sc := sturdyc.New[Item](2*j.Keys, 8, time.Hour, 10,
+		sturdyc.WithEarlyRefreshes(j.Lead, j.Lead+j.Spread, time.Hour, time.Second),
+		sturdyc.WithRefreshCoalescing(j.MaxKeys, j.Window))
+	keyFn := sc.BatchKeyFn("u")
+	ids := make([]string, j.Keys)
+	for i := range ids {
+		ids[i] = batchKey(i)
+	}
+	warm := func(_ context.Context, ids []string) (map[string]Item, error) {
+		out := make(map[string]Item, len(ids))
+		for _, id := range ids {
+			out[id] = newItem(id)
+		}
+		return out, nil
+	}
+	due := time.Now().Add(j.Lead)
+	if _, err := sc.GetOrFetchBatch(ctx, ids, keyFn, warm); err != nil {
+		return nil, fmt.Errorf("warm up: %w", err)
+	}
+	res := &podResult{}
+	if j.Pod == 0 {
+		res.Due = due.UnixMicro()
+	}
+	load := batchLoader(rdb, j)
+	get := func(ctx context.Context, key string) (Item, error) {
+		got, err := sc.GetOrFetchBatch(ctx, []string{key}, keyFn, load)
+		return got[key], err
 	}
 	start, err := awaitGo(in, say)
 	if err != nil {
