@@ -349,3 +349,43 @@ func TestBatcher_GetMany_maxKeys(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Cluster)
 }
+
+// A key whose rebuild lock is lost while its round loads, and that is
+// written meanwhile (a Set after the lock expired), keeps what was
+// written: the round's write is conditional on the stale value it read.
+func TestBatcher_lostLockNotWritten(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		keys := keyRange("l", 0, 2)
+		f := newStaleFleet(t, s, 1, keys, nil)
+		open := f.shut(t)
+		f.l.entered = make(chan []string, 4)
+		b, c := f.batchers[0], f.caches[0]
+		end := cache.HoldBatcherWindows(b)
+		t.Cleanup(end)
+		for _, k := range keys {
+			if _, err := b.Get(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		redistest.WaitFor(t, ctx, "the claims", func() bool { return cache.BatcherTried(b) == int64(len(keys)) })
+		end()
+		redistest.Recv(t, ctx, f.l.entered, "the round's load")
+		rc := s.Client(t)
+		lost := keys[0]
+		if err := rc.Del(ctx, valueKey(f.ns, lost)+":lock").Err(); err != nil { // as if it expired
+			t.Fatal(err)
+		}
+		if err := cache.Set(ctx, c, lost, "set meanwhile"); err != nil {
+			t.Fatal(err)
+		}
+		open()
+		f.waitRefreshed(t, ctx, keys)
+		want := map[string]string{lost: "set meanwhile", keys[1]: "v2:" + keys[1]}
+		for k, w := range want {
+			if v, err := b.Get(ctx, k); err != nil || v != w {
+				t.Errorf("%s = %q, %v; want %q", k, v, err, w)
+			}
+		}
+	}, manyKinds...)
+}
