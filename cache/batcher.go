@@ -24,25 +24,31 @@ import (
 // no Close of its own: Close of its Cache ends its rounds (an open round
 // is abandoned, its keys' locks freed, nothing loaded).
 //
-// NOTE: only refreshes are batched across calls. A missing key of Get is
-// loaded at once, with the loader called for that key alone, and the
-// missing keys of GetMany with one loader call for those of that call
-// (as GetOrLoadMany's), MaxKeys at a time.
+// The loads of Get (a missing key, or a stored value it cannot use) go
+// to the loader in rounds too: each key is claimed on its own, as
+// GetOrLoad's, so that other processes wait for it, and its loader call
+// is shared with the other loads of Get in this process within Window.
+// The missing keys of GetMany are loaded as GetOrLoadMany's, with one
+// loader call for those of that call, MaxKeys at a time.
+//
+// NOTE: a caller of Get that loads waits up to Window more than with
+// GetOrLoad; callers served a stale value never wait.
 type Batcher[V any] struct {
-	c    *Cache
-	load func(context.Context, []string) (map[string]V, error) // MaxKeys at a time
-	via  LoadOption                                            // routes a call's refreshes to q
-	q    *refreshQueue
+	c      *Cache
+	load   func(context.Context, []string) (map[string]V, error) // MaxKeys at a time
+	via    LoadOption                                            // routes a call's refreshes to q
+	q      *refreshQueue
+	misses *loadRounds[V] // Get's loads
 }
 
 // BatcherOptions configures a Batcher. The zero value, and nil, mean the
 // defaults.
 type BatcherOptions struct {
-	// Window is how long a refresh that falls due waits in this process
-	// for others to join its loader call: a round opens with its first
-	// key and goes to the loader Window later, or as soon as it holds
-	// MaxKeys keys. It must be below a third of the Cache's LockTTL (the
-	// keys' rebuild locks are held meanwhile). Default: 10ms.
+	// Window is how long a refresh that falls due, or a load of Get,
+	// waits in this process for others to join its loader call: a round
+	// opens with its first key and goes to the loader Window later, or as
+	// soon as it holds MaxKeys keys. It must be below a third of the
+	// Cache's LockTTL (the keys' locks are held meanwhile). Default: 10ms.
 	Window time.Duration
 	// MaxKeys is the most keys the loader is called with, by a round or
 	// by GetMany. Default: 100.
@@ -68,7 +74,7 @@ func NewBatcher[V any](c *Cache, load func(ctx context.Context, keys []string) (
 	}
 	lim := limited(load, maxKeys)
 	q := newRefreshQueue(c, encodedMany(c, lim), window, maxKeys)
-	return &Batcher[V]{c: c, load: lim, via: viaQueue{q}, q: q}, nil
+	return &Batcher[V]{c: c, load: lim, via: viaQueue{q}, q: q, misses: &loadRounds[V]{c: c, q: q, load: lim}}, nil
 }
 
 func (o *BatcherOptions) settings(lockTTL time.Duration) (window time.Duration, maxKeys int, err error) {
@@ -87,10 +93,11 @@ func (o *BatcherOptions) settings(lockTTL time.Duration) (window time.Duration, 
 	return window, maxKeys, nil
 }
 
-// Get returns the value for key as GetOrLoad does, loading a missing
-// value with the Batcher's loader (called for key alone), and with a
-// stale value served, its refresh sent to the loader in a round with
-// the others of this process (see Batcher). opts are GetOrLoad's.
+// Get returns the value for key as GetOrLoad does, with the Batcher's
+// loader: a missing value is claimed as GetOrLoad claims it and loaded in
+// a round with the other loads of Get in this process; a stale value
+// served has its refresh sent to the loader in a round with the others
+// of this process (see Batcher). opts are GetOrLoad's.
 //
 // WARNING: as GetOrLoad's, concurrent callers share one load's result and
 // its timeout; each caller's own ctx only decides how long it waits.
@@ -99,7 +106,8 @@ func (b *Batcher[V]) Get(ctx context.Context, key string, opts ...LoadOption) (V
 		var zero V
 		return zero, invalid("nil *Batcher")
 	}
-	return GetOrLoad(ctx, b.c, key, typedOne(key, b.load), b.options(opts)...)
+	load := func(ctx context.Context) (V, error) { return b.misses.get(ctx, key) }
+	return GetOrLoad(ctx, b.c, key, load, b.options(opts)...)
 }
 
 // GetMany returns the values for keys as GetOrLoadMany does (its result

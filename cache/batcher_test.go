@@ -389,3 +389,90 @@ func TestBatcher_lostLockNotWritten(t *testing.T) {
 		}
 	}, manyKinds...)
 }
+
+// Three processes each Get 30 missing keys at once: each key is claimed
+// by one process, as GetOrLoad claims it (the others wait for it), and
+// the loads of each process go to the loader in rounds: every key loaded
+// once in the fleet, in at most 3 × ceil(30/MaxKeys) loader calls (the
+// windows held open until every load has joined a round).
+func TestBatcher_missesBatched(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		const procs, maxKeys = 3, 20
+		keys := keyRange("m", 0, 30)
+		f := newStaleFleet(t, s, procs, nil, &cache.BatcherOptions{MaxKeys: maxKeys})
+		var ends []func()
+		for _, b := range f.batchers {
+			ends = append(ends, cache.HoldBatcherWindows(b))
+		}
+		errs := make(chan error, procs*len(keys))
+		var wg sync.WaitGroup
+		for _, b := range f.batchers {
+			for _, k := range keys {
+				wg.Go(func() {
+					if v, err := b.Get(ctx, k); err != nil || v != "v2:"+k {
+						errs <- fmt.Errorf("%s = %q, %v; want v2", k, v, err)
+					}
+				})
+			}
+		}
+		redistest.WaitFor(t, ctx, "every key's load in a round", func() bool {
+			var n int64
+			for _, b := range f.batchers {
+				n += cache.BatcherLoadsJoined(b)
+			}
+			return n >= int64(len(keys))
+		})
+		for _, end := range ends {
+			end()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		calls, perKey := f.l.loaded()
+		for _, k := range keys {
+			if perKey[k] != 1 {
+				t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
+			}
+		}
+		if bound := procs * ((len(keys) + maxKeys - 1) / maxKeys); len(calls) > bound {
+			t.Errorf("%d loader calls, want at most %d: %v", len(calls), bound, calls)
+		}
+		for _, c := range calls {
+			if len(c) > maxKeys {
+				t.Errorf("a loader call with %d keys, above MaxKeys %d", len(c), maxKeys)
+			}
+		}
+		t.Logf("%d loader calls for %d missing keys in %d processes", len(calls), len(keys), procs)
+	}, manyKinds...)
+}
+
+// Close while a round of Get's loads is open: the round is not loaded,
+// the caller gets an error, and the key's claim is freed.
+func TestBatcher_closeEndsLoadRound(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		f := newStaleFleet(t, s, 1, nil, nil)
+		b, c := f.batchers[0], f.caches[0]
+		t.Cleanup(cache.HoldBatcherWindows(b))
+		got := make(chan error, 1)
+		go func() {
+			_, err := b.Get(ctx, "cold")
+			got <- err
+		}()
+		redistest.WaitFor(t, ctx, "the load in a round", func() bool { return cache.BatcherLoadsJoined(b) == 1 })
+		c.Close()
+		if err := redistest.Recv(t, ctx, got, "Get's answer"); err == nil {
+			t.Error("Get answered without an error: the abandoned round loaded")
+		}
+		rc := s.Client(t)
+		if n, err := rc.Exists(ctx, valueKey(f.ns, "cold")).Result(); err != nil || n != 0 {
+			t.Errorf("the key after Close: %d, %v; want its claim freed", n, err)
+		}
+		if calls, _ := f.l.loaded(); len(calls) != 0 {
+			t.Errorf("loader calls %v after Close", calls)
+		}
+	}, redistest.Redis8, redistest.Valkey, redistest.Miniredis)
+}

@@ -78,3 +78,7 @@ func HoldBatcherWindows[V any](b *Batcher[V]) (end func()) {
 	b.q.timer = func(time.Duration) (<-chan time.Time, func() bool) { return ch, func() bool { return true } }
 	return func() { once.Do(func() { close(ch) }) }
 }
+
+// BatcherLoadsJoined returns how many loads of b's Get have joined a
+// round so far.
+func BatcherLoadsJoined[V any](b *Batcher[V]) int64 { return b.misses.joined.Load() }
