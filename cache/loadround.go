@@ -24,8 +24,9 @@ import (
 //
 // The loader call runs on a context of the Cache, detached from the keys'
 // loads (a load whose callers all left does not cancel the others'),
-// limited by LoadTimeout and cancelled by Close. What the loader sets with
-// Expire applies to every key of the round.
+// limited by LoadTimeout and cancelled by Close. A lifetime set from
+// inside the loader (expire, as runMany allows a batch's) applies to
+// every key of the round.
 
 // loadRounds are the rounds of one Batcher's single-key loads.
 type loadRounds[V any] struct {
