@@ -35,17 +35,15 @@ func ExampleBatcher() {
 	}
 	defer c.Close()
 
-	loaded := make(chan struct{}, 2)
+	calls := make(chan []string, 2) // the keys of each loader call
 	users, err := cache.NewBatcher(c, func(ctx context.Context, ids []string) (map[string]string, error) {
-		ids = slices.Sorted(slices.Values(ids))
-		fmt.Println("loading", ids)
+		calls <- slices.Sorted(slices.Values(ids))
 		out := make(map[string]string, len(ids))
 		for _, id := range ids {
 			out[id] = "user " + id
 		}
-		loaded <- struct{}{}
 		return out, nil
-	}, &cache.BatcherOptions{Window: 200 * time.Millisecond, MaxKeys: 100})
+	}, &cache.BatcherOptions{Window: time.Second, MaxKeys: 3}) // a round of three goes at once
 	if err != nil {
 		panic(err)
 	}
@@ -54,22 +52,22 @@ func ExampleBatcher() {
 	if _, err := users.GetMany(ctx, ids); err != nil {
 		panic(err)
 	}
-	<-loaded
+	fmt.Println("loaded", <-calls)
 
 	mu.Lock()
 	now = now.Add(2 * time.Minute) // the three are stale now
 	mu.Unlock()
 	for _, id := range ids {
-		u, err := users.Get(ctx, id) // served stale at once; the refresh joins the round
+		u, err := users.Get(ctx, id) // served stale at once; its refresh joins the round
 		fmt.Println(u, err)
 	}
-	<-loaded // one loader call refreshed them
+	fmt.Println("refreshed", <-calls) // one loader call for the three
 	// Output:
-	// loading [1 2 3]
+	// loaded [1 2 3]
 	// user 1 <nil>
 	// user 2 <nil>
 	// user 3 <nil>
-	// loading [1 2 3]
+	// refreshed [1 2 3]
 }
 
 // A Batcher for users by id: GetMany and Get as GetOrLoadMany and
