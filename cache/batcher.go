@@ -102,12 +102,19 @@ func (o *BatcherOptions) settings(lockTTL time.Duration) (window time.Duration, 
 // WARNING: as GetOrLoad's, concurrent callers share one load's result and
 // its timeout; each caller's own ctx only decides how long it waits.
 func (b *Batcher[V]) Get(ctx context.Context, key string, opts ...LoadOption) (V, error) {
+	var zero V
 	if b == nil {
-		var zero V
 		return zero, invalid("nil *Batcher")
 	}
-	load := func(ctx context.Context) (V, error) { return b.misses.get(ctx, key) }
-	return GetOrLoad(ctx, b.c, key, load, b.options(opts)...)
+	if err := b.c.check(key); err != nil {
+		return zero, err
+	}
+	it, err := b.c.loadItem(opts)
+	if err != nil {
+		return zero, err
+	}
+	it.queue = b.q
+	return getOrLoad(ctx, b.c, key, func(ctx context.Context) (V, error) { return b.misses.get(ctx, key) }, it)
 }
 
 // GetMany returns the values for keys as GetOrLoadMany does (its result
