@@ -139,7 +139,8 @@ func (b *Batcher[V]) options(opts []LoadOption) []LoadOption {
 	return append(slices.Clip(opts), b.via)
 }
 
-// viaQueue is the LoadOption of a Batcher's calls.
+// viaQueue is the LoadOption of a Batcher's GetMany (Get sets
+// itemSettings.queue itself).
 type viaQueue struct{ q *refreshQueue }
 
 func (o viaQueue) applyLoad(s *itemSettings) { s.queue = o.q }
