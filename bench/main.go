@@ -70,7 +70,9 @@ func defaults(quick bool) scenarios.Config {
 			ScaleProcs: []int{1, 2, 4}, ScaleKeys: []int{1, 100, 1000}, ScaleLoad: 10 * time.Millisecond,
 			CoherenceCycles: 30, MemEntries: 10_000, FloodKeys: 50_000, FloodMax: 5_000,
 			GapShapes: []scenarios.GapShape{{Procs: 3, Goroutines: 16}}, Reps: 1, LockGoroutines: 4,
-			PageRate: 600, PagePhase: 500 * time.Millisecond, PageRender: 30 * time.Millisecond}
+			PageRate: 600, PagePhase: 500 * time.Millisecond, PageRender: 30 * time.Millisecond,
+			BatchKeys: 300, BatchSpread: 100 * time.Millisecond, BatchLead: 500 * time.Millisecond, BatchRate: 3000,
+			BatchLoad: 20 * time.Millisecond, BatchWindow: 100 * time.Millisecond, BatchMax: 100}
 	}
 	return scenarios.Config{Procs: 4, Goroutines: 32, Load: 100 * time.Millisecond, Rate: 400,
 		Duration: 5 * time.Second, TTL: time.Second,
@@ -78,7 +80,9 @@ func defaults(quick bool) scenarios.Config {
 		ScaleProcs: []int{1, 2, 4, 8}, ScaleKeys: []int{1, 100, 10000}, ScaleLoad: 20 * time.Millisecond,
 		CoherenceCycles: 170, MemEntries: 100_000, FloodKeys: 300_000, FloodMax: 100_000,
 		GapShapes: []scenarios.GapShape{{Procs: 4, Goroutines: 64}, {Procs: 8, Goroutines: 32}}, Reps: 3, LockGoroutines: 8,
-		PageRate: 2000, PagePhase: 2 * time.Second, PageRender: 50 * time.Millisecond}
+		PageRate: 2000, PagePhase: 2 * time.Second, PageRender: 50 * time.Millisecond,
+		BatchKeys: 1000, BatchSpread: 100 * time.Millisecond, BatchLead: time.Second, BatchRate: 10000,
+		BatchLoad: 20 * time.Millisecond, BatchWindow: 100 * time.Millisecond, BatchMax: 100}
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {

@@ -37,6 +37,10 @@
 // GetOrLoadMany does the same for many keys in a few round trips: one
 // MGET (one per slot on a Cluster), the claims in one pipeline, one loader
 // call for the keys it claimed, their values and announcements pipelined.
+// A Batcher registers a batch loader for one family of keys: the
+// background refreshes (and loads) that its Get and GetMany calls start
+// in a process within a short window go to that loader together, each
+// key still claimed on its own, so that it is loaded once in the fleet.
 //
 // Options.Backends caps, per backend and across every process, how many
 // loads run at once: a load takes one of its backend's permits (a

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hotkv/stampede/internal/redisx"
@@ -63,3 +64,21 @@ func Slot(tag string) uint16 { return redisx.Slot(tag) }
 // Expire is what package middleware sets a load's lifetime with from
 // inside its loader (engine.View.Expire), for the tests of that path.
 func Expire(ctx context.Context, fresh, stale time.Duration) bool { return expire(ctx, fresh, stale) }
+
+// BatcherTried returns how many refreshes of b have tried to claim their
+// key (taken or not) so far.
+func BatcherTried[V any](b *Batcher[V]) int64 { return b.q.tried.Load() }
+
+// HoldBatcherWindows makes every window of b's rounds, open ones and later
+// ones, last until end is called: rounds then go to the loader only when
+// full, until end.
+func HoldBatcherWindows[V any](b *Batcher[V]) (end func()) {
+	ch := make(chan time.Time)
+	var once sync.Once
+	b.q.timer = func(time.Duration) (<-chan time.Time, func() bool) { return ch, func() bool { return true } }
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// BatcherLoadsJoined returns how many loads of b's Get have joined a
+// round so far.
+func BatcherLoadsJoined[V any](b *Batcher[V]) int64 { return b.misses.joined.Load() }

@@ -55,6 +55,13 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if err != nil {
 		return zero, err
 	}
+	return getOrLoad(ctx, c, key, load, it)
+}
+
+// getOrLoad is GetOrLoad once its arguments are checked, with the
+// settings it (a Batcher's Get sets it.queue).
+func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], it itemSettings) (V, error) {
+	var zero V
 	var k keys // the key's names, once a read from the server needs them
 
 	// A caller that joins a flight of this process may find that the

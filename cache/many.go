@@ -507,6 +507,12 @@ func (m *many[V]) refreshStale(ctx context.Context) {
 	if len(m.stale) == 0 {
 		return
 	}
+	if q := m.it.queue; q != nil { // a Batcher's call: its rounds load them (refreshqueue.go)
+		for _, s := range m.stale {
+			q.add(ctx, s, m.it)
+		}
+		return
+	}
 	m.c.refreshMany(ctx, m.it, m.stale, encodedMany(m.c, m.load))
 }
 

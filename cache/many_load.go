@@ -609,7 +609,18 @@ func (c *Cache) refreshMany(ctx context.Context, it itemSettings, stale []staleK
 // served, and a later read refreshes it. It returns the keys it loaded
 // (by the caller's key).
 func (c *Cache) refreshBatch(ctx context.Context, it itemSettings, stale []staleKey, load manyLoader) (loaded map[string]bool) {
-	held := c.stillStale(ctx, c.lockStale(ctx, stale))
+	return c.refreshHeld(ctx, it, c.lockStale(ctx, stale), load)
+}
+
+// refreshHeld is refreshBatch once the rebuild locks are held: the keys
+// whose value changed meanwhile are let go, and the others loaded with one
+// loader call, keeping their locks alive (from when the earliest was
+// taken: a Batcher's round held them a while already), and written, each
+// only if its key still holds the stale value. Every lock of held is
+// freed, or kept for Expiry.RefreshBackoff after a failed load. It
+// returns the keys it loaded (by the caller's key).
+func (c *Cache) refreshHeld(ctx context.Context, it itemSettings, held []staleLock, load manyLoader) (loaded map[string]bool) {
+	held = c.stillStale(ctx, held)
 	if len(held) == 0 {
 		return nil
 	}

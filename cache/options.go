@@ -487,6 +487,9 @@ type itemSettings struct {
 	fresh, stale, negative, wait time.Duration
 	tags                         []string // WithTags
 	backend                      string   // WithBackend, or Options.Backend; "": not capped
+	// queue, set by a Batcher's calls (viaQueue), takes the background
+	// refreshes of the call in place of refresh and refreshMany.
+	queue *refreshQueue
 }
 
 // WithExpiry sets this value's lifetime, in place of the Cache's

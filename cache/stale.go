@@ -57,11 +57,16 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 }
 
 // refresh starts a background refresh of a stale (or nearly expired)
-// value unless this process already runs one for the key; the caller,
-// served that value, counts as one of the refresh's readers either way
-// (Event.Callers). Across processes the rebuild lock lets one through;
-// the others keep serving what they have.
+// value unless this process already runs one for the key (a Batcher's
+// call hands it to the Batcher's rounds); the caller, served that value,
+// counts as one of the refresh's readers either way (Event.Callers).
+// Across processes the rebuild lock lets one through; the others keep
+// serving what they have.
 func (c *Cache) refresh(ctx context.Context, k keys, it itemSettings, old []byte, load loader.Func[[]byte]) {
+	if it.queue != nil { // a Batcher's call: its round loads the key (refreshqueue.go)
+		it.queue.add(ctx, staleKey{k: k, old: old}, it)
+		return
+	}
 	if c.refreshes.Attach(k.value) {
 		return
 	}

@@ -40,6 +40,8 @@ type Results struct {
 
 	// PagePurge is the page purge scenario: every phase of each approach.
 	PagePurge []PagePurge `json:"page_purge,omitempty"`
+	// BatchRefresh is the batched refresh scenario: each approach's run.
+	BatchRefresh []BatchRefresh `json:"batch_refresh,omitempty"`
 
 	// BackendCap is the backend-cap scenario: the uncapped run, then the
 	// capped one.

@@ -146,7 +146,8 @@ func tables(r *Results) []table {
 	ts = append(ts, gapTables(r)...)
 	ts = append(ts, nearTables(r)...)
 	ts = append(ts, purgeTables(r)...)
-	return append(ts, backendTables(r)...)
+	ts = append(ts, backendTables(r)...)
+	return append(ts, batchTables(r)...)
 }
 
 func scaleTable(title, about, axis string, pts []Scale) table {

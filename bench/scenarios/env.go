@@ -40,6 +40,14 @@ type Config struct {
 	PageRate   float64       // page purge: requests per second, all processes together
 	PagePhase  time.Duration // page purge: how long each phase lasts
 	PageRender time.Duration // page purge: how long the page takes to render
+
+	BatchKeys   int           // batched refreshes: keys falling due
+	BatchSpread time.Duration // batched refreshes: within how long they fall due
+	BatchLead   time.Duration // batched refreshes: from storing them to the first falling due (the hit phase)
+	BatchRate   float64       // batched refreshes: requests per second, all processes together
+	BatchLoad   time.Duration // batched refreshes: how long one loader call takes
+	BatchWindow time.Duration // batched refreshes: the Batcher's Window
+	BatchMax    int           // batched refreshes: the Batcher's MaxKeys
 }
 
 // Env is what scenarios run with. It is used by one goroutine at a time.
@@ -114,6 +122,7 @@ func All() []Scenario {
 		{Name: "near-memory", Title: "near cache memory", Steps: func(Config) int { return 1 }, Run: NearMemory},
 		{Name: "purge", Title: "page purge", Steps: func(Config) int { return len(pagePlans()) }, Run: PagePurge},
 		{Name: "backend-cap", Title: "backend cap", Steps: func(Config) int { return 2 }, Run: BackendCap},
+		{Name: "batch-refresh", Title: "batched refreshes", Steps: func(Config) int { return len(batchApproaches()) }, Run: BatchRefresh},
 	}
 }
 

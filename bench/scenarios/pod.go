@@ -22,7 +22,7 @@ import (
 
 // job is one pod's part of a scenario run.
 type job struct {
-	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory", "page" or "backend"
+	Kind     string // "cold", "hot", "hit", "coh-writer", "coh-reader", "near-memory", "page", "backend" or "batch"
 	Approach string // an approach, or for "hit" a hit mode
 	NS       string // key prefix (stampede's Namespace)
 	Pod      int
@@ -72,6 +72,13 @@ type job struct {
 
 	// backend: the loads are capped at Cap fleet-wide (0: no cap).
 	Cap int
+
+	// batch: pod 0 stores Keys keys falling due within Spread from Lead
+	// after; every pod of Procs reads them at Rate requests per second
+	// (through a Batcher of Window and MaxKeys, or GetOrLoad), the loader
+	// logging its calls on List and counting keys in the hash Counter.
+	Spread, Lead, Window time.Duration
+	MaxKeys, Procs       int
 }
 
 // podResult is what a pod reports for a job. Times are in microseconds.
@@ -104,6 +111,9 @@ type podResult struct {
 	// loads that waited for a permit (cache.Stats.BackendWaits).
 	MaxConc      int64  `json:",omitempty"`
 	BackendWaits uint64 `json:",omitempty"`
+
+	// batch, from pod 0: when the first key falls due (Unix µs).
+	Due int64 `json:",omitempty"`
 }
 
 // record adds one request to r.
@@ -205,6 +215,8 @@ func runJob(rdb *redis.Client, j job, in *bufio.Scanner, say func(string, ...any
 		return runPageJob(rdb, j, in, say)
 	case "backend":
 		return runBackendJob(rdb, j, in, say)
+	case "batch":
+		return runBatchJob(rdb, j, in, say)
 	}
 	var g getter
 	var err error
