@@ -114,7 +114,11 @@ func (b *Batcher[V]) Get(ctx context.Context, key string, opts ...LoadOption) (V
 		return zero, err
 	}
 	it.queue = b.q
-	return getOrLoad(ctx, b.c, key, func(ctx context.Context) (V, error) { return b.misses.get(ctx, key) }, it)
+	// A capped backend's permit is taken by the round the key's load
+	// joins, for the round's one loader call; the key's own load takes
+	// none (it would hold one per key while waiting in the round).
+	it.round = true
+	return getOrLoad(ctx, b.c, key, func(ctx context.Context) (V, error) { return b.misses.get(ctx, key, it) }, it)
 }
 
 // GetMany returns the values for keys as GetOrLoadMany does (its result

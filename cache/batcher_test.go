@@ -26,12 +26,15 @@ type staleFleet struct {
 	ns       string
 }
 
-func newStaleFleet(t *testing.T, s *redistest.Server, n int, keys []string, bo *cache.BatcherOptions) *staleFleet {
+func newStaleFleet(t *testing.T, s *redistest.Server, n int, keys []string, bo *cache.BatcherOptions, with ...func(*cache.Options)) *staleFleet {
 	t.Helper()
 	ctx := testCtx(t)
 	clk := newClock()
 	f := &staleFleet{l: newBatchLoader("v2:"), ns: namespace(t)}
 	opts := &cache.Options{Namespace: f.ns, Expiry: cache.ExpiryPolicy{Fresh: time.Minute, Stale: 10 * time.Minute}, Now: clk.Now}
+	for _, w := range with {
+		w(opts)
+	}
 	rc := s.Client(t)
 	for range n {
 		c := newCacheOn(t, rc, opts)
@@ -446,6 +449,61 @@ func TestBatcher_missesBatched(t *testing.T) {
 			}
 		}
 		t.Logf("%d loader calls for %d missing keys in %d processes", len(calls), len(keys), procs)
+	}, manyKinds...)
+}
+
+// A capped backend's permit is the round's, not each key's: with a cap of
+// one, the missing keys of Get in two processes still go to the loader
+// in one round per process, one call at a time. (Each key's load took a
+// permit before its loader joined the round: only one key of the fleet
+// could wait in a round, and the others waited for the permit.)
+func TestBatcher_backendCapPerRound(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		const procs = 2
+		keys := keyRange("m", 0, 10)
+		f := newStaleFleet(t, s, procs, nil, &cache.BatcherOptions{MaxKeys: 20}, func(o *cache.Options) {
+			o.Backends, o.Backend = map[string]int{"db": 1}, "db"
+		})
+		var ends []func()
+		for _, b := range f.batchers {
+			ends = append(ends, cache.HoldBatcherWindows(b))
+		}
+		errs := make(chan error, procs*len(keys))
+		var wg sync.WaitGroup
+		for i, b := range f.batchers {
+			for _, k := range keys[i*len(keys)/procs : (i+1)*len(keys)/procs] {
+				wg.Go(func() {
+					if v, err := b.Get(ctx, k); err != nil || v != "v2:"+k {
+						errs <- fmt.Errorf("%s = %q, %v; want v2", k, v, err)
+					}
+				})
+			}
+		}
+		redistest.WaitFor(t, ctx, "every key's load in a round, none holding a permit", func() bool {
+			var n int64
+			for _, b := range f.batchers {
+				n += cache.BatcherLoadsJoined(b)
+			}
+			return n >= int64(len(keys))
+		})
+		for _, end := range ends {
+			end()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		calls, perKey := f.l.loaded()
+		for _, k := range keys {
+			if perKey[k] != 1 {
+				t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
+			}
+		}
+		if len(calls) != procs {
+			t.Errorf("%d loader calls, want %d: one round per process: %v", len(calls), procs, calls)
+		}
 	}, manyKinds...)
 }
 

@@ -269,7 +269,8 @@ func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	// A capped backend's permit, under the claim kept alive: a load that
 	// gets none ends as a failed load does.
-	done, err := c.permit(ctx, it, []keys{k})
+	// (A Batcher's Get takes it for its round's loader call instead.)
+	done, err := c.permit(ctx, it.unlessRound(), []keys{k})
 	if err != nil {
 		c.runs.end(k.value, r, outcome{}, err)
 		_ = stop()

@@ -34,30 +34,34 @@ type loadRounds[V any] struct {
 	q    *refreshQueue // for its window, size and timer, which the rounds share
 	load func(context.Context, []string) (map[string]V, error)
 
-	mu   sync.Mutex    // guards open and its keys
-	open *loadRound[V] // the round taking keys; nil when none
+	mu   sync.Mutex               // guards open and its rounds' keys
+	open map[string]*loadRound[V] // the round taking keys, by backend (Options.Backends; "": none)
 
 	joined atomic.Int64 // loads that joined a round, for tests
 }
 
 // loadRound is single-key loads sent to the loader in one call.
 type loadRound[V any] struct {
-	keys []string            // distinct; guarded by loadRounds.mu while open
-	in   map[string]struct{} // keys' set
-	full chan struct{}       // closed when it holds MaxKeys keys
-	done chan struct{}       // closed once got, err and exp are set
-	got  map[string]V
-	err  error
-	exp  expiry // what the loader set with Expire
+	backend string              // of every key's call: the round's loader call takes its permit
+	keys    []string            // distinct; guarded by loadRounds.mu while open
+	in      map[string]struct{} // keys' set
+	full    chan struct{}       // closed when it holds MaxKeys keys
+	done    chan struct{}       // closed once got, err and exp are set
+	got     map[string]V
+	err     error
+	exp     expiry // what the loader set with Expire
 }
 
-// get is the loader of key for a Batcher's Get: it loads key in a round.
-func (lr *loadRounds[V]) get(ctx context.Context, key string) (V, error) {
+// get is the loader of key for a Batcher's Get: it loads key in a round
+// of keys of the same backend. A capped backend's permit is the round's,
+// taken for its one loader call, not each key's (the Batcher's Get loads
+// its key without one; see Batcher.Get).
+func (lr *loadRounds[V]) get(ctx context.Context, key string, it itemSettings) (V, error) {
 	var zero V
-	r, lead := lr.join(key)
+	r, lead := lr.join(key, it.backend)
 	lr.joined.Add(1)
 	if lead {
-		lr.lead(ctx, r)
+		lr.lead(ctx, r, it)
 	}
 	select {
 	case <-r.done:
@@ -79,13 +83,16 @@ func (lr *loadRounds[V]) get(ctx context.Context, key string) (V, error) {
 
 // join puts key in the open round, opening one if there is none (lead:
 // the caller leads it); a round that is full is closed to others.
-func (lr *loadRounds[V]) join(key string) (r *loadRound[V], lead bool) {
+func (lr *loadRounds[V]) join(key, backend string) (r *loadRound[V], lead bool) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	r = lr.open
+	r = lr.open[backend]
 	if r == nil {
-		r = &loadRound[V]{in: make(map[string]struct{}), full: make(chan struct{}), done: make(chan struct{})}
-		lr.open = r
+		r = &loadRound[V]{backend: backend, in: make(map[string]struct{}), full: make(chan struct{}), done: make(chan struct{})}
+		if lr.open == nil {
+			lr.open = make(map[string]*loadRound[V])
+		}
+		lr.open[backend] = r
 		lead = true
 	}
 	if _, dup := r.in[key]; !dup {
@@ -93,7 +100,7 @@ func (lr *loadRounds[V]) join(key string) (r *loadRound[V], lead bool) {
 		r.keys = append(r.keys, key)
 	}
 	if len(r.keys) >= lr.q.max {
-		lr.open = nil
+		delete(lr.open, backend)
 		close(r.full)
 	}
 	return r, lead
@@ -102,7 +109,7 @@ func (lr *loadRounds[V]) join(key string) (r *loadRound[V], lead bool) {
 // lead waits for r's window to end, or for r to be full, or for the
 // leader's own load to end (the others still need the round), closes r to
 // other keys and starts its loader call.
-func (lr *loadRounds[V]) lead(ctx context.Context, r *loadRound[V]) {
+func (lr *loadRounds[V]) lead(ctx context.Context, r *loadRound[V], it itemSettings) {
 	end, stop := lr.q.timer(lr.q.window)
 	select {
 	case <-end:
@@ -111,10 +118,10 @@ func (lr *loadRounds[V]) lead(ctx context.Context, r *loadRound[V]) {
 	}
 	stop()
 	lr.mu.Lock()
-	if lr.open == r {
-		lr.open = nil
+	if lr.open[r.backend] == r {
+		delete(lr.open, r.backend)
 	}
-	keys := r.keys
+	names := r.keys
 	lr.mu.Unlock()
 	c := lr.c
 	bctx, finish, err := c.background(ctx, 0)()
@@ -128,7 +135,17 @@ func (lr *loadRounds[V]) lead(ctx context.Context, r *loadRound[V]) {
 		defer close(r.done)
 		lctx, cancel := context.WithTimeout(context.WithValue(bctx, expiryKey{}, &r.exp), c.s.loadTimeout)
 		defer cancel()
-		r.got, r.err = flight.Call(lctx, func(ctx context.Context) (map[string]V, error) { return lr.load(ctx, keys) }, panicError)
+		ks := make([]keys, len(names))
+		for i, k := range names {
+			ks[i] = c.keys(k)
+		}
+		release, err := c.permit(lctx, itemSettings{backend: r.backend, wait: it.wait}, ks)
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer release()
+		r.got, r.err = flight.Call(lctx, func(ctx context.Context) (map[string]V, error) { return lr.load(ctx, names) }, panicError)
 		if errors.Is(r.err, loader.ErrNotFound) {
 			r.got, r.err = nil, nil // none of them: each is not found
 		}

@@ -490,6 +490,19 @@ type itemSettings struct {
 	// queue, set by a Batcher's calls (viaQueue), takes the background
 	// refreshes of the call in place of refresh and refreshMany.
 	queue *refreshQueue
+	// round: the load's loader joins a Batcher's load round (Get), whose
+	// one loader call takes the backend's permit for all its keys.
+	round bool
+}
+
+// unlessRound is it for the permit of a load of one key: without a
+// backend when the load's loader joins a Batcher's round, which takes the
+// permit itself (see loadRounds.get).
+func (it itemSettings) unlessRound() itemSettings {
+	if it.round {
+		it.backend = ""
+	}
+	return it
 }
 
 // WithExpiry sets this value's lifetime, in place of the Cache's

@@ -68,6 +68,7 @@ func startTimer(d time.Duration) (<-chan time.Time, func() bool) {
 type roundKey struct {
 	fresh, stale, negative, wait time.Duration
 	tags                         string // the tags, each followed by a NUL
+	backend                      string // whose permit the round's loader call takes
 }
 
 func roundKeyOf(it itemSettings) roundKey {
@@ -76,7 +77,7 @@ func roundKeyOf(it itemSettings) roundKey {
 		tags.WriteString(t)
 		tags.WriteByte(0)
 	}
-	return roundKey{fresh: it.fresh, stale: it.stale, negative: it.negative, wait: it.wait, tags: tags.String()}
+	return roundKey{fresh: it.fresh, stale: it.stale, negative: it.negative, wait: it.wait, tags: tags.String(), backend: it.backend}
 }
 
 // round is keys claimed to be refreshed in one loader call.
