@@ -64,6 +64,43 @@ func (f *staleFleet) shut(t *testing.T) (open func()) {
 	return open
 }
 
+// getInRounds has each Batcher i of f Get the keys keysOf(i), missing,
+// with its rounds' windows held open until joined loads (of every
+// process) wait in a round, and checks every value.
+func (f *staleFleet) getInRounds(t *testing.T, ctx context.Context, keysOf func(i int) []string, joined int) {
+	t.Helper()
+	var ends []func()
+	for _, b := range f.batchers {
+		ends = append(ends, cache.HoldBatcherWindows(b))
+	}
+	errs := make(chan error, 1024)
+	var wg sync.WaitGroup
+	for i, b := range f.batchers {
+		for _, k := range keysOf(i) {
+			wg.Go(func() {
+				if v, err := b.Get(ctx, k); err != nil || v != "v2:"+k {
+					errs <- fmt.Errorf("%s = %q, %v; want v2", k, v, err)
+				}
+			})
+		}
+	}
+	redistest.WaitFor(t, ctx, "every key's load in a round", func() bool {
+		var n int64
+		for _, b := range f.batchers {
+			n += cache.BatcherLoadsJoined(b)
+		}
+		return n >= int64(joined)
+	})
+	for _, end := range ends {
+		end()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // waitRefreshed waits until no Cache of f refreshes a key of keys.
 func (f *staleFleet) waitRefreshed(t *testing.T, ctx context.Context, keys []string) {
 	t.Helper()
@@ -404,36 +441,7 @@ func TestBatcher_missesBatched(t *testing.T) {
 		const procs, maxKeys = 3, 20
 		keys := keyRange("m", 0, 30)
 		f := newStaleFleet(t, s, procs, nil, &cache.BatcherOptions{MaxKeys: maxKeys})
-		var ends []func()
-		for _, b := range f.batchers {
-			ends = append(ends, cache.HoldBatcherWindows(b))
-		}
-		errs := make(chan error, procs*len(keys))
-		var wg sync.WaitGroup
-		for _, b := range f.batchers {
-			for _, k := range keys {
-				wg.Go(func() {
-					if v, err := b.Get(ctx, k); err != nil || v != "v2:"+k {
-						errs <- fmt.Errorf("%s = %q, %v; want v2", k, v, err)
-					}
-				})
-			}
-		}
-		redistest.WaitFor(t, ctx, "every key's load in a round", func() bool {
-			var n int64
-			for _, b := range f.batchers {
-				n += cache.BatcherLoadsJoined(b)
-			}
-			return n >= int64(len(keys))
-		})
-		for _, end := range ends {
-			end()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		f.getInRounds(t, ctx, func(int) []string { return keys }, len(keys))
 		calls, perKey := f.l.loaded()
 		for _, k := range keys {
 			if perKey[k] != 1 {
@@ -465,36 +473,7 @@ func TestBatcher_backendCapPerRound(t *testing.T) {
 		f := newStaleFleet(t, s, procs, nil, &cache.BatcherOptions{MaxKeys: 20}, func(o *cache.Options) {
 			o.Backends, o.Backend = map[string]int{"db": 1}, "db"
 		})
-		var ends []func()
-		for _, b := range f.batchers {
-			ends = append(ends, cache.HoldBatcherWindows(b))
-		}
-		errs := make(chan error, procs*len(keys))
-		var wg sync.WaitGroup
-		for i, b := range f.batchers {
-			for _, k := range keys[i*len(keys)/procs : (i+1)*len(keys)/procs] {
-				wg.Go(func() {
-					if v, err := b.Get(ctx, k); err != nil || v != "v2:"+k {
-						errs <- fmt.Errorf("%s = %q, %v; want v2", k, v, err)
-					}
-				})
-			}
-		}
-		redistest.WaitFor(t, ctx, "every key's load in a round, none holding a permit", func() bool {
-			var n int64
-			for _, b := range f.batchers {
-				n += cache.BatcherLoadsJoined(b)
-			}
-			return n >= int64(len(keys))
-		})
-		for _, end := range ends {
-			end()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		f.getInRounds(t, ctx, func(i int) []string { return keys[i*len(keys)/procs : (i+1)*len(keys)/procs] }, len(keys))
 		calls, perKey := f.l.loaded()
 		for _, k := range keys {
 			if perKey[k] != 1 {
