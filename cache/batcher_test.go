@@ -101,6 +101,28 @@ func (f *staleFleet) getInRounds(t *testing.T, ctx context.Context, keysOf func(
 	}
 }
 
+// checkRounds checks that f's loader loaded each of keys once in the
+// fleet, in at most bound calls of at most maxKeys keys, and returns the
+// calls.
+func (f *staleFleet) checkRounds(t *testing.T, keys []string, bound, maxKeys int) [][]string {
+	t.Helper()
+	calls, perKey := f.l.loaded()
+	for _, k := range keys {
+		if perKey[k] != 1 {
+			t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
+		}
+	}
+	if len(calls) > bound {
+		t.Errorf("%d loader calls, want at most %d: %v", len(calls), bound, calls)
+	}
+	for _, c := range calls {
+		if len(c) > maxKeys {
+			t.Errorf("a loader call with %d keys, above MaxKeys %d", len(c), maxKeys)
+		}
+	}
+	return calls
+}
+
 // waitRefreshed waits until no Cache of f refreshes a key of keys.
 func (f *staleFleet) waitRefreshed(t *testing.T, ctx context.Context, keys []string) {
 	t.Helper()
@@ -178,20 +200,7 @@ func TestBatcher_refreshOncePerFleet(t *testing.T) {
 		open()
 		f.waitRefreshed(t, ctx, keys)
 
-		calls, perKey := f.l.loaded()
-		for _, k := range keys {
-			if perKey[k] != 1 {
-				t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
-			}
-		}
-		if bound := procs * ((len(keys) + maxKeys - 1) / maxKeys); len(calls) > bound {
-			t.Errorf("%d loader calls, want at most %d: %v", len(calls), bound, calls)
-		}
-		for _, c := range calls {
-			if len(c) > maxKeys {
-				t.Errorf("a loader call with %d keys, above MaxKeys %d", len(c), maxKeys)
-			}
-		}
+		calls := f.checkRounds(t, keys, procs*((len(keys)+maxKeys-1)/maxKeys), maxKeys)
 		t.Logf("%d loader calls for %d keys in %d processes", len(calls), len(keys), procs)
 		var st cache.Stats
 		for _, c := range f.caches {
@@ -442,20 +451,7 @@ func TestBatcher_missesBatched(t *testing.T) {
 		keys := keyRange("m", 0, 30)
 		f := newStaleFleet(t, s, procs, nil, &cache.BatcherOptions{MaxKeys: maxKeys})
 		f.getInRounds(t, ctx, func(int) []string { return keys }, len(keys))
-		calls, perKey := f.l.loaded()
-		for _, k := range keys {
-			if perKey[k] != 1 {
-				t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
-			}
-		}
-		if bound := procs * ((len(keys) + maxKeys - 1) / maxKeys); len(calls) > bound {
-			t.Errorf("%d loader calls, want at most %d: %v", len(calls), bound, calls)
-		}
-		for _, c := range calls {
-			if len(c) > maxKeys {
-				t.Errorf("a loader call with %d keys, above MaxKeys %d", len(c), maxKeys)
-			}
-		}
+		calls := f.checkRounds(t, keys, procs*((len(keys)+maxKeys-1)/maxKeys), maxKeys)
 		t.Logf("%d loader calls for %d missing keys in %d processes", len(calls), len(keys), procs)
 	}, manyKinds...)
 }
@@ -474,12 +470,7 @@ func TestBatcher_backendCapPerRound(t *testing.T) {
 			o.Backends, o.Backend = map[string]int{"db": 1}, "db"
 		})
 		f.getInRounds(t, ctx, func(i int) []string { return keys[i*len(keys)/procs : (i+1)*len(keys)/procs] }, len(keys))
-		calls, perKey := f.l.loaded()
-		for _, k := range keys {
-			if perKey[k] != 1 {
-				t.Errorf("%s loaded %d times in the fleet, want 1", k, perKey[k])
-			}
-		}
+		calls := f.checkRounds(t, keys, procs, 20)
 		if len(calls) != procs {
 			t.Errorf("%d loader calls, want %d: one round per process: %v", len(calls), procs, calls)
 		}
