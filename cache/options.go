@@ -292,6 +292,7 @@ type settings struct {
 	tagLife                                      time.Duration
 	backends                                     map[string]int // Options.Backends, copied
 	backend                                      string         // Options.Backend
+	item                                         itemSettings   // a call's settings given no options; checked
 }
 
 func or[T comparable](v, def T) T {
@@ -317,6 +318,10 @@ func (o *Options) settings() (settings, error) {
 	}
 	if err := s.checkBackends(); err != nil {
 		return s, err
+	}
+	s.item = itemSettings{fresh: s.ttl, stale: s.stale, negative: s.negative, wait: s.waitTimeout, backend: s.backend}
+	if err := s.item.check(); err != nil {
+		return s, err // the checks above rule this out: calls without options check nothing (see loadItem)
 	}
 	if o.Near != nil {
 		near, err := nearSettings(o.Near)
@@ -589,11 +594,20 @@ func storedNotice(ctx context.Context) {
 // checked. The options take the settings' address, so they are applied in
 // a function of their own (withLoad, withSet, not inlined), to a copy:
 // the caller's stays off the heap on the hit path, which has none.
+//
+// A call without options (most, and every hit of a hot path) takes the
+// Cache's own settings, which New checked (see Options.settings): this
+// part is inlined, and checks nothing again.
 func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
-	it := c.item()
-	if len(opts) > 0 {
-		it = withLoad(it, opts)
+	if len(opts) == 0 {
+		return c.s.item, nil
 	}
+	return c.loadItemWith(opts)
+}
+
+// loadItemWith is loadItem of a call with options.
+func (c *Cache) loadItemWith(opts []LoadOption) (itemSettings, error) {
+	it := withLoad(c.s.item, opts)
 	if _, ok := c.s.backends[it.backend]; it.backend != "" && !ok {
 		return it, invalid("WithBackend %q is not a name in Options.Backends", it.backend)
 	}
@@ -601,16 +615,11 @@ func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
 }
 
 func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
-	it := c.item()
+	it := c.s.item
 	if len(opts) > 0 {
 		it = withSet(it, opts)
 	}
 	return it, it.check()
-}
-
-// item returns the settings of a call given no options.
-func (c *Cache) item() itemSettings {
-	return itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout, backend: c.s.backend}
 }
 
 //go:noinline
