@@ -149,7 +149,7 @@ func (b *Batcher[V]) options(opts []LoadOption) []LoadOption {
 // itemSettings.queue itself).
 type viaQueue struct{ q *refreshQueue }
 
-func (o viaQueue) applyLoad(s *itemSettings) { s.queue = o.q }
+func (o viaQueue) applyLoad(s itemSettings) itemSettings { s.queue = o.q; return s }
 
 // limited returns load called with at most maxKeys keys at a time, one
 // call after another; a failed call ends it with its error.
