@@ -118,7 +118,9 @@ func (b *Batcher[V]) Get(ctx context.Context, key string, opts ...LoadOption) (V
 	// joins, for the round's one loader call; the key's own load takes
 	// none (it would hold one per key while waiting in the round).
 	it.round = true
-	return getOrLoad(ctx, b.c, key, func(ctx context.Context) (V, error) { return b.misses.get(ctx, key, it) }, it)
+	load := func(ctx context.Context) (V, error) { return b.misses.get(ctx, key, it) }
+	call := it // the loader has its own copy: it stays off the heap
+	return getOrLoad(ctx, b.c, key, load, &call)
 }
 
 // GetMany returns the values for keys as GetOrLoadMany does (its result
@@ -147,7 +149,7 @@ func (b *Batcher[V]) options(opts []LoadOption) []LoadOption {
 // itemSettings.queue itself).
 type viaQueue struct{ q *refreshQueue }
 
-func (o viaQueue) applyLoad(s *itemSettings) { s.queue = o.q }
+func (o viaQueue) applyLoad(s itemSettings) itemSettings { s.queue = o.q; return s }
 
 // limited returns load called with at most maxKeys keys at a time, one
 // call after another; a failed call ends it with its error.

@@ -350,16 +350,25 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	return c.wrote(ctx, "delete", k, del.Err())
 }
 
+// check returns why a call of c for key cannot go ahead, or nil. It is
+// on every call's path, hits included: this part is inlined, and the
+// errors are made in refuse.
 func (c *Cache) check(key string) error {
+	if c == nil || key == "" || c.closed.Load() {
+		return c.refuse(key)
+	}
+	return nil
+}
+
+// refuse is check's error for a call it stops.
+func (c *Cache) refuse(key string) error {
 	switch {
 	case c == nil:
 		return invalid("nil *Cache")
 	case key == "":
 		return invalid("empty key")
-	case c.isClosed():
-		return ErrClosed
 	}
-	return nil
+	return ErrClosed
 }
 
 // Get returns the stored value for key without loading it: ErrMiss if

@@ -51,18 +51,32 @@ func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 	if load == nil {
 		return zero, invalid("nil loader for key %q", key)
 	}
+	if len(opts) == 0 {
+		return getOrLoad(ctx, c, key, load, &c.s.item) // checked by New
+	}
 	it, err := c.loadItem(opts)
 	if err != nil {
 		return zero, err
 	}
-	return getOrLoad(ctx, c, key, load, it)
+	return getOrLoad(ctx, c, key, load, &it)
 }
 
 // getOrLoad is GetOrLoad once its arguments are checked, with the
-// settings it (a Batcher's Get sets it.queue).
-func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], it itemSettings) (V, error) {
+// settings *it (a Batcher's Get sets it.queue), which it only reads: they
+// may be the Cache's own.
+func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], it *itemSettings) (V, error) {
+	// The near cache answers while tracking is trusted, whether or not
+	// the server is failing open: the tracking connection's own lease
+	// bounds what it serves. Only the call's first look asks it; a
+	// later round (below) reads the key from the server.
+	if c.near != nil {
+		if v, verdict, err, ok := nearHit(ctx, c, key, it, load); ok {
+			c.report(ctx, key, trail{verdict: verdict, near: true})
+			return v, err
+		}
+	}
 	var zero V
-	var k keys // the key's names, once a read from the server needs them
+	k := c.keys(key)
 
 	// A caller that joins a flight of this process may find that the
 	// flight's result predates what its own read saw (see
@@ -74,20 +88,8 @@ func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 			tr = &trail{}
 		}
 		l := looked[V]{verdict: EventMiss}
-		// The near cache answers while tracking is trusted, whether or
-		// not the server is failing open: the tracking connection's own
-		// lease bounds what it serves.
-		if round == 0 && c.near != nil {
-			l.v, l.verdict, l.err, l.hit = nearHit(ctx, c, key, it, load)
-			tr.near = l.hit
-		}
-		if !l.hit {
-			if k.value == "" {
-				k = c.keys(key)
-			}
-			if err := l.fromServer(ctx, c, k, it, load, tr); err != nil {
-				return zero, err
-			}
+		if err := l.fromServer(ctx, c, k, *it, load, tr); err != nil {
+			return zero, err
 		}
 		// The verdict is reported here, once per call; a miss before the
 		// caller joins the flight, so that Stats shows it while it waits.
@@ -98,7 +100,7 @@ func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		if l.hit {
 			return l.v, l.err
 		}
-		res, taken, err := c.join(ctx, k, it, encoded(c, key, load), l.bad, l.obs, round)
+		res, taken, err := c.join(ctx, k, *it, encoded(c, key, load), l.bad, l.obs, round)
 		if err != nil {
 			return zero, err
 		}

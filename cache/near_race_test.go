@@ -318,29 +318,82 @@ func TestNear_notFound(t *testing.T) {
 	}, trackingKinds...)
 }
 
-// A near hit of a string value allocates nothing.
+// A near hit allocates nothing: of a string or of a struct, with or
+// without options (given as values made once, as callers keep them), with
+// or without an Observer.
 func TestNear_hitAllocations(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
-	c := nearCache(t, s, nearOpts(t))
 	var calls atomic.Int64
 	load := constLoader("value", &calls)
-	settle(t, ctx, c, func() {
-		if _, err := cache.GetOrLoad(ctx, c, "k", load); err != nil {
-			t.Fatal(err)
-		}
-	})
-	before := c.Stats().NearHits
-	allocs := testing.AllocsPerRun(100, func() {
-		if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "value" {
-			t.Fatalf("GetOrLoad = %q, %v", v, err)
-		}
-	})
-	if hits := c.Stats().NearHits - before; hits < 100 {
-		t.Fatalf("%d near hits in 101 calls; the near cache was not used", hits)
+	loadProfile := func(context.Context) (profile, error) {
+		calls.Add(1)
+		return sample, nil
 	}
-	if allocs != 0 {
-		t.Fatalf("%v allocations per near hit; want 0", allocs)
+	opts := []cache.LoadOption{
+		cache.WithExpiry(cache.Expiry{Fresh: time.Minute, Stale: time.Second}),
+		cache.WithWaitTimeout(time.Second),
+		cache.WithTags("t"),
+	}
+	isValue := func(v string, err error) error {
+		if err == nil && v != "value" {
+			err = errors.New("GetOrLoad = " + v + ", want value")
+		}
+		return err
+	}
+	observed := nearOpts(t)
+	var events atomic.Int64
+	observed.Observer = func(e cache.Event) {
+		if e.Kind == cache.EventHit && e.Near {
+			events.Add(1)
+		}
+	}
+	tests := []struct {
+		name string
+		opts *cache.Options
+		get  func(c *cache.Cache) error
+	}{
+		{"string", nearOpts(t), func(c *cache.Cache) error {
+			return isValue(cache.GetOrLoad(ctx, c, "k", load))
+		}},
+		{"struct", nearOpts(t), func(c *cache.Cache) error {
+			p, err := cache.GetOrLoad(ctx, c, "p", loadProfile)
+			if err == nil && p.ID != sample.ID {
+				err = errors.New("not the sample profile")
+			}
+			return err
+		}},
+		{"options", nearOpts(t), func(c *cache.Cache) error {
+			return isValue(cache.GetOrLoad(ctx, c, "k", load, opts...))
+		}},
+		{"observer", observed, func(c *cache.Cache) error {
+			return isValue(cache.GetOrLoad(ctx, c, "k", load))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := nearCache(t, s, tt.opts)
+			settle(t, ctx, c, func() {
+				if err := tt.get(c); err != nil {
+					t.Fatal(err)
+				}
+			})
+			before := c.Stats().NearHits
+			allocs := testing.AllocsPerRun(100, func() {
+				if err := tt.get(c); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if hits := c.Stats().NearHits - before; hits < 100 {
+				t.Fatalf("%d near hits in 101 calls; the near cache was not used", hits)
+			}
+			if allocs != 0 {
+				t.Fatalf("%v allocations per near hit; want 0", allocs)
+			}
+		})
+	}
+	if events.Load() == 0 {
+		t.Fatal("the Observer was told of no near hit")
 	}
 }
 

@@ -292,6 +292,7 @@ type settings struct {
 	tagLife                                      time.Duration
 	backends                                     map[string]int // Options.Backends, copied
 	backend                                      string         // Options.Backend
+	item                                         itemSettings   // a call's settings given no options; checked
 }
 
 func or[T comparable](v, def T) T {
@@ -317,6 +318,10 @@ func (o *Options) settings() (settings, error) {
 	}
 	if err := s.checkBackends(); err != nil {
 		return s, err
+	}
+	s.item = itemSettings{fresh: s.ttl, stale: s.stale, negative: s.negative, wait: s.waitTimeout, backend: s.backend}
+	if err := s.item.check(); err != nil {
+		return s, err // the checks above rule this out: calls without options check nothing (see loadItem)
 	}
 	if o.Near != nil {
 		near, err := nearSettings(o.Near)
@@ -459,11 +464,15 @@ func printable(s string) bool {
 // LoadOption changes the settings of one GetOrLoad or GetOrLoadMany call.
 // A nil LoadOption is skipped. An option keeps no state of its own: one
 // value may be given to many calls, also concurrently.
-type LoadOption interface{ applyLoad(*itemSettings) }
+type LoadOption interface {
+	applyLoad(itemSettings) itemSettings
+}
 
 // SetOption changes the settings of one Set call. A nil SetOption is
 // skipped.
-type SetOption interface{ applySet(*itemSettings) }
+type SetOption interface {
+	applySet(itemSettings) itemSettings
+}
 
 // Option changes the settings of any call that takes options: GetOrLoad,
 // GetOrLoadMany and Set. Options that apply to loads only are
@@ -473,15 +482,19 @@ type Option interface {
 	SetOption
 }
 
-// loadOption is a LoadOption; anyOption is an Option.
+// loadOption is a LoadOption; anyOption is an Option. They take and
+// return the settings by value, not by address: an address handed to a
+// function value or an interface method escapes, and the settings of a
+// call with options would then be allocated on every call, hits
+// included.
 type (
-	loadOption func(*itemSettings)
-	anyOption  func(*itemSettings)
+	loadOption func(itemSettings) itemSettings
+	anyOption  func(itemSettings) itemSettings
 )
 
-func (o loadOption) applyLoad(s *itemSettings) { o(s) }
-func (o anyOption) applyLoad(s *itemSettings)  { o(s) }
-func (o anyOption) applySet(s *itemSettings)   { o(s) }
+func (o loadOption) applyLoad(s itemSettings) itemSettings { return o(s) }
+func (o anyOption) applyLoad(s itemSettings) itemSettings  { return o(s) }
+func (o anyOption) applySet(s itemSettings) itemSettings   { return o(s) }
 
 type itemSettings struct {
 	fresh, stale, negative, wait time.Duration
@@ -513,10 +526,11 @@ func (it itemSettings) unlessRound() itemSettings {
 // clamped as ExpiryPolicy's are (at most 100 years). A LoadWithExpiry
 // loader's Expiry overrides this one.
 func WithExpiry(e Expiry) Option {
-	return anyOption(func(s *itemSettings) {
+	return anyOption(func(s itemSettings) itemSettings {
 		if e.Fresh != 0 {
 			s.fresh, s.stale = e.Fresh, e.Stale
 		}
+		return s
 	})
 }
 
@@ -524,13 +538,13 @@ func WithExpiry(e Expiry) Option {
 // this call's load is remembered, in place of ExpiryPolicy.Negative;
 // zero remembers nothing. It must not be negative (at most 100 years).
 func WithNegative(d time.Duration) LoadOption {
-	return loadOption(func(s *itemSettings) { s.negative = d })
+	return loadOption(func(s itemSettings) itemSettings { s.negative = d; return s })
 }
 
 // WithWaitTimeout sets how long this call waits for another process's
 // load, in place of Options.WaitTimeout. It must be at least 1ms.
 func WithWaitTimeout(d time.Duration) LoadOption {
-	return loadOption(func(s *itemSettings) { s.wait = d })
+	return loadOption(func(s itemSettings) itemSettings { s.wait = d; return s })
 }
 
 // WithBackend names the backend this call's load runs against, in place
@@ -540,7 +554,7 @@ func WithWaitTimeout(d time.Duration) LoadOption {
 // for a call that finds a value, nor for one that waits for another
 // process's load, whose own backend applies.
 func WithBackend(name string) LoadOption {
-	return loadOption(func(s *itemSettings) { s.backend = name })
+	return loadOption(func(s itemSettings) itemSettings { s.backend = name; return s })
 }
 
 // WithTags stores the value with tags, which InvalidateTag and
@@ -559,14 +573,14 @@ func WithTags(tags ...string) Option {
 			set = append(set, t)
 		}
 	}
-	return anyOption(func(s *itemSettings) { s.tags = set })
+	return anyOption(func(s itemSettings) itemSettings { s.tags = set; return s })
 }
 
 // sameItem is a LoadOption giving a call the settings it of another:
 // a GetOrLoadMany key that goes through GetOrLoad keeps its call's.
 type sameItem itemSettings
 
-func (o sameItem) applyLoad(s *itemSettings) { *s = itemSettings(o) }
+func (o sameItem) applyLoad(itemSettings) itemSettings { return itemSettings(o) }
 
 type storedKey struct{}
 
@@ -586,14 +600,22 @@ func storedNotice(ctx context.Context) {
 }
 
 // loadItem and setItem return the settings of a load's or a Set's call,
-// checked. The options take the settings' address, so they are applied in
-// a function of their own (withLoad, withSet, not inlined), to a copy:
-// the caller's stays off the heap on the hit path, which has none.
+// checked. Options take and return the settings by value (see
+// loadOption), so that they stay off the heap.
+//
+// A call without options (most, and every hit of a hot path) takes the
+// Cache's own settings, which New checked (see Options.settings): this
+// part is inlined, and checks nothing again.
 func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
-	it := c.item()
-	if len(opts) > 0 {
-		it = withLoad(it, opts)
+	if len(opts) == 0 {
+		return c.s.item, nil
 	}
+	return c.loadItemWith(opts)
+}
+
+// loadItemWith is loadItem of a call with options.
+func (c *Cache) loadItemWith(opts []LoadOption) (itemSettings, error) {
+	it := withLoad(c.s.item, opts)
 	if _, ok := c.s.backends[it.backend]; it.backend != "" && !ok {
 		return it, invalid("WithBackend %q is not a name in Options.Backends", it.backend)
 	}
@@ -601,33 +623,26 @@ func (c *Cache) loadItem(opts []LoadOption) (itemSettings, error) {
 }
 
 func (c *Cache) setItem(opts []SetOption) (itemSettings, error) {
-	it := c.item()
+	it := c.s.item
 	if len(opts) > 0 {
 		it = withSet(it, opts)
 	}
 	return it, it.check()
 }
 
-// item returns the settings of a call given no options.
-func (c *Cache) item() itemSettings {
-	return itemSettings{fresh: c.s.ttl, stale: c.s.stale, negative: c.s.negative, wait: c.s.waitTimeout, backend: c.s.backend}
-}
-
-//go:noinline
 func withLoad(it itemSettings, opts []LoadOption) itemSettings {
 	for _, o := range opts {
 		if o != nil {
-			o.applyLoad(&it)
+			it = o.applyLoad(it)
 		}
 	}
 	return it
 }
 
-//go:noinline
 func withSet(it itemSettings, opts []SetOption) itemSettings {
 	for _, o := range opts {
 		if o != nil {
-			o.applySet(&it)
+			it = o.applySet(it)
 		}
 	}
 	return it

@@ -243,7 +243,7 @@ func nearInto(c *Cache, key string, ne *nearEntry, dst engine.Dst) error {
 // stale value (starting the refresh a stale one needs, as a read from the
 // server would) or a fresh not-found, and the verdict GetOrLoad reports.
 // ok is false when the server must be asked.
-func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, load loader.Func[V]) (v V, verdict EventKind, err error, ok bool) {
+func nearHit[V any](ctx context.Context, c *Cache, key string, it *itemSettings, load loader.Func[V]) (v V, verdict EventKind, err error, ok bool) {
 	now := coarseNow()
 	ne := c.near.lookup(tagOf(key), now.UnixNano())
 	if ne == nil {
@@ -259,7 +259,7 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it itemSettings, 
 			return v, 0, nil, false // the server path replaces what this caller cannot decode
 		}
 		if rd.refresh {
-			c.refresh(ctx, c.keys(key), it, ne.raw, encoded(c, key, load))
+			c.refresh(ctx, c.keys(key), *it, ne.raw, encoded(c, key, load))
 		}
 	default:
 		return v, 0, nil, false // an expired not-found: load again

@@ -192,22 +192,29 @@ func (c *Cache) emit(ctx context.Context, kind EventKind, key string, d time.Dur
 	c.record(Event{Kind: kind, Key: key, Duration: d, Err: err, Context: ctx})
 }
 
-// record counts e in Stats and hands it to the Observer: the one place
-// where what happened (the event's kind, and its error) decides which
-// counter moves. Counters that move before their event is known (Loads
+// record counts e in Stats and hands it to the Observer. count is the one
+// place where what happened (the event's kind, and its error) decides
+// which counter moves. Counters that move before their event is known (Loads
 // when a loader starts, Waits when a wait starts, so that a caller can
 // watch them during the run) and those with no event (Coalesced,
 // LockContention, AnnounceDenied) are counted where it happens.
 func (c *Cache) record(e Event) {
-	switch e.Kind {
+	c.count(e.Kind, e.Near, e.Err)
+	c.tell(e)
+}
+
+// count moves the counter of an event of kind (answered from the near
+// cache: near; failed with err), for record and for report's verdicts.
+func (c *Cache) count(kind EventKind, near bool, err error) {
+	switch kind {
 	case EventHit:
-		if e.Near {
+		if near {
 			c.n.nearFresh.Inc()
 		} else {
 			c.n.hits.Inc()
 		}
 	case EventStale:
-		if e.Near {
+		if near {
 			c.n.nearStale.Inc()
 		} else {
 			c.n.staleHits.Inc()
@@ -215,11 +222,11 @@ func (c *Cache) record(e Event) {
 	case EventMiss:
 		c.n.misses.Add(1)
 	case EventLoad:
-		if e.Err != nil && !errors.Is(e.Err, loader.ErrNotFound) {
+		if err != nil && !errors.Is(err, loader.ErrNotFound) {
 			c.n.loadErrors.Add(1)
 		}
 	case EventWait:
-		if e.Err == ErrWaitTimeout {
+		if err == ErrWaitTimeout {
 			c.n.waitTimeouts.Add(1)
 		}
 	case EventFailOpen:
@@ -235,7 +242,6 @@ func (c *Cache) record(e Event) {
 	}
 	// EventServed moves no counter: Served counts calls, each where it
 	// takes its answer (Cache.served).
-	c.tell(e)
 }
 
 // served counts in Stats.Served a call (or a key of a batch) that takes
@@ -301,12 +307,17 @@ type trail struct {
 
 // report counts the trail t of a call for key, whose context is ctx: a
 // decode failure its read met, then its verdict.
+//
+// A hit counts in Stats and, with no Observer, builds no Event.
 func (c *Cache) report(ctx context.Context, key string, t trail) {
 	if t.decodeErr != nil {
 		c.record(Event{Kind: EventDecodeFailure, Key: key, Err: t.decodeErr, Context: ctx})
 	}
 	if t.verdict != 0 {
-		c.record(Event{Kind: t.verdict, Key: key, Near: t.near, Context: ctx})
+		c.count(t.verdict, t.near, nil)
+		if c.s.observer != nil {
+			c.tell(Event{Kind: t.verdict, Key: key, Near: t.near, Context: ctx})
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package redisx_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -89,5 +90,53 @@ func TestTag(t *testing.T) {
 	}
 	if redisx.Tag(long) == redisx.Tag(long+"x") {
 		t.Error("distinct long keys share a tag")
+	}
+}
+
+// TestTag_plainBytes: Tag keeps a key as written exactly when every byte
+// is printable ASCII other than a brace (and it does not start with "#"),
+// whatever the byte and wherever it is: in the eight-byte words Tag reads
+// or in the bytes after them, next to other bytes that are on the edges.
+func TestTag_plainBytes(t *testing.T) {
+	plainByte := func(c byte) bool { return c >= 0x21 && c <= 0x7e && c != '{' && c != '}' }
+	want := func(k string) bool {
+		for i := 0; i < len(k); i++ {
+			if !plainByte(k[i]) {
+				return false
+			}
+		}
+		return !strings.HasPrefix(k, "#")
+	}
+	check := func(k string) {
+		t.Helper()
+		if got := redisx.Tag(k) == k; got != want(k) {
+			t.Fatalf("Tag(%q) kept as written: %t, want %t", k, got, want(k))
+		}
+	}
+	for n := 1; n <= 24; n++ {
+		for i := range n {
+			for c := range 256 {
+				k := []byte(strings.Repeat("a", n))
+				k[i] = byte(c)
+				check(string(k))
+			}
+		}
+	}
+	// Keys of bytes near the edges, each beside the others, so that a
+	// borrow or carry from one byte could hide another.
+	// Mostly plain ones, so that many keys are plain throughout.
+	plainEdges := []byte{0x21, 0x22, 0x7a, 0x7c, 0x7e, '#', 'a'}
+	otherEdges := []byte{0x00, 0x01, 0x20, '{', '}', 0x7f, 0x80, 0xa1, 0xfb, 0xfd, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		k := make([]byte, rng.IntN(33))
+		for i := range k {
+			if rng.IntN(20) == 0 {
+				k[i] = otherEdges[rng.IntN(len(otherEdges))]
+			} else {
+				k[i] = plainEdges[rng.IntN(len(plainEdges))]
+			}
+		}
+		check(string(k))
 	}
 }
