@@ -144,6 +144,74 @@ func TestGetOrLoad_missClaimsAtOnce(t *testing.T) {
 	})
 }
 
+// TestGetOrLoad_flightDecodedOnce: the callers of one flight decode its
+// value once in each process, and get the same value: in the process that
+// loads, and in one that waits for the announcement. (Decoded by each,
+// the wake-up of every waiting process at the load's end cost a decode
+// per caller.)
+func TestGetOrLoad_flightDecodedOnce(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		const callers = 8
+		var decodesA, decodesB atomic.Int64
+		a, _ := newCache(t, s, &cache.Options{Namespace: ns, Codec: countingCodec{&decodesA}})
+		b, _ := newCache(t, s, &cache.Options{Namespace: ns, Codec: countingCodec{&decodesB}})
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		load := func(ctx context.Context) ([]int, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return []int{1, 2, 3}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		type got struct {
+			v   []int
+			err error
+		}
+		results := make(chan got, 2*callers)
+		for range callers {
+			go func() {
+				v, err := cache.GetOrLoad(ctx, a, "k", load)
+				results <- got{v, err}
+			}()
+		}
+		redistest.Recv(t, ctx, started, "the load to start")
+		for range callers {
+			go func() {
+				v, err := cache.GetOrLoad(ctx, b, "k", load)
+				results <- got{v, err}
+			}()
+		}
+		redistest.WaitFor(t, ctx, "every caller to join its process's flight", func() bool {
+			return cache.Joined(a, "k") == callers && cache.Joined(b, "k") == callers && b.Stats().Waits == 1
+		})
+		close(release)
+		for range 2 * callers {
+			r := redistest.Recv(t, ctx, results, "a caller's answer")
+			if r.err != nil || !slices.Equal(r.v, []int{1, 2, 3}) {
+				t.Fatalf("GetOrLoad = %v, %v; want [1 2 3]", r.v, r.err)
+			}
+		}
+		if n, m := decodesA.Load(), decodesB.Load(); n != 1 || m != 1 {
+			t.Errorf("decodes: %d in the loading process, %d in the waiting one; want 1 in each (%d callers each)", n, m, callers)
+		}
+	})
+}
+
+// countingCodec is cache.Msgpack counting its decodes in n.
+type countingCodec struct{ n *atomic.Int64 }
+
+func (countingCodec) Marshal(v any) ([]byte, error) { return cache.Msgpack.Marshal(v) }
+
+func (c countingCodec) Unmarshal(b []byte, v any) error {
+	c.n.Add(1)
+	return cache.Msgpack.Unmarshal(b, v)
+}
+
 // TestGetOrLoad_negative: loader.ErrNotFound is remembered for
 // Expiry.Negative, in every Cache, and not at all without it.
 func TestGetOrLoad_negative(t *testing.T) {

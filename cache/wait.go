@@ -36,7 +36,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.led(c.fill(ctx, k, it, load, bad, obs.first()))
+		return shareValue(c.led(c.fill(ctx, k, it, load, bad, obs.first())))
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
