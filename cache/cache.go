@@ -66,6 +66,13 @@ type outcome struct {
 	// come through the server (fail open): every caller takes it.
 	claim string
 	seen  time.Time
+	// held, if not zero, is a time at which the claim was still held:
+	// the rebuild's write, which replaced the claim (conditional on it,
+	// so it had held the key from the claim on), was sent no earlier, or
+	// a read that found the claim was sent then. A caller whose read
+	// found the key free may take the result if that read returned
+	// before held (see outcome.accepts).
+	held time.Time
 	// tags are the tags of the value and the epochs its load saw (see
 	// tags.go), for callers that join the flight after it began.
 	tags []codec.TagRef
