@@ -294,8 +294,8 @@ func TestGetOrLoad_burstTakesTheWait(t *testing.T) {
 			return len(args) > 1 && args[0] == "set" && args[1] == key && slices.ContainsFunc(args, func(a string) bool { return strings.EqualFold(a, "nx") })
 		}
 		isGet := func(args []string) bool { return len(args) > 1 && args[0] == "get" && args[1] == key }
-		aClaimed, b2Read, b2Claiming, b3Read, release := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
-		var getsB, getsAfter atomic.Int64
+		aClaimed, b2Read, b2Claiming, b3Read, b3Joined, release := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var sentB, getsB, getsAfter atomic.Int64
 		var released atomic.Bool
 		recA.onBefore(func(args []string) {
 			if isClaim(args) {
@@ -311,6 +311,14 @@ func TestGetOrLoad_burstTakesTheWait(t *testing.T) {
 			switch {
 			case isGet(args) && released.Load():
 				getsAfter.Add(1)
+			case isGet(args) && sentB.Add(1) == 3:
+				// B2's flight reads the key again once subscribed: only
+				// after B3's read has returned (B3 has joined), which
+				// is what makes that read's claim a proof for B3.
+				select {
+				case <-b3Joined:
+				case <-ctx.Done():
+				}
 			case isClaim(args):
 				close(b2Claiming) // B2's claim, which finds A's
 				<-aClaimed
@@ -348,9 +356,9 @@ func TestGetOrLoad_burstTakesTheWait(t *testing.T) {
 		go call(b) // B2: reads, claims (finding A's claim) and waits
 		redistest.Recv(t, ctx, b2Read, "B2's read")
 		go call(b) // B3: reads the key free, and joins B2's flight
-		redistest.WaitFor(t, ctx, "B3 to join B2's flight, which read the key again", func() bool {
-			return cache.Joined(b, "k") == 2 && getsB.Load() >= 3
-		})
+		redistest.WaitFor(t, ctx, "B3 to join B2's flight", func() bool { return cache.Joined(b, "k") == 2 })
+		close(b3Joined)
+		redistest.WaitFor(t, ctx, "B2's flight to read the key again", func() bool { return getsB.Load() >= 3 })
 		released.Store(true)
 		close(release)
 		for range 3 {
