@@ -50,11 +50,14 @@ type Cache struct {
 	cancel context.CancelFunc // cancels base, ending all background work
 }
 
-// outcome is the result of a flight, shared by every caller in it; each
-// caller decodes its own copy of the payload.
+// outcome is the result of a flight, shared by every caller in it, as is
+// its payload's decoded value (val).
 type outcome struct {
 	payload  []byte
 	notFound bool
+	// val is payload decoded, once for all the flight's callers in this
+	// process (see flightDecode); nil where it is decoded by each.
+	val *flightValue
 
 	// What the result rests on, for callers that joined the flight after
 	// reading the key themselves (see outcome.accepts): the token of the
@@ -63,6 +66,13 @@ type outcome struct {
 	// come through the server (fail open): every caller takes it.
 	claim string
 	seen  time.Time
+	// held, if not zero, is a time at which the claim was still held:
+	// the rebuild's write, which replaced the claim (conditional on it,
+	// so it had held the key from the claim on), was sent no earlier, or
+	// a read that found the claim was sent then. A caller whose read
+	// found the key free may take the result if that read returned
+	// before held (see outcome.accepts).
+	held time.Time
 	// tags are the tags of the value and the epochs its load saw (see
 	// tags.go), for callers that join the flight after it began.
 	tags []codec.TagRef
@@ -573,6 +583,54 @@ func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) erro
 		c.serverError(key, err)
 	}
 	return fmt.Errorf("cache: %s %q: %w", op, key, redisx.Denied(op, err, ""))
+}
+
+// flightValue is a flight's payload decoded once for all its callers in
+// this process, as a near hit's is (see nearValue): when the one load of
+// the cluster ends, every waiting process wakes at the same instant, and
+// a decode in each of its callers was CPU that the last of them waited
+// for. A caller asking for another type than the first decodes its own.
+type flightValue struct {
+	mu  sync.Mutex            // held by the callers that find no value of their type in val, while they decode
+	val atomic.Pointer[boxed] // the value decoded first
+}
+
+// shareValue gives res, a flight's result, a value decoded once for all
+// its callers.
+func shareValue(res outcome, err error) (outcome, error) {
+	if err == nil && !res.notFound {
+		res.val = &flightValue{}
+	}
+	return res, err
+}
+
+// flightDecode returns res.payload, key's value, as a V: the one an
+// earlier caller of the flight decoded (every caller of a flight gets the
+// same value; NOTE: a value holding a slice, map or pointer must not be
+// modified by its callers), or a new one, kept for the next.
+func flightDecode[V any](c *Cache, key string, res outcome) (V, error) {
+	fv := res.val
+	if fv == nil {
+		return decode[V](c, key, res.payload)
+	}
+	if b := fv.val.Load(); b != nil {
+		if v, ok := b.v.(V); ok {
+			return v, nil
+		}
+	}
+	fv.mu.Lock()
+	defer fv.mu.Unlock()
+	if b := fv.val.Load(); b != nil {
+		if v, ok := b.v.(V); ok {
+			return v, nil
+		}
+		return decode[V](c, key, res.payload) // another type than the first caller's
+	}
+	v, err := decode[V](c, key, res.payload)
+	if err == nil {
+		fv.val.Store(&boxed{v: v})
+	}
+	return v, err
 }
 
 // decode returns payload, key's value, decoded as a V; a failure counts

@@ -42,7 +42,9 @@ import (
 // WARNING: concurrent callers share one load's result and its timeout: the
 // load runs on a context detached from all callers (it keeps the first
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
-// caller's own ctx only decides how long that caller waits.
+// caller's own ctx only decides how long that caller waits. The callers
+// of one load in a process get the same decoded value (decoded once): a
+// value holding a slice, map or pointer must not be modified by them.
 func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], opts ...LoadOption) (V, error) {
 	var zero V
 	if err := c.check(key); err != nil {
@@ -110,7 +112,7 @@ func getOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Fun
 		if res.notFound {
 			return zero, loader.ErrNotFound
 		}
-		return decode[V](c, key, res.payload)
+		return flightDecode[V](c, key, res)
 	}
 }
 

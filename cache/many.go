@@ -62,7 +62,9 @@ import (
 // WARNING: concurrent callers share one load's result and its timeout: the
 // load runs on a context detached from all callers (it keeps the first
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
-// caller's own ctx only decides how long that caller waits.
+// caller's own ctx only decides how long that caller waits. The callers
+// of one key's load in a process get the same decoded value, as with
+// GetOrLoad.
 //
 // NOTE: every key of one call shares the call's options (WithExpiry and the
 // others).
@@ -425,7 +427,7 @@ func (m *many[V]) begin(ctx context.Context, todos []todo, down bool) []pendingK
 		c.emit(ctx, EventMiss, t.k.user, 0, nil)
 		fn := m.flight(t, b)
 		wait, shared := c.flights.Begin(t.k.value, c.background(ctx, m.it.wait), func(ctx context.Context) (outcome, error) {
-			return c.led(fn(ctx))
+			return shareValue(c.led(fn(ctx)))
 		})
 		if shared {
 			c.n.coalesced.Add(1)
@@ -490,7 +492,7 @@ func (m *many[V]) settle(ctx context.Context, pending []pendingKey) error {
 			m.fail(p.k.user, err)
 		case res.notFound:
 		default:
-			v, err := decode[V](c, p.k.user, res.payload)
+			v, err := flightDecode[V](c, p.k.user, res)
 			if err != nil {
 				m.fail(p.k.user, err)
 				continue

@@ -73,6 +73,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took, ld.res.tags)
 	// Replace writes only while the claim is still there: a claim that is
 	// gone (a Delete or Set, or it expired) means the key moved on.
+	sent := time.Now()
 	werr := l.Replace(wctx, val, ttl)
 	failpoint.Inject(wctx, failpoint.CacheWritten)
 	wrote := werr == nil
@@ -89,6 +90,7 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 	}
 	if wrote {
 		storedNotice(wctx)
+		ld.res.held = sent
 	}
 	c.announceWrite(wctx, k, l, wrote, val)
 	return ld.res, nil

@@ -36,7 +36,7 @@ func (c *Cache) join(ctx context.Context, k keys, it itemSettings, load loader.F
 		c.flights.Forget(k.value)
 	}
 	res, err, shared := c.flights.Do(ctx, k.value, c.background(ctx, it.wait), func(ctx context.Context) (outcome, error) {
-		return c.led(c.fill(ctx, k, it, load, bad, obs.first()))
+		return shareValue(c.led(c.fill(ctx, k, it, load, bad, obs.first())))
 	})
 	if shared && round == 0 {
 		c.n.coalesced.Add(1)
@@ -91,6 +91,7 @@ type watch struct {
 type seenClaim struct {
 	token string
 	sent  time.Time
+	last  time.Time // when the last read that found it was sent
 	// replace: the claim is the rebuild lock, found beside bytes the
 	// read could not use. That rebuild's write is conditional on the
 	// bytes it read itself, which may be older: a Set, then the bytes
@@ -104,10 +105,16 @@ type seenClaim struct {
 // saw records the claim of a rebuild that a read sent at sent found ("":
 // none), the rebuild lock if replace.
 func (wt *watch) saw(token string, sent time.Time, replace bool) {
-	if token == "" || wt.knows(token) != nil {
+	if token == "" {
 		return
 	}
-	wt.claims = append(wt.claims, seenClaim{token: token, sent: sent, replace: replace})
+	if cl := wt.knows(token); cl != nil {
+		if sent.After(cl.last) {
+			cl.last = sent
+		}
+		return
+	}
+	wt.claims = append(wt.claims, seenClaim{token: token, sent: sent, last: sent, replace: replace})
 }
 
 // knows returns the claim with token this waiter saw, or nil.
@@ -342,7 +349,9 @@ func (c *Cache) heard(ctx context.Context, k keys, n notice, wt *watch) verdict 
 				return verdict{next: readAgain}
 			}
 			c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
-			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent, tags: rd.e.Tags, src: fromRemote}, nil)
+			// Sent along, the entry was written in place of the claim
+			// (announceWrite), after the last read that found it.
+			return told(outcome{payload: rd.e.Payload, notFound: rd.e.NotFound, claim: cl.token, seen: cl.sent, held: cl.last, tags: rd.e.Tags, src: fromRemote}, nil)
 		}
 	case noticeNotFound:
 		c.emit(ctx, EventWait, k.user, time.Since(wt.since()), nil)
@@ -406,11 +415,21 @@ func (o observation) first() firstRead {
 // any process, that the caller's read already saw (a rebuild that wrote
 // just before a Delete, its announcement arriving after it): the caller
 // must read the key again, or it would not read its own writes.
+//
+// And a caller whose read found the key free may take o when o.held
+// came after that read returned: the read ran before the claim that o
+// rests on was replaced, and not while it was there (it found nothing),
+// so before the claim was taken and the load began; a Delete or Set the
+// caller saw returned before that. Callers that read the key in the same
+// burst as the flight's claim take its result so, without reading the key
+// again when every process wakes at once.
 func (o outcome) accepts(obs observation) bool {
 	switch {
 	case !obs.read || o.seen.IsZero():
 		return true // the caller failed open: no server to compare with
 	case obs.claim != "" && o.claim == obs.claim:
+		return true
+	case obs.free && obs.claim == "" && o.held.After(obs.done):
 		return true
 	}
 	return o.seen.After(obs.done)

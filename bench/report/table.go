@@ -24,6 +24,8 @@ func Label(approach string) string {
 		return "stampede GetOrLoad, Broadcast"
 	case "stampede-near":
 		return "stampede GetOrLoad + near cache"
+	case "sturdyc":
+		return "sturdyc per process"
 	}
 	return approach
 }

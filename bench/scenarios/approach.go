@@ -8,6 +8,7 @@ import (
 	"github.com/hotkv/stampede/bench/baselines"
 	"github.com/hotkv/stampede/cache"
 	"github.com/redis/go-redis/v9"
+	"github.com/viccon/sturdyc"
 )
 
 // Approaches returns the names of the approaches compared on the cache
@@ -65,6 +66,8 @@ func newGetter(name string, rdb *redis.Client, o approachOptions) (getter, error
 		return baselineGetter{ns: o.ns, g: &baselines.Singleflight[Item]{Naive: baselines.Naive[Item]{RDB: rdb, TTL: o.ttl}}}, nil
 	case "lock-poll":
 		return baselineGetter{ns: o.ns, g: baselines.NewLockPoll[Item](rdb, o.ttl, 5*time.Second, 50*time.Millisecond, 30*time.Second)}, nil
+	case sturdycApproach:
+		return sturdycGetter{sturdyc.New[Item](1000, 8, o.ttl, 10)}, nil
 	}
 	return nil, fmt.Errorf("unknown approach %q", name)
 }
@@ -91,3 +94,16 @@ func (b baselineGetter) get(ctx context.Context, key string, load func(context.C
 }
 
 func (b baselineGetter) close() {}
+
+// sturdycApproach is sturdyc v1.1.5 in each process (cold-gap only): a
+// cache in the process's memory, no server, whose GetOrFetch coalesces a
+// process's callers into one load. It loads once in every process.
+const sturdycApproach = "sturdyc"
+
+type sturdycGetter struct{ c *sturdyc.Client[Item] }
+
+func (s sturdycGetter) get(ctx context.Context, key string, load func(context.Context) (Item, error)) (Item, error) {
+	return s.c.GetOrFetch(ctx, key, load)
+}
+
+func (sturdycGetter) close() {}

@@ -34,10 +34,12 @@ type GapShape struct{ Procs, Goroutines int }
 // channel for the namespace instead of one per key (cold-gap only).
 const broadcastApproach = "stampede-broadcast"
 
-// gapApproaches are the approaches of cold-gap; the baseline first, the
-// near cache last (left out where the server does not track keys).
+// gapApproaches are the approaches of cold-gap; the baseline first, then
+// sturdyc (the other floor: a cache in process memory, no round trip at
+// all), the near cache last (left out where the server does not track
+// keys).
 func gapApproaches() []string {
-	return []string{"singleflight", "stampede", broadcastApproach, nearApproach}
+	return []string{"singleflight", sturdycApproach, "stampede", broadcastApproach, nearApproach}
 }
 
 // ColdGap runs the cold stampede for every shape in Config.GapShapes,
