@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,21 +49,25 @@ func newBackends(locks *lock.Client, s settings) (map[string]*lock.Semaphore, er
 // permit takes a permit of it's backend for the load of the keys ks (by
 // value key; users names them in errors), waiting at most it.wait, and
 // keeps it alive until done is called, which gives it back. A load not
-// capped gets a done that does nothing.
+// capped gets a done that does nothing. waited reports that every permit
+// was held at first: a rebuild beside a stored value then checks that the
+// value is still the one it replaces (see rebuilt), since another process
+// may have loaded the key meanwhile.
 //
 // A load that finds no permit free within it.wait, or whose ctx ends
 // while it waits, gets ErrBackendBusy; a refusal by the server (its ACL)
 // is its error too. A server that fails otherwise lets the load run
 // without a permit (as a load fails open without the server), with a
 // warning: the claim it holds says the server answered a moment ago.
-func (c *Cache) permit(ctx context.Context, it itemSettings, ks []keys) (done func(), err error) {
+func (c *Cache) permit(ctx context.Context, it itemSettings, ks []keys) (done func(), waited bool, err error) {
 	sem := c.sems[it.backend]
 	if sem == nil || len(ks) == 0 {
-		return func() {}, nil
+		return func() {}, false, nil
 	}
 	start := time.Now()
 	p, err := sem.TryAcquire(ctx)
 	if errors.Is(err, lock.ErrNotObtained) && ctx.Err() == nil {
+		waited = true
 		c.n.backendWaits.Add(1)
 		for _, k := range ks {
 			c.busy.Store(k.value, it.backend)
@@ -77,12 +82,12 @@ func (c *Cache) permit(ctx context.Context, it itemSettings, ks []keys) (done fu
 	switch {
 	case err == nil:
 	case errors.Is(err, lock.ErrNotObtained):
-		return nil, c.busyErr(it.backend, ks, time.Since(start), err)
+		return nil, waited, c.busyErr(it.backend, ks, time.Since(start), err)
 	case redisx.IsReply(err) || errors.Is(err, ErrPermission):
-		return nil, fmt.Errorf("cache: load %q: backend %q: %w", ks[0].user, it.backend, err)
+		return nil, waited, fmt.Errorf("cache: load %q: backend %q: %w", ks[0].user, it.backend, err)
 	default:
 		c.serverError(ks[0].user, err)
-		return func() {}, nil
+		return func() {}, waited, nil
 	}
 	_, stop := p.KeepAlive(ctx, c.s.lockTTL, 0)
 	return func() {
@@ -92,7 +97,21 @@ func (c *Cache) permit(ctx context.Context, it itemSettings, ks []keys) (done fu
 		if err := p.Release(rctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
 			c.serverError(ks[0].user, err)
 		}
-	}, nil
+	}, waited, nil
+}
+
+// errRebuilt ends a rebuild beside a stored value (a refresh, a
+// replacement) that waited for a permit and found the value changed
+// meanwhile: another process loaded the key, or a Set or Delete came, and
+// its loader does not run. (It wraps context.Canceled so that a fail-open
+// load that joined the run runs again, as when a run's callers left.)
+var errRebuilt = fmt.Errorf("cache: the value changed while its rebuild waited for a backend permit: %w", context.Canceled)
+
+// rebuilt reports whether k no longer holds old, as far as a read now
+// says (a failed read is no evidence: false).
+func (c *Cache) rebuilt(ctx context.Context, k keys, old []byte) bool {
+	cur, err := c.rc.Get(ctx, k.value).Bytes()
+	return err == nil && !bytes.Equal(cur, old) || redisx.IsNil(err)
 }
 
 // busyErr is the error of a load of ks that waited d for a permit of the

@@ -260,20 +260,31 @@ func (ld loaded) storable() bool {
 // NOTE: l is not released here; the caller's write decides what becomes
 // of it. A claim or lock lost during the load is not reported either: the
 // write that follows is conditional and finds out.
-func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) loaded {
-	return c.loadHoldingAs(ctx, k, it, load, l, c.runs.begin(k.value, false))
+//
+// old is the stored value a rebuild beside it replaces (nil for a claim
+// on the value key): one that waited for a backend permit reads the key
+// again, and does not load if it changed (errRebuilt; l is freed).
+func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, old []byte) loaded {
+	return c.loadHoldingAs(ctx, k, it, load, l, c.runs.begin(k.value, false), old)
 }
 
 // loadHoldingAs is loadHolding run as r (see loadRuns.begin).
-func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, r *loadRun) loaded {
+func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, r *loadRun, old []byte) loaded {
 	_, stop := l.KeepAlive(ctx, c.s.lockTTL, 0)
 	// A capped backend's permit, under the claim kept alive: a load that
 	// gets none ends as a failed load does.
 	// (A Batcher's Get takes it for its round's loader call instead.)
-	done, err := c.permit(ctx, it.unlessRound(), []keys{k})
+	done, waited, err := c.permit(ctx, it.unlessRound(), []keys{k})
+	if err == nil && waited && old != nil && c.rebuilt(ctx, k, old) {
+		done()
+		err = errRebuilt
+	}
 	if err != nil {
 		c.runs.end(k.value, r, outcome{}, err)
 		_ = stop()
+		if errors.Is(err, errRebuilt) {
+			c.release(ctx, k, l)
+		}
 		return loaded{err: err, it: it}
 	}
 	// The tags' epochs before the loader runs: an invalidation from now

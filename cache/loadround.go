@@ -139,7 +139,7 @@ func (lr *loadRounds[V]) lead(ctx context.Context, r *loadRound[V], it itemSetti
 		for i, k := range names {
 			ks[i] = c.keys(k)
 		}
-		release, err := c.permit(lctx, itemSettings{backend: r.backend, wait: it.wait}, ks)
+		release, _, err := c.permit(lctx, itemSettings{backend: r.backend, wait: it.wait}, ks)
 		if err != nil {
 			r.err = err
 			return

@@ -242,7 +242,7 @@ func (b *batch) loadClaimed(ctx context.Context, won []heldClaim, alone []keys, 
 	if len(ks) > 0 {
 		stop := c.keepAll(ctx, won)
 		// Fail-open keys alone take no permit: the server failed for them.
-		ld = c.runManyHolding(ctx, b.it, ks, rs, len(won), b.load)
+		ld = c.runManyHolding(ctx, b.it, ks, rs, len(won), b.load, nil)
 		stop()
 	}
 	for _, k := range lead {
@@ -282,6 +282,9 @@ type loadedMany struct {
 	took time.Duration
 	err  error
 	tags []codec.TagRef // the epochs of the batch's tags before it ran (see tags.go)
+	// rebuilt names (by value key) the keys of a refresh left out of the
+	// load: their value changed while it waited for a permit.
+	rebuilt map[string]bool
 }
 
 // writeBack replaces each claim of won (taken at claimed) with its entry
@@ -437,13 +440,26 @@ func (c *Cache) runMany(ctx context.Context, it itemSettings, users []string, lo
 // permit (see permit), taken before the tags' epochs are read and given
 // back as soon as the loader returns; a batch that gets none ends every
 // run with that error, and the loader does not run.
-func (c *Cache) runManyHolding(ctx context.Context, it itemSettings, ks []keys, rs []*loadRun, claimed int, load manyLoader) loadedMany {
-	done, err := c.permit(ctx, it, ks[:claimed])
+//
+// olds, for a refresh (nil for claims), are the stored values its keys
+// replace: a batch that waited for its permit reads them again and leaves
+// out each key whose value changed meanwhile (another process loaded it),
+// ending its run with errRebuilt and naming it in the result's rebuilt.
+func (c *Cache) runManyHolding(ctx context.Context, it itemSettings, ks []keys, rs []*loadRun, claimed int, load manyLoader, olds [][]byte) loadedMany {
+	done, waited, err := c.permit(ctx, it, ks[:claimed])
 	if err != nil {
 		for i, k := range ks {
 			c.runs.end(k.value, rs[i], outcome{}, err)
 		}
 		return loadedMany{it: it, err: err}
+	}
+	var rebuilt map[string]bool
+	if waited && olds != nil {
+		ks, rs, rebuilt = c.leaveRebuilt(ctx, ks, rs, olds)
+		if len(ks) == 0 {
+			done()
+			return loadedMany{it: it, rebuilt: rebuilt}
+		}
 	}
 	var tags []codec.TagRef
 	if claimed > 0 && len(it.tags) > 0 {
@@ -451,8 +467,32 @@ func (c *Cache) runManyHolding(ctx context.Context, it itemSettings, ks []keys, 
 	}
 	ld := c.runManyAs(ctx, it, ks, rs, load)
 	done()
-	ld.tags = tags
+	ld.tags, ld.rebuilt = tags, rebuilt
 	return ld
+}
+
+// leaveRebuilt returns ks and rs without the keys that no longer hold
+// their olds (a failed read is no evidence: all are kept), whose runs it
+// ends with errRebuilt, and those keys, by value key.
+func (c *Cache) leaveRebuilt(ctx context.Context, ks []keys, rs []*loadRun, olds [][]byte) ([]keys, []*loadRun, map[string]bool) {
+	reads, err := c.readMany(ctx, ks)
+	if err != nil {
+		return ks, rs, nil
+	}
+	var rebuilt map[string]bool
+	keptK, keptR := ks[:0:0], rs[:0:0]
+	for i, k := range ks {
+		if reads[i].found && bytes.Equal(reads[i].raw, olds[i]) {
+			keptK, keptR = append(keptK, k), append(keptR, rs[i])
+			continue
+		}
+		if rebuilt == nil {
+			rebuilt = make(map[string]bool)
+		}
+		rebuilt[k.value] = true
+		c.runs.end(k.value, rs[i], outcome{}, errRebuilt)
+	}
+	return keptK, keptR, rebuilt
 }
 
 // runManyAs is runMany for ks as the runs rs (rs[i] is ks[i]'s, see
@@ -651,8 +691,26 @@ func (c *Cache) refreshHeld(ctx context.Context, it itemSettings, held []staleLo
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	stop := c.keepAll(ctx, locks)
-	ld := c.runManyHolding(ctx, it, ks, rs, len(ks), load)
+	olds := make([][]byte, len(held))
+	for i, t := range held {
+		olds[i] = t.old
+	}
+	ld := c.runManyHolding(ctx, it, ks, rs, len(ks), load, olds)
 	stop()
+	if len(ld.rebuilt) > 0 {
+		// Changed while the batch waited for its permit: let go, as
+		// stillStale lets go of a key that changed before.
+		kept := held[:0]
+		for _, t := range held {
+			if ld.rebuilt[t.cl.k.value] {
+				c.release(ctx, t.cl.k, t.cl.l)
+				delete(loaded, t.cl.k.user)
+				continue
+			}
+			kept = append(kept, t)
+		}
+		held = kept
+	}
 	if ld.err != nil {
 		c.log(slog.LevelWarn, "background batch refresh failed; serving stale", "keys", len(ks), "err", ld.err)
 	}

@@ -61,7 +61,7 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 // read, and the waiter would load itself instead of learning of the
 // failure.
 func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) (outcome, error) {
-	ld := c.loadHolding(ctx, k, it, load, l)
+	ld := c.loadHolding(ctx, k, it, load, l, nil)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	failpoint.Inject(wctx, failpoint.CacheLoaded)

@@ -47,7 +47,10 @@ func (c *Cache) replaceUnusable(ctx context.Context, k keys, it itemSettings, lo
 		return verdict{next: readAgain}
 	}
 	failpoint.Inject(ctx, failpoint.CacheClaimed)
-	ld := c.loadHolding(ctx, k, it, load, l)
+	ld := c.loadHolding(ctx, k, it, load, l, old)
+	if errors.Is(ld.err, errRebuilt) {
+		return verdict{next: readAgain} // l is freed
+	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	failpoint.Inject(wctx, failpoint.CacheLoaded)
@@ -109,7 +112,10 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 	}
 	failpoint.Inject(ctx, failpoint.CacheRefreshClaimed)
 	c.emit(ctx, EventRefresh, k.user, 0, nil)
-	ld := c.loadHoldingAs(ctx, k, it, load, l, r)
+	ld := c.loadHoldingAs(ctx, k, it, load, l, r, old)
+	if errors.Is(ld.err, errRebuilt) {
+		return "", nil // l is freed: the value changed, nothing to refresh
+	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	failpoint.Inject(wctx, failpoint.CacheRefreshLoaded)
