@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotkv/stampede/internal/codec"
+	"github.com/hotkv/stampede/internal/lockvalue"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/lock"
 )
@@ -100,18 +102,29 @@ func (c *Cache) permit(ctx context.Context, it itemSettings, ks []keys) (done fu
 	}, waited, nil
 }
 
-// errRebuilt ends a rebuild beside a stored value (a refresh, a
-// replacement) that waited for a permit and found the value changed
-// meanwhile: another process loaded the key, or a Set or Delete came, and
-// its loader does not run. (It wraps context.Canceled so that a fail-open
+// errRebuilt ends a load that waited for a permit and found its key
+// changed meanwhile: the value a refresh or a replacement began from is
+// gone (another process loaded the key, or a Set or Delete came), or a
+// miss's claim is (a Set or Delete ended it). Its loader does not run. (It wraps context.Canceled so that a fail-open
 // load that joined the run runs again, as when a run's callers left.)
 var errRebuilt = fmt.Errorf("cache: the value changed while its rebuild waited for a backend permit: %w", context.Canceled)
 
-// rebuilt reports whether k no longer holds old, as far as a read now
-// says (a failed read is no evidence: false).
-func (c *Cache) rebuilt(ctx context.Context, k keys, old []byte) bool {
+// rebuilt reports whether k no longer holds what the rebuild holding l
+// began from, as far as a read now says (a failed read is no evidence:
+// false): old, for a rebuild beside a stored value, or l itself, for a
+// claim on the value key (a Delete or Set ended it).
+func (c *Cache) rebuilt(ctx context.Context, k keys, l *lock.Lock, old []byte) bool {
 	cur, err := c.rc.Get(ctx, k.value).Bytes()
-	return err == nil && !bytes.Equal(cur, old) || redisx.IsNil(err)
+	switch {
+	case redisx.IsNil(err):
+		return true
+	case err != nil:
+		return false
+	case old != nil:
+		return !bytes.Equal(cur, old)
+	}
+	v, ok := lockvalue.Decode(string(cur))
+	return !ok || codec.IsEntry(cur) || v.Token != l.Token() // as claim tells them apart
 }
 
 // busyErr is the error of a load of ks that waited d for a permit of the

@@ -362,3 +362,36 @@ func TestGetOrLoad_backendRefreshRebuilt(t *testing.T) {
 		}
 	})
 }
+
+// A miss that waited for a permit checks its claim before its loader
+// runs: a Set (or Delete) that ended the claim meanwhile stands, and the
+// caller reads the key again, getting the Set's value, with no load.
+// (Loaded anyway, it answered with a value older than that Set, and cost
+// the backend a load whose write was skipped; the robustness suite's
+// one-load check found such a load after another process's, on Valkey.)
+func TestGetOrLoad_backendClaimEnded(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		cs := cappedProcesses(t, s, 2, 1, cache.Options{Backend: "db"})
+		a, b := cs[0], cs[1]
+		started, release := make(chan struct{}), make(chan struct{})
+		held := goGetOrLoad(ctx, b, "slow", heldLoader(started, release, "slow"))
+		redistest.Recv(t, ctx, started, "the load holding the permit")
+		var loads atomic.Int64
+		got := goGetOrLoad(ctx, a, "k", constLoader("v2", &loads))
+		redistest.WaitFor(t, ctx, "the miss to wait for a permit", func() bool { return a.Stats().BackendWaits == 1 })
+		if err := cache.Set(ctx, b, "k", "v9"); err != nil { // ends a's claim
+			t.Fatal(err)
+		}
+		close(release)
+		if r := redistest.Recv(t, ctx, held, "the slow load"); r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r := redistest.Recv(t, ctx, got, "the miss's answer"); r.err != nil || r.v != "v9" {
+			t.Errorf("GetOrLoad = %q, %v; want the Set's v9", r.v, r.err)
+		}
+		if n := loads.Load(); n != 0 {
+			t.Errorf("%d loads after the Set ended the claim; want 0", n)
+		}
+	})
+}

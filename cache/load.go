@@ -262,8 +262,9 @@ func (ld loaded) storable() bool {
 // write that follows is conditional and finds out.
 //
 // old is the stored value a rebuild beside it replaces (nil for a claim
-// on the value key): one that waited for a backend permit reads the key
-// again, and does not load if it changed (errRebuilt; l is freed).
+// on the value key): a load that waited for a backend permit reads the
+// key again, and does not load if the value, or its claim, is gone
+// (errRebuilt; l is freed).
 func (c *Cache) loadHolding(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock, old []byte) loaded {
 	return c.loadHoldingAs(ctx, k, it, load, l, c.runs.begin(k.value, false), old)
 }
@@ -275,7 +276,7 @@ func (c *Cache) loadHoldingAs(ctx context.Context, k keys, it itemSettings, load
 	// gets none ends as a failed load does.
 	// (A Batcher's Get takes it for its round's loader call instead.)
 	done, waited, err := c.permit(ctx, it.unlessRound(), []keys{k})
-	if err == nil && waited && old != nil && c.rebuilt(ctx, k, old) {
+	if err == nil && waited && c.rebuilt(ctx, k, l, old) {
 		done()
 		err = errRebuilt
 	}

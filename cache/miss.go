@@ -44,6 +44,9 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 	}
 	failpoint.Inject(ctx, failpoint.CacheClaimed)
 	res, err := c.loadClaimed(ctx, k, it, load, l)
+	if errors.Is(err, errRebuilt) {
+		return verdict{next: readAgain}
+	}
 	// The result rests on this claim, taken after the read that found
 	// nothing: callers that found the claim may take it (outcome.accepts).
 	res.claim, res.seen = l.Token(), claimed
@@ -62,6 +65,12 @@ func (c *Cache) claimMiss(ctx context.Context, k keys, it itemSettings, load loa
 // failure.
 func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load loader.Func[[]byte], l *lock.Lock) (outcome, error) {
 	ld := c.loadHolding(ctx, k, it, load, l, nil)
+	if errors.Is(ld.err, errRebuilt) {
+		// The claim was ended (a Delete or Set) while the load waited
+		// for a backend permit: its waiters were told to read again,
+		// and so is its caller (see claimMiss).
+		return outcome{}, ld.err
+	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	failpoint.Inject(wctx, failpoint.CacheLoaded)
