@@ -475,14 +475,11 @@ func (c *Cache) runManyHolding(ctx context.Context, it itemSettings, ks []keys, 
 // their olds (a failed read is no evidence: all are kept), whose runs it
 // ends with errRebuilt, and those keys, by value key.
 func (c *Cache) leaveRebuilt(ctx context.Context, ks []keys, rs []*loadRun, olds [][]byte) ([]keys, []*loadRun, map[string]bool) {
-	reads, err := c.readMany(ctx, ks)
-	if err != nil {
-		return ks, rs, nil
-	}
+	same := c.unchanged(ctx, ks, olds)
 	var rebuilt map[string]bool
 	keptK, keptR := ks[:0:0], rs[:0:0]
 	for i, k := range ks {
-		if reads[i].found && bytes.Equal(reads[i].raw, olds[i]) {
+		if same[i] {
 			keptK, keptR = append(keptK, k), append(keptR, rs[i])
 			continue
 		}
@@ -795,24 +792,33 @@ func (c *Cache) stillStale(ctx context.Context, held []staleLock) []staleLock {
 		return nil
 	}
 	// As stillHolds: another process may have rebuilt a value between the
-	// read and the lock; a failed read is no evidence of a change.
-	ks := make([]keys, len(held))
+	// read and the lock.
+	ks, olds := make([]keys, len(held)), make([][]byte, len(held))
 	for i, t := range held {
-		ks[i] = t.cl.k
+		ks[i], olds[i] = t.cl.k, t.old
 	}
-	rs, err := c.readMany(ctx, ks)
-	if err != nil {
-		return held
-	}
+	same := c.unchanged(ctx, ks, olds)
 	kept := held[:0]
 	for i, t := range held {
-		if !rs[i].found || !bytes.Equal(rs[i].raw, t.old) {
+		if !same[i] {
 			c.release(ctx, t.cl.k, t.cl.l)
 			continue
 		}
 		kept = append(kept, t)
 	}
 	return kept
+}
+
+// unchanged reports, in one round trip, whether each of ks still holds
+// the entry olds[i] (the rebuilds' check before their loads, as rebuilt is
+// one key's); a failed read is no evidence of a change: all true.
+func (c *Cache) unchanged(ctx context.Context, ks []keys, olds [][]byte) []bool {
+	same := make([]bool, len(ks))
+	reads, err := c.readMany(ctx, ks)
+	for i := range ks {
+		same[i] = err != nil || reads[i].found && bytes.Equal(reads[i].raw, olds[i])
+	}
+	return same
 }
 
 // endRefresh ends the refresh of old under the rebuild lock cl when res

@@ -1,14 +1,12 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/hotkv/stampede/internal/failpoint"
-	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
 )
@@ -138,8 +136,7 @@ func (c *Cache) refreshStale(ctx context.Context, k keys, it itemSettings, load 
 // released. A failed read is no evidence of a change: the conditional
 // write that follows the load decides.
 func (c *Cache) stillHolds(ctx context.Context, k keys, l *lock.Lock, old []byte) bool {
-	cur, err := c.rc.Get(ctx, k.value).Bytes()
-	if err == nil && !bytes.Equal(cur, old) || redisx.IsNil(err) {
+	if c.rebuilt(ctx, k, l, old) {
 		c.release(ctx, k, l)
 		return false
 	}
