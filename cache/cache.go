@@ -441,7 +441,7 @@ func (c *Cache) serverGet(ctx context.Context, key string, dst engine.Dst) getRe
 		}
 		return getResult{err: fmt.Errorf("cache: get %q: %w", key, redisx.Denied("get", r.err, ""))}
 	}
-	rd := c.decide(r.raw, c.s.now())
+	rd := c.decideRead(r, c.s.now())
 	c.withTags(ctx, &rd)
 	err := gotInto(c, key, rd, dst)
 	g := getResult{err: err, kind: gotEvent(rd, err)}
@@ -585,11 +585,13 @@ func (c *Cache) writeFailed(ctx context.Context, op, key string, err error) erro
 	return fmt.Errorf("cache: %s %q: %w", op, key, redisx.Denied(op, err, ""))
 }
 
-// flightValue is a flight's payload decoded once for all its callers in
-// this process, as a near hit's is (see nearValue): when the one load of
-// the cluster ends, every waiting process wakes at the same instant, and
-// a decode in each of its callers was CPU that the last of them waited
-// for. A caller asking for another type than the first decodes its own.
+// flightValue is a flight's payload, or a shared GET's value (see
+// reads.go), decoded once for all its callers in this process, as a near
+// hit's is (see nearValue): when the one load of the cluster ends, every
+// waiting process wakes at the same instant, and a decode in each of its
+// callers was CPU that the last of them waited for; a hot key's shared
+// GET answers a dozen callers at once. A caller asking for another type
+// than the first decodes its own.
 type flightValue struct {
 	mu  sync.Mutex            // held by the callers that find no value of their type in val, while they decode
 	val atomic.Pointer[boxed] // the value decoded first
@@ -609,9 +611,15 @@ func shareValue(res outcome, err error) (outcome, error) {
 // same value; NOTE: a value holding a slice, map or pointer must not be
 // modified by its callers), or a new one, kept for the next.
 func flightDecode[V any](c *Cache, key string, res outcome) (V, error) {
-	fv := res.val
+	return sharedDecode[V](c, key, res.val, res.payload)
+}
+
+// sharedDecode returns payload, key's value, as a V: the one decoded by an
+// earlier caller sharing fv, or a new one, kept in fv for the next; with
+// fv nil, a value of the caller's own.
+func sharedDecode[V any](c *Cache, key string, fv *flightValue, payload []byte) (V, error) {
 	if fv == nil {
-		return decode[V](c, key, res.payload)
+		return decode[V](c, key, payload)
 	}
 	if b := fv.val.Load(); b != nil {
 		if v, ok := b.v.(V); ok {
@@ -624,9 +632,9 @@ func flightDecode[V any](c *Cache, key string, res outcome) (V, error) {
 		if v, ok := b.v.(V); ok {
 			return v, nil
 		}
-		return decode[V](c, key, res.payload) // another type than the first caller's
+		return decode[V](c, key, payload) // another type than the first caller's
 	}
-	v, err := decode[V](c, key, res.payload)
+	v, err := decode[V](c, key, payload)
 	if err == nil {
 		fv.val.Store(&boxed{v: v})
 	}

@@ -43,8 +43,9 @@ import (
 // load runs on a context detached from all callers (it keeps the first
 // caller's values, not its cancellation) and limited by LoadTimeout. Each
 // caller's own ctx only decides how long that caller waits. The callers
-// of one load in a process get the same decoded value (decoded once): a
-// value holding a slice, map or pointer must not be modified by them.
+// of one load in a process, and those of a hot key that share one GET,
+// get the same decoded value (decoded once): a value holding a slice,
+// map or pointer must not be modified by them.
 func GetOrLoad[V any](ctx context.Context, c *Cache, key string, load loader.Func[V], opts ...LoadOption) (V, error) {
 	var zero V
 	if err := c.check(key); err != nil {
@@ -141,9 +142,9 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 	l.obs = observation{read: true, sent: sent, done: r.done}
 	switch {
 	case r.err == nil:
-		rd := c.decide(r.raw, c.s.now())
+		rd := c.decideRead(r, c.s.now())
 		c.withTags(ctx, &rd)
-		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r.raw); l.hit {
+		if l.v, l.err, l.hit = served[V](ctx, c, k, it, load, rd, r); l.hit {
 			l.verdict = rd.event()
 		} else {
 			l.bad, l.obs.claim = unusable(rd, r.raw, tr)
@@ -162,18 +163,18 @@ func (l *looked[V]) fromServer(ctx context.Context, c *Cache, k keys, it itemSet
 }
 
 // served answers GetOrLoad from the reading rd of what the hit path read
-// (raw), if it can: a value, fresh or stale (starting the refresh it calls
+// (r), if it can: a value, fresh or stale (starting the refresh it calls
 // for), or a fresh not-found. ok is false when the caller must go on to
 // the flight. The caller reports the verdict, rd.event().
-func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, raw []byte) (v V, err error, ok bool) {
+func served[V any](ctx context.Context, c *Cache, k keys, it itemSettings, load loader.Func[V], rd reading, r read) (v V, err error, ok bool) {
 	switch rd.use {
 	case useNotFound:
 		return v, loader.ErrNotFound, true
 	case useValue:
 		if rd.refresh {
-			c.refresh(ctx, k, it, raw, encoded(c, k.user, load))
+			c.refresh(ctx, k, it, r.raw, encoded(c, k.user, load))
 		}
-		if v, err = decode[V](c, k.user, rd.e.Payload); err != nil {
+		if v, err = sharedDecode[V](c, k.user, r.val, rd.e.Payload); err != nil {
 			return v, nil, false // e.g. another type under the key: rebuild it
 		}
 		return v, nil, true

@@ -420,19 +420,21 @@ func (h *getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // Without the near cache, concurrent callers of a hot key share GETs:
-// far fewer GETs than calls.
+// far fewer GETs than calls. The callers of a shared GET share its
+// decoded value too: at most one decode per GET.
 func TestGetOrLoad_hotKeySharesReads(t *testing.T) {
 	s := redistest.Shared(t, redistest.Redis8)
 	ctx := testCtx(t)
 	h := &getCounter{}
-	c := newCacheOn(t, hookedClient(t, s, h), &cache.Options{Namespace: namespace(t)})
+	var decodes atomic.Int64
+	c := newCacheOn(t, hookedClient(t, s, h), &cache.Options{Namespace: namespace(t), Codec: countingCodec{&decodes}})
 	var calls atomic.Int64
 	load := constLoader("v", &calls)
 	if _, err := cache.GetOrLoad(ctx, c, "k", load); err != nil {
 		t.Fatal(err)
 	}
 	const goroutines, each = 32, 50
-	before := h.gets.Load()
+	before, decodes0 := h.gets.Load(), decodes.Load()
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() {
@@ -445,10 +447,13 @@ func TestGetOrLoad_hotKeySharesReads(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	gets := h.gets.Load() - before
-	t.Logf("%d calls sent %d GETs", goroutines*each, gets)
+	gets, decoded := h.gets.Load()-before, decodes.Load()-decodes0
+	t.Logf("%d calls sent %d GETs and decoded %d values", goroutines*each, gets, decoded)
 	if gets > goroutines*each/4 {
 		t.Fatalf("%d GETs for %d calls; want at most a quarter", gets, goroutines*each)
+	}
+	if decoded > gets {
+		t.Errorf("%d decodes for %d GETs; want at most one per GET", decoded, gets)
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("loads %d; want 1", calls.Load())

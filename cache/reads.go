@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hotkv/stampede/internal/codec"
 	"github.com/hotkv/stampede/internal/engine"
 	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
@@ -23,8 +24,12 @@ import (
 // opens a batch and yields once before sending it, letting callers that
 // are ready to run join (concurrent callers tend to arrive together); a
 // caller that finds readDepth GETs of the key in flight opens a batch
-// that is sent when one of them returns. A hot key costs about readDepth
-// GETs per round trip per process, not one per caller.
+// that is sent when one of them returns. That batch too stays open while
+// its sender yields once: the callers the returning GET just answered,
+// calling again, join it instead of opening the next one, so the callers
+// of a hot key do not split into cohorts that each pay a GET. A hot key
+// costs about readDepth GETs per round trip per process, not one per
+// caller.
 const readDepth = 2
 
 // read is what one GET of a value key found.
@@ -32,13 +37,27 @@ type read struct {
 	raw  []byte
 	err  error
 	done time.Time // when the reply came
+	// For the callers that shared the GET, raw decoded once: its entry
+	// (nil if raw is none, e.g. a claim), and its value (see
+	// sharedDecode). Both nil for a GET of one caller.
+	e   *codec.Entry
+	val *flightValue
+}
+
+// decideRead is decide for what r read, using its shared entry if it has
+// one.
+func (c *Cache) decideRead(r read, now time.Time) reading {
+	if r.e != nil {
+		return c.decideEntry(r.e, now)
+	}
+	return c.decide(r.raw, now)
 }
 
 // readBatch is a GET shared by the callers that joined it.
 type readBatch struct {
 	done   chan struct{} // closed when r is set
 	r      read
-	led    bool // opened by a caller that sends it, not by readDone
+	led    bool // sent by its opener or being sent by readDone: readDone must not send it
 	joined int  // callers that joined it (under reads.mu)
 }
 
@@ -90,7 +109,7 @@ func (c *Cache) read(ctx context.Context, k keys) read {
 		}
 		// Others wait for this GET: it must not fail because this caller
 		// gives up.
-		c.send(k, b)
+		c.send(k, b, false)
 	default:
 		b = &readBatch{done: make(chan struct{})} // sent by readDone
 		sl.open = b
@@ -119,17 +138,32 @@ func (c *Cache) readDone(k keys) {
 		rs.mu.Unlock()
 		return
 	}
-	sl.open = nil // b takes the place in flight
+	b.led = true // b takes the place in flight; its sender closes it
 	rs.mu.Unlock()
-	c.send(k, b)
+	c.send(k, b, true)
+}
+
+// close ends the joining of b, the batch of k opened by a caller that
+// sends it or given its place in flight by readDone.
+func (rs *reads) close(k keys, b *readBatch) {
+	rs.mu.Lock()
+	if sl := rs.slots[k.value]; sl.open == b {
+		sl.open = nil
+	}
+	rs.mu.Unlock()
 }
 
 // send sends the shared GET b of k in the background, on a context of the
-// Cache's (its callers wait with their own), and then ends it.
-func (c *Cache) send(k keys, b *readBatch) {
+// Cache's (its callers wait with their own), and then ends it. A batch
+// still open (given its place in flight by readDone) stays open while
+// the goroutine yields once, so that callers ready to run join it.
+func (c *Cache) send(k keys, b *readBatch, open bool) {
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
+		if open {
+			c.reads.close(k, b)
+		}
 		b.r = read{err: ErrClosed, done: time.Now()}
 		close(b.done)
 		c.readDone(k)
@@ -139,9 +173,16 @@ func (c *Cache) send(k keys, b *readBatch) {
 	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
+		if open {
+			runtime.Gosched() // let callers that are ready to run join
+			c.reads.close(k, b)
+		}
 		ctx, cancel := context.WithTimeout(c.base, writeTimeout)
 		b.r = c.fetch(ctx, k)
 		cancel()
+		if e, err := codec.Decode(b.r.raw); b.r.err == nil && err == nil {
+			b.r.e, b.r.val = &e, &flightValue{}
+		}
 		close(b.done)
 		c.readDone(k)
 	}()
