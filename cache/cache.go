@@ -491,7 +491,7 @@ func gotEvent(rd reading, err error) EventKind {
 // the server must be asked.
 func (c *Cache) nearGet(ctx context.Context, key string, dst engine.Dst) (g getResult, ok bool) {
 	now := coarseNow()
-	ne := c.near.lookup(tagOf(key), now.UnixNano())
+	ne := c.near.lookupKey(key, now.UnixNano())
 	if ne == nil {
 		return g, false
 	}

@@ -229,7 +229,7 @@ func (m *many[V]) fromNear(ctx context.Context, keys []string) []string {
 	now := coarseNow()
 	rest := keys[:0:0]
 	for _, key := range keys {
-		ne := c.near.lookup(tagOf(key), now.UnixNano())
+		ne := c.near.lookupKey(key, now.UnixNano())
 		if ne == nil {
 			rest = append(rest, key)
 			continue

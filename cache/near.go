@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hotkv/stampede/internal/redisx"
+
 	"github.com/maypok86/otter/v2"
 
 	"github.com/hotkv/stampede/internal/codec"
@@ -47,6 +49,12 @@ type nearEntry struct {
 	e     codec.Entry // raw decoded; e.Payload points into raw
 	until int64       // Unix ns: when the server drops the key, as the read saw it
 	val   atomic.Pointer[boxed]
+	// Set by finish: plain, the entry is a plain user key's, filled under
+	// the key itself (see lookupKey); plainFresh, for a value without
+	// tags, its FreshUntil in Unix ns (else 0): before it, with the real
+	// clock and no EarlyRefresh, a hit is a fresh one (see nearHit).
+	plain      bool
+	plainFresh int64
 }
 
 // boxed is an entry's decoded value, kept for the next hit of the same
@@ -85,15 +93,7 @@ func newNearCache(n *Near, ns string) *nearCache {
 // lookup returns tag's entry if it may be served at now (Unix ns, by the
 // coarse clock).
 func (n *nearCache) lookup(tag string, now int64) *nearEntry {
-	trusted := n.trusted.Load()
-	if now >= trusted {
-		return nil
-	}
-	// Pings renew the trust every Lease/4, so it normally has more than
-	// half a Lease left. When it has less, pings are late: the coarse
-	// clock may lag too (a process short of CPU), and the real one
-	// decides. So the Lease is overrun only by a lag above Lease/2.
-	if trusted-now < int64(n.lease/2) && time.Now().UnixNano() >= trusted {
+	if !n.servable(now) {
 		return nil
 	}
 	e, ok := n.store.GetIfPresent(tag)
@@ -101,6 +101,45 @@ func (n *nearCache) lookup(tag string, now int64) *nearEntry {
 		return nil
 	}
 	return e
+}
+
+// lookupKey is lookup for the user key key. A plain key is its own tag,
+// so it is looked up as it is, before its bytes are checked (or hashed,
+// see redisx.Tag): an entry found under key is key's only if it was
+// filled for a plain key, since tag records ("tag ...") and hashed keys
+// ("#...") are kept under names that a key that is not plain may equal.
+func (n *nearCache) lookupKey(key string, now int64) *nearEntry {
+	if !n.servable(now) {
+		return nil
+	}
+	e, ok := n.store.GetIfPresent(key)
+	if !ok || !e.plain {
+		tag := redisx.Tag(key)
+		if tag == key {
+			return nil
+		}
+		if e, ok = n.store.GetIfPresent(tag); !ok {
+			return nil
+		}
+	}
+	if now >= e.until {
+		return nil
+	}
+	return e
+}
+
+// servable reports whether entries may be served at now (Unix ns, by the
+// coarse clock).
+func (n *nearCache) servable(now int64) bool {
+	trusted := n.trusted.Load()
+	if now >= trusted {
+		return false
+	}
+	// Pings renew the trust every Lease/4, so it normally has more than
+	// half a Lease left. When it has less, pings are late: the coarse
+	// clock may lag too (a process short of CPU), and the real one
+	// decides. So the Lease is overrun only by a lag above Lease/2.
+	return trusted-now >= int64(n.lease/2) || time.Now().UnixNano() < trusted
 }
 
 // nearTicket is a fill in progress: its read was sent after begin.
@@ -130,6 +169,16 @@ func (n *nearCache) finish(t nearTicket, e *nearEntry) {
 	}
 	delete(n.pending, t.tag)
 	if e != nil && n.epoch.Load() == t.epoch {
+		e.plain = redisx.Plain(t.tag)
+		if !e.e.NotFound && len(e.e.Tags) == 0 {
+			// In range as the server's bytes may not be: 0 (never fresh
+			// here) before 1970, the largest time after 2262.
+			ms := max(e.e.FreshUntil.UnixMilli(), 0)
+			e.plainFresh = int64(math.MaxInt64)
+			if ms < math.MaxInt64/int64(time.Millisecond) {
+				e.plainFresh = ms * int64(time.Millisecond)
+			}
+		}
 		n.store.Set(t.tag, e)
 	}
 }

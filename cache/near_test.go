@@ -386,3 +386,39 @@ func TestNear_concurrentFillsKept(t *testing.T) {
 		}
 	}, redistest.Redis8, redistest.Cluster)
 }
+
+// A near hit judges freshness by Options.Now when it is set, as a read
+// from the server does: an entry past its freshness by that clock is a
+// stale hit that starts a refresh, though the real clock finds it fresh.
+func TestNear_freshnessByOptionsNow(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		var now atomic.Int64
+		now.Store(time.Now().UnixNano())
+		opts := nearOpts(t)
+		opts.Expiry = cache.ExpiryPolicy{Fresh: time.Minute, Stale: time.Hour}
+		opts.Now = func() time.Time { return time.Unix(0, now.Load()) }
+		c := nearCache(t, s, opts)
+		if err := cache.Set(ctx, c, "k", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		var loads atomic.Int64
+		load := constLoader("v2", &loads)
+		for range 2 {
+			if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "v1" {
+				t.Fatalf("GetOrLoad = %q, %v; want v1", v, err)
+			}
+		}
+		if st := c.Stats(); st.NearHits != 1 || st.Hits != 2 {
+			t.Fatalf("NearHits %d, Hits %d; want the second call a near hit", st.NearHits, st.Hits)
+		}
+		now.Add(int64(2 * time.Minute))
+		if v, err := cache.GetOrLoad(ctx, c, "k", load); err != nil || v != "v1" {
+			t.Fatalf("past freshness: GetOrLoad = %q, %v; want the stale v1", v, err)
+		}
+		if st := c.Stats(); st.StaleHits != 1 || st.NearHits != 2 {
+			t.Fatalf("past freshness: StaleHits %d, NearHits %d; want a stale near hit", st.StaleHits, st.NearHits)
+		}
+		redistest.WaitFor(t, ctx, "the refresh", func() bool { return loads.Load() == 1 })
+	}, redistest.Redis8, redistest.Valkey)
+}

@@ -285,11 +285,18 @@ func nearInto(c *Cache, key string, ne *nearEntry, dst engine.Dst) error {
 // server would) or a fresh not-found, and the verdict GetOrLoad reports.
 // ok is false when the server must be asked.
 func nearHit[V any](ctx context.Context, c *Cache, key string, it *itemSettings, load loader.Func[V]) (v V, verdict EventKind, err error, ok bool) {
-	now := coarseNow()
-	ne := c.near.lookup(tagOf(key), now.UnixNano())
+	ns := coarse.now.Load()
+	ne := c.near.lookupKey(key, ns)
 	if ne == nil {
 		return v, 0, nil, false
 	}
+	if ns < ne.plainFresh && c.s.realClock && c.s.beta == 0 {
+		// What decideEntry and withTags would find, known at the fill.
+		if v, err = nearValue[V](c, key, ne); err == nil {
+			return v, EventHit, nil, true
+		}
+	}
+	now := time.Unix(0, ns)
 	rd := c.decideEntry(&ne.e, c.clock(now))
 	c.withTags(ctx, &rd)
 	switch rd.use {

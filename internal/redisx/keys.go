@@ -23,7 +23,7 @@ const MaxPlainKey = 128
 // attacker could craft two keys with one tag and have one key's value served
 // for the other. Finding two keys with one SHA-256 is not feasible.
 func Tag(k string) string {
-	if len(k) <= MaxPlainKey && !strings.HasPrefix(k, "#") && plain(k) {
+	if Plain(k) {
 		return k
 	}
 	// The bytes of k, not a copy: Sum256 only reads them.
@@ -32,6 +32,11 @@ func Tag(k string) string {
 	out[0] = '#'
 	hex.Encode(out[1:], sum[:])
 	return string(out[:])
+}
+
+// Plain reports whether k is its own Tag.
+func Plain(k string) bool {
+	return len(k) <= MaxPlainKey && !strings.HasPrefix(k, "#") && plain(k)
 }
 
 // plain reports whether every byte of k is printable ASCII other than a
