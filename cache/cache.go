@@ -389,6 +389,12 @@ func (c *Cache) refuse(key string) error {
 // not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
 // counts as a server error (unless ctx ended it).
 func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
+	if c.near != nil && c.check(key) == nil {
+		if v, ok := nearFresh[V](c, key); ok {
+			c.report(ctx, key, trail{verdict: EventHit, near: true})
+			return v, nil
+		}
+	}
 	var dst engine.Into[V]
 	_, err := c.get(ctx, key, &dst, false)
 	return dst.V, err

@@ -369,6 +369,13 @@ func TestNear_hitAllocations(t *testing.T) {
 		{"observer", observed, func(c *cache.Cache) error {
 			return isValue(cache.GetOrLoad(ctx, c, "k", load))
 		}},
+		{"Get", nearOpts(t), func(c *cache.Cache) error {
+			v, err := cache.Get[string](ctx, c, "g")
+			if errors.Is(err, cache.ErrMiss) {
+				return cache.Set(ctx, c, "g", "value") // the first call
+			}
+			return isValue(v, err)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

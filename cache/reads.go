@@ -290,9 +290,8 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it *itemSettings,
 	if ne == nil {
 		return v, 0, nil, false
 	}
-	if ns < ne.plainFresh && c.s.realClock && c.s.beta == 0 {
-		// What decideEntry and withTags would find, known at the fill.
-		if v, err = nearValue[V](c, key, ne); err == nil {
+	if c.s.beta == 0 {
+		if v, ok := nearFreshEntry[V](c, key, ne, ns); ok {
 			return v, EventHit, nil, true
 		}
 	}
@@ -313,6 +312,29 @@ func nearHit[V any](ctx context.Context, c *Cache, key string, it *itemSettings,
 		return v, 0, nil, false // an expired not-found: load again
 	}
 	return v, rd.event(), err, true
+}
+
+// nearFresh is a near hit's shortest path, for a fresh value without tags
+// (see nearEntry.plainFresh): ok is false for anything else, which the
+// caller's full path decides. Get takes it; GetOrLoad too, without
+// EarlyRefresh.
+func nearFresh[V any](c *Cache, key string) (v V, ok bool) {
+	ns := coarse.now.Load()
+	ne := c.near.lookupKey(key, ns)
+	if ne == nil {
+		return v, false
+	}
+	return nearFreshEntry[V](c, key, ne, ns)
+}
+
+// nearFreshEntry is nearFresh for the entry ne, looked up at ns.
+func nearFreshEntry[V any](c *Cache, key string, ne *nearEntry, ns int64) (v V, ok bool) {
+	if ns >= ne.plainFresh || !c.s.realClock {
+		return v, false
+	}
+	// What decideEntry and withTags would find, known at the fill.
+	v, err := nearValue[V](c, key, ne)
+	return v, err == nil
 }
 
 // nearDrop drops k's near-cache entry after this process wrote or deleted
