@@ -113,6 +113,13 @@ func (b *Batcher[V]) Get(ctx context.Context, key string, opts ...LoadOption) (V
 	if err != nil {
 		return zero, err
 	}
+	if b.c.near != nil && b.c.s.beta == 0 {
+		// Before the loader's closure, which would escape.
+		if v, ok := nearFresh[V](b.c, key); ok {
+			b.c.report(ctx, key, trail{verdict: EventHit, near: true})
+			return v, nil
+		}
+	}
 	it.queue = b.q
 	// A capped backend's permit is taken by the round the key's load
 	// joins, for the round's one loader call; the key's own load takes

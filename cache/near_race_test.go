@@ -341,6 +341,7 @@ func TestNear_hitAllocations(t *testing.T) {
 		}
 		return err
 	}
+	var batcher *cache.Batcher[string] // made on the row's Cache
 	observed := nearOpts(t)
 	var events atomic.Int64
 	observed.Observer = func(e cache.Event) {
@@ -368,6 +369,23 @@ func TestNear_hitAllocations(t *testing.T) {
 		}},
 		{"observer", observed, func(c *cache.Cache) error {
 			return isValue(cache.GetOrLoad(ctx, c, "k", load))
+		}},
+		{"Batcher", nearOpts(t), func(c *cache.Cache) error {
+			if batcher == nil {
+				var err error
+				batcher, err = cache.NewBatcher(c, func(_ context.Context, keys []string) (map[string]string, error) {
+					calls.Add(1)
+					m := make(map[string]string, len(keys))
+					for _, k := range keys {
+						m[k] = "value"
+					}
+					return m, nil
+				}, nil)
+				if err != nil {
+					return err
+				}
+			}
+			return isValue(batcher.Get(ctx, "b"))
 		}},
 		{"Get", nearOpts(t), func(c *cache.Cache) error {
 			v, err := cache.Get[string](ctx, c, "g")
