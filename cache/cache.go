@@ -389,7 +389,11 @@ func (c *Cache) refuse(key string) error {
 // not-found, fresh), a stale hit (stale) or a miss (ErrMiss); a failed call
 // counts as a server error (unless ctx ended it).
 func Get[V any](ctx context.Context, c *Cache, key string) (V, error) {
-	if c.near != nil && c.check(key) == nil {
+	if err := c.check(key); err != nil {
+		var zero V
+		return zero, err
+	}
+	if c.near != nil {
 		if v, ok := nearFresh[V](c, key); ok {
 			c.report(ctx, key, trail{verdict: EventHit, near: true})
 			return v, nil
