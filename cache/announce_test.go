@@ -89,6 +89,10 @@ func (r *receivers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (r *receivers) add(cmd redis.Cmder) {
 	name := strings.ToLower(cmd.Name())
 	args := cmd.Args()
+	if name == "evalsha" || name == "eval" {
+		r.addScript(cmd, args)
+		return
+	}
 	if name != "publish" && name != "spublish" || len(args) < 3 {
 		return
 	}
@@ -101,6 +105,36 @@ func (r *receivers) add(cmd redis.Cmder) {
 		n = c.Val()
 	case *redis.Cmd:
 		n, _ = c.Int64()
+	}
+	r.mu.Lock()
+	r.published++
+	r.reached += n
+	r.mu.Unlock()
+}
+
+// addScript counts the announcement that the write of a claimed key's
+// value published in its own script (redisx.SetIfEqualPublish: its last
+// three arguments are the channel, the message and the publishing
+// command; it returns {1, subscribers reached} when it wrote and
+// published).
+func (r *receivers) addScript(cmd redis.Cmder, args []any) {
+	if len(args) < 3 {
+		return
+	}
+	if pub, _ := args[len(args)-1].(string); pub != "publish" && pub != "spublish" {
+		return
+	}
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return
+	}
+	res, err := c.Slice()
+	if err != nil || len(res) != 2 {
+		return
+	}
+	n, ok := res[1].(int64)
+	if !ok {
+		return
 	}
 	r.mu.Lock()
 	r.published++
