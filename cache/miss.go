@@ -134,7 +134,7 @@ type oneStep struct {
 // readers must not find an older entry once the announcement is out.
 func (c *Cache) replaceAnnouncing(ctx context.Context, k keys, l *lock.Lock, val string, ttl time.Duration) (oneStep, error) {
 	ch, mode := c.ann.channel(ctx, k.value)
-	if mode == keysub.Unknown || c.down() {
+	if mode == keysub.Unknown || c.down() || c.ann.twoStep {
 		return oneStep{}, l.Replace(ctx, val, ttl)
 	}
 	c.nearDrop(k)
