@@ -205,7 +205,7 @@ func TestGetOrLoad_readYourDeleteAcrossProcesses(t *testing.T) {
 		opts := cache.Options{Namespace: ns, WaitTimeout: time.Minute, PollInterval: time.Minute}
 		rcA := s.Client(t)
 		recA := record(rcA)
-		a := newCacheOn(t, rcA, &opts)         // process 1: rebuilds
+		a := newCacheOn(t, rcA, &opts) // process 1: rebuilds
 		// A's value stored and its announcement held back: the two-step
 		// write (where the write's script cannot publish) has that window.
 		cache.TwoStepWrites(a)
