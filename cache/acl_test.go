@@ -588,3 +588,82 @@ func TestACL_cache_backends(t *testing.T) {
 		}
 	})
 }
+
+// TestACL_cache_oneStepWrite: a miss writes its value and publishes its
+// announcement in one script where the user may run scripts. A user
+// refused scripts (Redis 8.6, Valkey 9 and the Cluster need none with
+// CachePerms) writes and then announces, in two steps: the waiter of
+// another Cache still hears of the value (its poll is a minute away). A
+// user allowed scripts but not SPUBLISH has its value written by the
+// script, whose refused publish is told as any refused announcement
+// (Stats.AnnounceDenied, a warning naming the channel) and not sent again
+// on its own; the waiter gets the value by its poll.
+func TestACL_cache_oneStepWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		scripts   bool
+		publish   bool
+		scripted  int // announcements the write's script published
+		published int // (S)PUBLISHes the writer's client sent, the script's included
+	}{
+		{name: "no scripts", publish: true, published: 1},
+		{name: "scripts", scripts: true, publish: true, scripted: 1, published: 1},
+		{name: "scripts, no publish", scripts: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+				ctx := testCtx(t)
+				ns := namespace(t)
+				var perms []string
+				for _, p := range redistest.CachePerms(s.Kind, ns) {
+					if p != "+evalsha" && p != "+eval" && (tc.publish || p != "+spublish") {
+						perms = append(perms, p)
+					}
+				}
+				if tc.scripts {
+					perms = append(perms, "+evalsha", "+eval")
+				}
+				u := s.User(t, perms...)
+				logs := newLogSink()
+				poll := time.Minute
+				if !tc.publish {
+					poll = 20 * time.Millisecond
+				}
+				opts := &cache.Options{Namespace: ns, WaitTimeout: 5 * time.Minute, PollInterval: poll, Logger: slog.New(logs)}
+				rcA := u.Client(t)
+				pubs := countReceivers(rcA)
+				a := newCacheOn(t, rcA, opts)
+				b := newCacheOn(t, u.Client(t), opts)
+
+				started, release := make(chan struct{}), make(chan struct{})
+				rebuild := goGetOrLoad(ctx, a, "k", heldLoader(started, release, "v"))
+				redistest.Recv(t, ctx, started, "a's load to start")
+				var calls atomic.Int32
+				waiter := goGetOrLoad(ctx, b, "k", neverLoad[string](&calls))
+				redistest.WaitFor(t, ctx, "b to wait", func() bool { return b.Stats().Waits > 0 })
+				pubs.take()
+				close(release)
+				for _, r := range []<-chan result[string]{rebuild, waiter} {
+					if got := redistest.Recv(t, ctx, r, "the loader and the waiter"); got.err != nil || got.v != "v" {
+						t.Fatalf("GetOrLoad = %q, %v; want v", got.v, got.err)
+					}
+				}
+				scripted := pubs.inScripts()
+				published, _ := pubs.take()
+				if scripted != tc.scripted || published != tc.published || calls.Load() != 0 {
+					t.Errorf("%d announcements published, %d by the write's script, %d loads by the waiter; want %d, %d, none",
+						published, scripted, calls.Load(), tc.published, tc.scripted)
+				}
+				if st := a.Stats(); st.ServerErrors != 0 || (st.AnnounceDenied == 1) != !tc.publish || st.AnnounceDenied > 1 {
+					t.Errorf("a: stats %+v; want no server errors, and AnnounceDenied 1 where SPUBLISH is refused, else 0", st)
+				}
+				if !tc.publish {
+					logs.waitLog(t, ctx, "WARN", ns+":{K}:ann", "SPUBLISH")
+					if caps, err := a.Capabilities(ctx); err != nil || caps.AnnounceDenied == "" {
+						t.Errorf("a: capabilities %v, %v: want announcements denied", caps, err)
+					}
+				}
+			}, redistest.Redis8, redistest.Valkey, redistest.Cluster)
+		})
+	}
+}

@@ -114,6 +114,10 @@ type announcer struct {
 	// beforeSubscribe, set only by tests before the Cache is used, runs
 	// when a waiter is about to subscribe, after its read of the key.
 	beforeSubscribe func(key string)
+	// twoStep, set only by tests before the Cache is used, makes a miss's
+	// write announce after its reply, as where the write's script cannot
+	// publish (see Cache.replaceAnnouncing).
+	twoStep bool
 
 	mu      sync.Mutex // guards waiters
 	waiters map[string]map[*waiter]struct{}

@@ -57,6 +57,7 @@ func mustNotLoad(context.Context) (string, error) { return "", errors.New("the w
 type receivers struct {
 	mu        sync.Mutex
 	published int   // announcements published
+	scripted  int   // of those, published by a write's own script
 	reached   int64 // subscribers they reached, in all
 }
 
@@ -89,6 +90,10 @@ func (r *receivers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (r *receivers) add(cmd redis.Cmder) {
 	name := strings.ToLower(cmd.Name())
 	args := cmd.Args()
+	if name == "evalsha" || name == "eval" {
+		r.addScript(cmd, args)
+		return
+	}
 	if name != "publish" && name != "spublish" || len(args) < 3 {
 		return
 	}
@@ -108,12 +113,51 @@ func (r *receivers) add(cmd redis.Cmder) {
 	r.mu.Unlock()
 }
 
+// addScript counts the announcement that the write of a claimed key's
+// value published in its own script (redisx.SetIfEqualPublish: its last
+// three arguments are the channel, the message and the publishing
+// command; it returns {1, subscribers reached} when it wrote and
+// published).
+func (r *receivers) addScript(cmd redis.Cmder, args []any) {
+	if len(args) < 3 {
+		return
+	}
+	if pub, _ := args[len(args)-1].(string); pub != "publish" && pub != "spublish" {
+		return
+	}
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return
+	}
+	res, err := c.Slice()
+	if err != nil || len(res) != 2 {
+		return
+	}
+	n, ok := res[1].(int64)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	r.published++
+	r.scripted++
+	r.reached += n
+	r.mu.Unlock()
+}
+
+// inScripts returns how many of the announcements published since the
+// last take were published by a write's own script.
+func (r *receivers) inScripts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.scripted
+}
+
 // take returns the counts so far and starts again from zero.
 func (r *receivers) take() (published int, reached int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	published, reached = r.published, r.reached
-	r.published, r.reached = 0, 0
+	r.published, r.reached, r.scripted = 0, 0, 0
 	return published, reached
 }
 
@@ -375,6 +419,117 @@ func TestAnnounce_clusterShardOnly(t *testing.T) {
 	}
 }
 
+// subscribeTo subscribes to channel on rc (SSUBSCRIBE when sharded) and
+// returns once the server confirmed it; next returns the next message.
+func subscribeTo(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string, sharded bool) (next func() string) {
+	tb.Helper()
+	var ps *redis.PubSub
+	if sharded {
+		ps = rc.SSubscribe(ctx, channel)
+	} else {
+		ps = rc.Subscribe(ctx, channel)
+	}
+	tb.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		tb.Fatalf("subscribing to %s: %v", channel, err)
+	}
+	return func() string {
+		tb.Helper()
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			tb.Fatalf("receiving on %s: %v", channel, err)
+		}
+		return m.Payload
+	}
+}
+
+// publishOn publishes msg on channel (SPUBLISH when sharded).
+func publishOn(ctx context.Context, rc redis.UniversalClient, channel, msg string, sharded bool) error {
+	if sharded {
+		return rc.SPublish(ctx, channel, msg).Err()
+	}
+	return rc.Publish(ctx, channel, msg).Err()
+}
+
+// TestAnnounce_missWriteInOneStep: a miss's write publishes its
+// announcement in its own script, and only when it wrote. A subscriber on
+// the key's channel receives the value with the message, and the writer's
+// client sends no (S)PUBLISH of its own; when a Set took the key while the
+// loader ran, the script writes and publishes nothing, and the only notice
+// of the rebuild, published after its write's reply, sends the waiters to
+// read the key again (the Set's value): no message carries the load's
+// value.
+func TestAnnounce_missWriteInOneStep(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		ns := namespace(t)
+		opts := &cache.Options{Namespace: ns, WaitTimeout: time.Minute}
+		rcA := s.Client(t)
+		pubs := countReceivers(rcA)
+		a := newCacheOn(t, rcA, opts)
+		b := newCacheOn(t, s.Client(t), opts)
+		admin := s.Client(t)
+		for _, tc := range []struct {
+			name   string
+			setter bool // a Set of b takes the key while a's loader runs
+		}{
+			{name: "claim held"},
+			{name: "claim taken by a Set", setter: true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				key := randomString(t, 8)
+				channel := valueKey(ns, key) + ":ann"
+				sharded := s.Kind != redistest.Miniredis
+				next := subscribeTo(t, ctx, s.Client(t), channel, sharded)
+				started, release := make(chan struct{}), make(chan struct{})
+				rebuild := goGetOrLoad(ctx, a, key, heldLoader(started, release, "the load's value"))
+				redistest.Recv(t, ctx, started, "a's load to start")
+				if tc.setter {
+					if err := cache.Set(ctx, b, key, "the Set's value"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				pubs.take()
+				close(release)
+				if r := redistest.Recv(t, ctx, rebuild, "a's rebuild"); r.err != nil || r.v != "the load's value" {
+					t.Fatalf("a: %q, %v; want its load's value", r.v, r.err)
+				}
+				scripted := pubs.inScripts()
+				published, _ := pubs.take()
+				if err := publishOn(ctx, admin, channel, "marker", sharded); err != nil {
+					t.Fatal(err)
+				}
+				var rebuilds []string
+				for msg := next(); msg != "marker"; msg = next() {
+					if strings.Contains(msg, "the load's value") && tc.setter {
+						t.Errorf("a message carries the load's value, which was never stored: %q", msg)
+					}
+					if parts := strings.SplitN(msg, "\x00", 3); len(parts) > 1 && parts[1] != "" { // a rebuild's, with its claim's token
+						rebuilds = append(rebuilds, msg)
+					}
+				}
+				want := "the load's value"
+				if tc.setter {
+					want = "the Set's value"
+				}
+				if v, err := cache.Get[string](ctx, b, key); err != nil || v != want {
+					t.Errorf("the key holds %q, %v; want %q", v, err, want)
+				}
+				if len(rebuilds) != 1 {
+					t.Fatalf("the rebuild's messages: %q, want one", rebuilds)
+				}
+				parts := strings.SplitN(rebuilds[0], "\x00", 3)
+				switch {
+				case !tc.setter && (len(parts) != 3 || !strings.Contains(parts[2], "the load's value") || published != 1 || scripted != 1):
+					t.Errorf("the rebuild's message %q, %d publishes (%d by the write's script); want one, by the script, with the value", rebuilds[0], published, scripted)
+				case tc.setter && len(parts) != 2:
+					t.Errorf("the rebuild's message %q; want a notice to read the key again, without a value", rebuilds[0])
+				}
+			})
+		}
+	})
+}
+
 // TestAnnounce_writeBeforeSubscribe: a write made after a waiter read the
 // key's claim but before its subscription was confirmed is announced to
 // nobody (the test checks that the announcement reached no subscriber),
@@ -557,6 +712,9 @@ func TestDelete_wakesWaitersElsewhere(t *testing.T) {
 		rcA := s.Client(t)
 		recA := record(rcA)
 		a := newCacheOn(t, rcA, &opts)
+		// A's value stored and its announcement held back: the two-step
+		// write (where the write's script cannot publish) has that window.
+		cache.TwoStepWrites(a)
 		b := newCacheOn(t, s.Client(t), &opts)
 		d := newCacheOn(t, s.Client(t), &opts)
 		publishing := make(chan struct{}, 1)

@@ -14,6 +14,12 @@ func AnnounceCounts(c *Cache) (delivered, subscribes, rechecks uint64) {
 // Call it before c is used.
 func BeforeSubscribe(c *Cache, fn func(valueKey string)) { c.ann.beforeSubscribe = fn }
 
+// TwoStepWrites makes c's misses write, and then announce, in two round
+// trips, as where the write's script cannot publish: tests that hold an
+// announcement back while the value is stored use it. Call it before c
+// is used.
+func TwoStepWrites(c *Cache) { c.ann.twoStep = true }
+
 // CoveredWaits returns how many waits of c began with a subscription the
 // server confirmed before the read that found the rebuild to wait for: a
 // notice of that rebuild's outcome reaches them (see Cache.await).

@@ -348,6 +348,18 @@ func (c *Cache) announceWrite(ctx context.Context, k keys, l *lock.Lock, wrote b
 	c.announce(ctx, k, l, noticeValue, inline)
 }
 
+// announcedWith ends an announcement that the write published in its own
+// script (replaceAnnouncing) as announce ends one it published: the
+// point, this process's near cache, and the publish's outcome err,
+// counted and reported where the server refused it.
+func (c *Cache) announcedWith(ctx context.Context, k keys, err error) {
+	defer failpoint.Inject(ctx, failpoint.CacheAnnounced)
+	c.nearDrop(k) // as announce does (replaceAnnouncing dropped it before the write too)
+	if !c.ann.published(err) && err != nil {
+		c.serverError(k.user, err)
+	}
+}
+
 // announceNothing tells the waiting processes that the rebuild holding l
 // stored nothing: the load failed with err, or found nothing (err == nil).
 func (c *Cache) announceNothing(ctx context.Context, k keys, l *lock.Lock, err error) {

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/internal/failpoint"
+	"github.com/hotkv/stampede/internal/keysub"
+	"github.com/hotkv/stampede/internal/redisx"
 	"github.com/hotkv/stampede/loader"
 	"github.com/hotkv/stampede/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // The miss path: nothing is stored under the key. One caller in the
@@ -80,10 +83,10 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 		return ld.res, ld.err
 	}
 	val, ttl := c.entry(ld.it, ld.res.payload, ld.res.notFound, ld.took, ld.res.tags)
-	// Replace writes only while the claim is still there: a claim that is
-	// gone (a Delete or Set, or it expired) means the key moved on.
+	// The write happens only while the claim is still there: a claim that
+	// is gone (a Delete or Set, or it expired) means the key moved on.
 	sent := time.Now()
-	werr := l.Replace(wctx, val, ttl)
+	pub, werr := c.replaceAnnouncing(wctx, k, l, val, ttl)
 	failpoint.Inject(wctx, failpoint.CacheWritten)
 	wrote := werr == nil
 	if errors.Is(werr, lock.ErrNotHeld) {
@@ -101,6 +104,59 @@ func (c *Cache) loadClaimed(ctx context.Context, k keys, it itemSettings, load l
 		storedNotice(wctx)
 		ld.res.held = sent
 	}
-	c.announceWrite(wctx, k, l, wrote, val)
+	if pub.done {
+		c.announcedWith(wctx, k, pub.err)
+	} else {
+		c.announceWrite(wctx, k, l, wrote, val)
+	}
 	return ld.res, nil
+}
+
+// oneStep is the announcement a write published in its own script (see
+// replaceAnnouncing).
+type oneStep struct {
+	done bool  // the write was done and its script published, or tried to
+	err  error // the publish's error reply, if it failed
+}
+
+// replaceAnnouncing replaces the claim l with val, as l.Replace does, and
+// where it can, in the same script and only if it wrote, publishes the
+// announcement of val (announceWrite's message): the waiting processes
+// hear of it one round trip sooner, and never of a value that was not
+// stored. Where it cannot (the probe does not know the server's pub/sub
+// mode, the server refuses scripts to the user, the Broadcast channel is
+// on another node of a Cluster), it writes as Replace does and publishes
+// nothing: the caller announces after the write, as before. A write that
+// found the claim gone published nothing either: the caller announces
+// that, which sends the waiters to read the key again.
+//
+// This process's near cache drops the key before the write: its own
+// readers must not find an older entry once the announcement is out.
+func (c *Cache) replaceAnnouncing(ctx context.Context, k keys, l *lock.Lock, val string, ttl time.Duration) (oneStep, error) {
+	ch, mode := c.ann.channel(ctx, k.value)
+	if mode == keysub.Unknown || c.down() || c.ann.twoStep {
+		return oneStep{}, l.Replace(ctx, val, ttl)
+	}
+	c.nearDrop(k)
+	inline := ""
+	if len(val) <= inlineMax {
+		inline = val
+	}
+	msg := message(noticeValue, k.value, l.Token(), inline)
+	err := l.ReplaceAndPublish(ctx, val, ttl, ch, msg, mode == keysub.Sharded)
+	switch {
+	case err == nil:
+		return oneStep{done: true}, nil
+	case !errors.Is(err, lock.ErrNotPublished):
+		return oneStep{}, err
+	case errors.Is(err, redisx.ErrNotCombined):
+		return oneStep{}, nil // written as Replace writes: announce after it
+	}
+	// Written, and the script's publish failed: its reply is reported as
+	// a publish's (announcedWith), and not sent again.
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return oneStep{}, nil
+	}
+	return oneStep{done: true, err: reply}, nil
 }

@@ -266,3 +266,55 @@ func TestACL_semaphore(t *testing.T) {
 		}
 	})
 }
+
+// TestACL_lock_replaceAndPublish: ReplaceAndPublish as a user holding
+// LockPerms on Redis 8.6 (no scripting) replaces the lock as Replace does
+// and says that nothing was published (ErrNotPublished, not a refusal); a
+// user also allowed scripts, but not SPUBLISH, has the value written by
+// the script and the publish's refusal as ErrNotPublished and
+// ErrPermission; with SPUBLISH too, it publishes.
+func TestACL_lock_replaceAndPublish(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		extra   []string
+		want    error // besides ErrNotPublished, or nil for a publish
+		refused bool  // the error matches ErrPermission
+	}{
+		{name: "no scripts", want: lock.ErrNotPublished},
+		{name: "scripts, no publish", extra: []string{"+evalsha", "+eval"}, want: lock.ErrNotPublished, refused: true},
+		{name: "scripts and publish", extra: []string{"+evalsha", "+eval", "+spublish"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Shared(t, redistest.Redis8)
+			ctx := testCtx(t)
+			prefix := aclPrefix(t)
+			key := "{" + prefix + "}"
+			perms := append(redistest.LockPerms(s.Kind, "{"+prefix+"*"), "&{"+prefix+"*")
+			c, err := lock.New(s.User(t, append(perms, tc.extra...)...).Client(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin := s.Client(t)
+			next := subscribed(t, ctx, admin, key+":done", true)
+			l, err := c.Obtain(ctx, key, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.ReplaceAndPublish(ctx, "result", time.Hour, key+":done", "stored", true)
+			if !errors.Is(err, tc.want) || tc.want == nil && err != nil || errors.Is(err, lock.ErrPermission) != tc.refused {
+				t.Fatalf("ReplaceAndPublish = %v; want %v (ErrPermission: %t)", err, tc.want, tc.refused)
+			}
+			if v, err := admin.Get(ctx, key).Result(); err != nil || v != "result" {
+				t.Errorf("the key holds %q, %v; want the result", v, err)
+			}
+			publish(t, ctx, admin, key+":done", "marker", true)
+			first := "marker"
+			if tc.want == nil {
+				first = "stored"
+			}
+			if got := next(); got != first {
+				t.Errorf("the subscriber received %q first, want %q", got, first)
+			}
+		})
+	}
+}

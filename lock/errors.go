@@ -15,6 +15,13 @@ var ErrNotObtained = errors.New("lock: not obtained")
 // key is left as it is.
 var ErrNotHeld = errors.New("lock: not held")
 
+// ErrNotPublished is matched by the error of a ReplaceAndPublish that
+// replaced the lock but did not publish its message with the write: the
+// value is stored, and the error says why the message was not sent (the
+// server refused the publish, or cannot run the write and the publish as
+// one script for the client's user, channel and key).
+var ErrNotPublished = errors.New("lock: replaced, message not published")
+
 // ErrLost is the cause (see context.Cause) with which Do and RunOnce cancel
 // the work's context when the lock is lost or can no longer be kept: the
 // key was taken or deleted, refreshing it failed until it would expire, or

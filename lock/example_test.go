@@ -219,6 +219,43 @@ func ExampleLock_Replace() {
 	// charges: 1
 }
 
+// A report is computed under a lock on its key, and the lock replaced by
+// the report; processes that found the lock wait on the report's channel.
+// The message goes out in the write's own step, and only if the write
+// happened: nobody hears of a report that was not stored. The channel
+// shares the key's hash tag, so on a Redis Cluster both are in one slot.
+func ExampleLock_ReplaceAndPublish() {
+	rdb, stop := embedded()
+	defer stop()
+	ctx := context.Background()
+	c, _ := lock.New(rdb, nil)
+
+	key := "report:{2026-12}"
+	sub := rdb.Subscribe(ctx, key+":done") // SSubscribe, and sharded below, where the server has sharded pub/sub
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // subscribed
+		log.Fatal(err)
+	}
+
+	l, err := c.Obtain(ctx, key, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	report := "revenue: 42"
+	err = l.ReplaceAndPublish(ctx, report, 24*time.Hour, key+":done", report, false)
+	switch {
+	case errors.Is(err, lock.ErrNotPublished):
+		// Stored, but the message could not go with it: send it now.
+		rdb.Publish(ctx, key+":done", report)
+	case err != nil:
+		log.Fatal(err) // ErrNotHeld: the key moved on, nothing was stored
+	}
+	msg, _ := sub.ReceiveMessage(ctx)
+	fmt.Println("a waiter heard:", msg.Payload)
+	// Output:
+	// a waiter heard: revenue: 42
+}
+
 // A hand-written watchdog, for work that cannot run inside Do: refresh
 // every ttl/3 and cancel the work as soon as a refresh fails.
 func ExampleLock_Refresh() {

@@ -339,6 +339,47 @@ func (l *Lock) Replace(ctx context.Context, value string, ttl time.Duration) err
 	return l.replaced(ctx, ok, err)
 }
 
+// ReplaceAndPublish is Replace that also publishes message on channel
+// (SPUBLISH when sharded, else PUBLISH), in the same script on the server
+// and only if it replaced the lock: a subscriber hears of the value
+// exactly when it was stored, one round trip sooner than from a publish
+// sent after Replace returned, and never of a value that was not stored.
+// It is safe for concurrent use, and reports as Replace does.
+//
+// It returns nil when it replaced the lock and published message, and
+// Replace's errors otherwise (ErrNotHeld: neither happened), except when
+// it replaced the lock without publishing: then its error matches
+// ErrNotPublished, and also ErrPermission when the ACL refused the
+// publish. Where one script cannot do both (the server refuses scripts
+// to the client's user; on a Redis Cluster or Ring, channel is not in
+// key's slot: give both one hash tag), it replaces the lock as Replace
+// does, publishes nothing, and returns such an error: the caller publishes
+// itself if it needs to. A ttl below 1ms and an empty channel are errors
+// matching ErrInvalid.
+func (l *Lock) ReplaceAndPublish(ctx context.Context, value string, ttl time.Duration, channel, message string, sharded bool) error {
+	if ttl < time.Millisecond {
+		return invalid("ReplaceAndPublish ttl %v for key %q is below 1ms", ttl, l.key)
+	}
+	if channel == "" {
+		return invalid("ReplaceAndPublish channel for key %q is empty", l.key)
+	}
+	pub := redisx.Publication{Channel: channel, Message: message, Sharded: sharded}
+	ok, pubErr, err := l.c.conn.SetIfEqualPublish(ctx, l.key, l.value, value, ttl, pub)
+	if errors.Is(err, redisx.ErrNotCombined) {
+		if err := l.Replace(ctx, value, ttl); err != nil {
+			return err
+		}
+		return fmt.Errorf("lock: replace %q: %w: %w", l.key, ErrNotPublished, err)
+	}
+	if err := l.replaced(ctx, ok, err); err != nil {
+		return err
+	}
+	if pubErr != nil {
+		return fmt.Errorf("lock: replace %q: %w: %w", l.key, ErrNotPublished, redisx.Denied("publish", pubErr, ""))
+	}
+	return nil
+}
+
 // replaced reports a Replace (or one of ReplaceMany) whose conditional
 // write returned ok and err, and returns its error.
 func (l *Lock) replaced(ctx context.Context, ok bool, err error) error {

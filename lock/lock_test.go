@@ -632,6 +632,129 @@ func TestLock_Replace(t *testing.T) {
 	})
 }
 
+// TestLock_ReplaceAndPublish: the message goes out in the write's script
+// exactly when the lock was replaced (a subscriber receives it before a
+// marker published after the call), with Replace's events; a lock that a
+// Set took meanwhile, or that is gone, gets ErrNotHeld and no message. On
+// a Cluster a channel in another slot than the key's cannot share the
+// script: the lock is replaced as Replace does, and the error says that
+// nothing was published.
+func TestLock_ReplaceAndPublish(t *testing.T) {
+	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
+		ctx := testCtx(t)
+		var rec recorder
+		c, rc := newClient(t, s, &lock.Options{Observer: rec.observe})
+		sharded := s.Kind != redistest.Miniredis
+		for _, tc := range []struct {
+			name    string
+			setter  string // what a Set wrote over the lock before the call, or "" for none
+			channel string // the channel's suffix: "" for the key's own ":ann"
+			want    error
+			events  []lock.EventKind
+		}{
+			{name: "held", want: nil, events: []lock.EventKind{lock.EventReleased}},
+			{name: "taken by a Set", setter: "the Set's value", want: lock.ErrNotHeld, events: []lock.EventKind{lock.EventReleaseFailed}},
+			{name: "other slot", channel: "elsewhere", events: []lock.EventKind{lock.EventReleased}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				key := "{" + redistest.Key(t, "") + "}"
+				channel := key + ":ann"
+				if tc.channel != "" {
+					channel = redistest.Key(t, tc.channel)
+				}
+				next := subscribed(t, ctx, rc, channel, sharded)
+				l, err := c.Obtain(ctx, key, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.setter != "" {
+					if err := rc.Set(ctx, key, tc.setter, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rec.take()
+				err = l.ReplaceAndPublish(ctx, "result", time.Hour, channel, "stored", sharded)
+				published, stored := err == nil, "result"
+				switch {
+				case tc.setter != "":
+					stored = tc.setter
+					if !errors.Is(err, tc.want) {
+						t.Fatalf("ReplaceAndPublish = %v, want %v", err, tc.want)
+					}
+				case tc.channel != "" && s.Kind == redistest.Cluster:
+					if !errors.Is(err, lock.ErrNotPublished) {
+						t.Fatalf("ReplaceAndPublish = %v, want ErrNotPublished", err)
+					}
+				case err != nil:
+					t.Fatalf("ReplaceAndPublish = %v, want nil", err)
+				}
+				if got := kinds(rec.take()); !slices.Equal(got, tc.events) {
+					t.Errorf("events: %v, want %v", got, tc.events)
+				}
+				if v, err := rc.Get(ctx, key).Result(); err != nil || v != stored {
+					t.Errorf("the key holds %q, %v; want %q", v, err, stored)
+				}
+				publish(t, ctx, rc, channel, "marker", sharded)
+				first := "marker"
+				if published {
+					first = "stored"
+				}
+				if got := next(); got != first {
+					t.Errorf("the subscriber received %q first, want %q", got, first)
+				}
+			})
+		}
+		l, err := c.Obtain(ctx, redistest.Key(t, "invalid"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.ReplaceAndPublish(ctx, "result", 0, "ch", "m", sharded); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("ReplaceAndPublish with ttl 0 = %v, want ErrInvalid", err)
+		}
+		if err := l.ReplaceAndPublish(ctx, "result", time.Hour, "", "m", sharded); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("ReplaceAndPublish without a channel = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+// subscribed subscribes to channel on rc (SSUBSCRIBE when sharded) and
+// returns once the server confirmed it; next returns the next message.
+func subscribed(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string, sharded bool) (next func() string) {
+	tb.Helper()
+	var ps *redis.PubSub
+	if sharded {
+		ps = rc.SSubscribe(ctx, channel)
+	} else {
+		ps = rc.Subscribe(ctx, channel)
+	}
+	tb.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		tb.Fatalf("subscribing to %s: %v", channel, err)
+	}
+	return func() string {
+		tb.Helper()
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			tb.Fatalf("receiving on %s: %v", channel, err)
+		}
+		return m.Payload
+	}
+}
+
+// publish publishes msg on channel (SPUBLISH when sharded).
+func publish(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel, msg string, sharded bool) {
+	tb.Helper()
+	var err error
+	if sharded {
+		err = rc.SPublish(ctx, channel, msg).Err()
+	} else {
+		err = rc.Publish(ctx, channel, msg).Err()
+	}
+	if err != nil {
+		tb.Fatalf("publishing %q: %v", msg, err)
+	}
+}
+
 // TestKeys_layout: the companion keys and channel of a lock are named as
 // docs/permissions.md, docs/locks.md and the package doc spell them for
 // ACL rules: {key}:suffix, or key:suffix for a key with a hash tag.

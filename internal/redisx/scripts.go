@@ -19,11 +19,14 @@ var (
 	pttlIfEqSrc string
 	//go:embed setifeq.lua
 	setIfEqSrc string
+	//go:embed setifeqpub.lua
+	setIfEqPubSrc string
 )
 
 // scripts are wrapped once per Conn; redis.Script is safe for concurrent use.
 type scripts struct {
 	delIfEq, pexpireIfEq, pttlIfEq, setIfEq *redis.Script
+	setIfEqPub                              *redis.Script // setIfEq, then a publish if it wrote (SetIfEqualPublish)
 }
 
 func newScripts() scripts {
@@ -32,5 +35,6 @@ func newScripts() scripts {
 		pexpireIfEq: redis.NewScript(pexpireIfEqSrc),
 		pttlIfEq:    redis.NewScript(pttlIfEqSrc),
 		setIfEq:     redis.NewScript(setIfEqSrc),
+		setIfEqPub:  redis.NewScript(setIfEqPubSrc),
 	}
 }
