@@ -50,6 +50,12 @@ func WritePlots(dir string, r *Results) error {
 		}
 		r.Plots = append(r.Plots, "scaling.png")
 	}
+	if len(r.ColdGap) > 0 {
+		if err := coldGapPlot(filepath.Join(dir, "cold-gap.png"), r.ColdGap); err != nil {
+			return err
+		}
+		r.Plots = append(r.Plots, "cold-gap.png")
+	}
 	if c := r.Coherence; c != nil && len(c.Samples) > 0 && len(c.Rows) > 0 {
 		if err := coherencePlot(filepath.Join(dir, "coherence.png"), c, r.CoherencePaced); err != nil {
 			return err
@@ -343,4 +349,68 @@ func ticks(xs []float64) []plot.Tick {
 		out[i] = plot.Tick{Value: x, Label: fmt.Sprint(x)}
 	}
 	return out
+}
+
+// coldGapPlot draws, for each shape of the cold-gap scenario, where a
+// request's time goes besides the load itself: from the burst to the
+// first loader's start (finding the key absent and claiming it), then
+// from the load's end to the median request's return and on to the
+// 99th percentile's (the write, the announcement, the wake-up). Medians
+// of the runs, as the table gives them.
+func coldGapPlot(path string, gaps []ColdGap) error {
+	type shape struct{ procs, goroutines int }
+	var shapes []shape
+	byShape := map[shape][]ColdGap{}
+	for _, g := range gaps {
+		s := shape{g.Procs, g.Goroutines}
+		if _, ok := byShape[s]; !ok {
+			shapes = append(shapes, s)
+		}
+		byShape[s] = append(byShape[s], g)
+	}
+	var row []*plot.Plot
+	for _, s := range shapes {
+		gs := byShape[s]
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("cold stampede, %d × %d: time besides the load", s.procs, s.goroutines)
+		p.X.Label.Text = "ms"
+		p.X.Min = 0
+		first, p50, p99 := make(plotter.Values, len(gs)), make(plotter.Values, len(gs)), make(plotter.Values, len(gs))
+		names := make([]string, len(gs))
+		for i, g := range gs {
+			names[i] = Label(g.Approach)
+			first[i], p50[i], p99[i] = g.FirstLoadMs, g.AfterLoadP50, max(g.AfterLoadP99-g.AfterLoadP50, 0)
+		}
+		var below *plotter.BarChart
+		for i, seg := range []struct {
+			vals plotter.Values
+			name string
+		}{
+			{first, "burst → first loader started"},
+			{p50, "load's end → median request returned"},
+			{p99, "… → 99th percentile returned"},
+		} {
+			b, err := plotter.NewBarChart(seg.vals, vg.Points(16))
+			if err != nil {
+				return err
+			}
+			b.Horizontal = true
+			b.Color = plotutil.Color(i)
+			b.LineStyle.Width = 0
+			if below != nil {
+				b.StackOn(below)
+			}
+			below = b
+			p.Add(b)
+			p.Legend.Add(seg.name, b)
+		}
+		most := 0.0
+		for i := range gs {
+			most = max(most, first[i]+p50[i]+p99[i])
+		}
+		p.X.Max = most * 1.8 // room for the legend, bottom right, beside the in-process rows
+		p.NominalY(names...)
+		row = append(row, p)
+	}
+	return save(path, [][]*plot.Plot{row}, vg.Length(len(row))*16*vg.Centimeter, 11*vg.Centimeter)
 }
