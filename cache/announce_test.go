@@ -419,30 +419,6 @@ func TestAnnounce_clusterShardOnly(t *testing.T) {
 	}
 }
 
-// subscribeTo subscribes to channel on rc (SSUBSCRIBE when sharded) and
-// returns once the server confirmed it; next returns the next message.
-func subscribeTo(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string, sharded bool) (next func() string) {
-	tb.Helper()
-	var ps *redis.PubSub
-	if sharded {
-		ps = rc.SSubscribe(ctx, channel)
-	} else {
-		ps = rc.Subscribe(ctx, channel)
-	}
-	tb.Cleanup(func() { _ = ps.Close() })
-	if _, err := ps.Receive(ctx); err != nil {
-		tb.Fatalf("subscribing to %s: %v", channel, err)
-	}
-	return func() string {
-		tb.Helper()
-		m, err := ps.ReceiveMessage(ctx)
-		if err != nil {
-			tb.Fatalf("receiving on %s: %v", channel, err)
-		}
-		return m.Payload
-	}
-}
-
 // publishOn publishes msg on channel (SPUBLISH when sharded).
 func publishOn(ctx context.Context, rc redis.UniversalClient, channel, msg string, sharded bool) error {
 	if sharded {
@@ -480,7 +456,7 @@ func TestAnnounce_missWriteInOneStep(t *testing.T) {
 				key := randomString(t, 8)
 				channel := valueKey(ns, key) + ":ann"
 				sharded := s.Kind != redistest.Miniredis
-				next := subscribeTo(t, ctx, s.Client(t), channel, sharded)
+				next := redistest.Subscribe(t, ctx, s.Client(t), channel, sharded)
 				started, release := make(chan struct{}), make(chan struct{})
 				rebuild := goGetOrLoad(ctx, a, key, heldLoader(started, release, "the load's value"))
 				redistest.Recv(t, ctx, started, "a's load to start")

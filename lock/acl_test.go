@@ -295,7 +295,7 @@ func TestACL_lock_replaceAndPublish(t *testing.T) {
 				t.Fatal(err)
 			}
 			admin := s.Client(t)
-			next := subscribed(t, ctx, admin, key+":done", true)
+			next := redistest.Subscribe(t, ctx, admin, key+":done", true)
 			l, err := c.Obtain(ctx, key, time.Minute)
 			if err != nil {
 				t.Fatal(err)

@@ -662,7 +662,7 @@ func TestLock_ReplaceAndPublish(t *testing.T) {
 				if tc.channel != "" {
 					channel = redistest.Key(t, tc.channel)
 				}
-				next := subscribed(t, ctx, rc, channel, sharded)
+				next := redistest.Subscribe(t, ctx, rc, channel, sharded)
 				l, err := c.Obtain(ctx, key, time.Minute)
 				if err != nil {
 					t.Fatal(err)
@@ -715,30 +715,6 @@ func TestLock_ReplaceAndPublish(t *testing.T) {
 			t.Errorf("ReplaceAndPublish without a channel = %v, want ErrInvalid", err)
 		}
 	})
-}
-
-// subscribed subscribes to channel on rc (SSUBSCRIBE when sharded) and
-// returns once the server confirmed it; next returns the next message.
-func subscribed(tb testing.TB, ctx context.Context, rc redis.UniversalClient, channel string, sharded bool) (next func() string) {
-	tb.Helper()
-	var ps *redis.PubSub
-	if sharded {
-		ps = rc.SSubscribe(ctx, channel)
-	} else {
-		ps = rc.Subscribe(ctx, channel)
-	}
-	tb.Cleanup(func() { _ = ps.Close() })
-	if _, err := ps.Receive(ctx); err != nil {
-		tb.Fatalf("subscribing to %s: %v", channel, err)
-	}
-	return func() string {
-		tb.Helper()
-		m, err := ps.ReceiveMessage(ctx)
-		if err != nil {
-			tb.Fatalf("receiving on %s: %v", channel, err)
-		}
-		return m.Payload
-	}
 }
 
 // publish publishes msg on channel (SPUBLISH when sharded).

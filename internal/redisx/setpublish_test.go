@@ -18,24 +18,7 @@ import (
 func listen(tb testing.TB, ctx context.Context, s *redistest.Server, rc redis.UniversalClient, channel string) (sharded bool, next func() string) {
 	tb.Helper()
 	sharded = s.Kind != redistest.Miniredis
-	var ps *redis.PubSub
-	if sharded {
-		ps = rc.SSubscribe(ctx, channel)
-	} else {
-		ps = rc.Subscribe(ctx, channel)
-	}
-	tb.Cleanup(func() { _ = ps.Close() })
-	if _, err := ps.Receive(ctx); err != nil {
-		tb.Fatalf("subscribing to %s: %v", channel, err)
-	}
-	return sharded, func() string {
-		tb.Helper()
-		m, err := ps.ReceiveMessage(ctx)
-		if err != nil {
-			tb.Fatalf("receiving on %s: %v", channel, err)
-		}
-		return m.Payload
-	}
+	return sharded, redistest.Subscribe(tb, ctx, rc, channel, sharded)
 }
 
 // publishMarker publishes "marker" on channel as sharded says: a
