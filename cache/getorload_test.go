@@ -78,9 +78,7 @@ func TestGetOrLoad_freshHitIsOneGet(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		ns := namespace(t)
-		rc := s.Client(t)
-		rec := record(rc)
-		c := newCacheOn(t, rc, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Stale: time.Minute}})
+		c, rec := recordedCache(t, s, &cache.Options{Namespace: ns, Expiry: cache.ExpiryPolicy{Stale: time.Minute}})
 		if v, err := cache.GetOrLoad(ctx, c, "k", func(context.Context) (user, error) { return user{1, "ada"}, nil }); err != nil || v.Name != "ada" {
 			t.Fatalf("first call: %+v, %v", v, err)
 		}
@@ -118,9 +116,7 @@ func TestGetOrLoad_missClaimsAtOnce(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		ns := namespace(t)
-		rc := s.Client(t)
-		rec := record(rc)
-		c := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		c, rec := recordedCache(t, s, &cache.Options{Namespace: ns})
 		// First use probes the server: on another key, before counting.
 		if _, err := cache.GetOrLoad(ctx, c, "warm", func(context.Context) (int, error) { return 1, nil }); err != nil {
 			t.Fatal(err)
@@ -214,9 +210,7 @@ func TestGetOrLoad_burstTakesTheLoad(t *testing.T) {
 	redistest.ForEach(t, func(t *testing.T, s *redistest.Server) {
 		ctx := testCtx(t)
 		ns := namespace(t)
-		rc := s.Client(t)
-		rec := record(rc)
-		c := newCacheOn(t, rc, &cache.Options{Namespace: ns})
+		c, rec := recordedCache(t, s, &cache.Options{Namespace: ns})
 		key := valueKey(ns, "k")
 		claiming, bRead, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		var gets, getsAfter atomic.Int64
@@ -237,14 +231,7 @@ func TestGetOrLoad_burstTakesTheLoad(t *testing.T) {
 				close(bRead) // B's read found the key free, before the claim
 			}
 		})
-		load := func(ctx context.Context) (int, error) {
-			select {
-			case <-release:
-				return 7, nil
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
+		load := releasedLoader(release, 7)
 		type got struct {
 			v   int
 			err error
@@ -336,14 +323,7 @@ func TestGetOrLoad_burstTakesTheWait(t *testing.T) {
 				close(b3Read)
 			}
 		})
-		load := func(ctx context.Context) (int, error) {
-			select {
-			case <-release:
-				return 7, nil
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
+		load := releasedLoader(release, 7)
 		results := make(chan error, 3)
 		call := func(c *cache.Cache) {
 			v, err := cache.GetOrLoad(ctx, c, "k", load)

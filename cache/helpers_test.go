@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hotkv/stampede/cache"
+	"github.com/hotkv/stampede/internal/testkit/redistest"
 	"github.com/hotkv/stampede/loader"
 	"github.com/redis/go-redis/v9"
 )
@@ -58,6 +59,15 @@ func record(rc redis.UniversalClient) *recorder {
 	r := &recorder{}
 	rc.AddHook(r)
 	return r
+}
+
+// recordedCache returns a Cache on a client of s whose commands rec
+// records.
+func recordedCache(t *testing.T, s *redistest.Server, opts *cache.Options) (c *cache.Cache, rec *recorder) {
+	t.Helper()
+	rc := s.Client(t)
+	rec = record(rc)
+	return newCacheOn(t, rc, opts), rec
 }
 
 func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -223,6 +233,20 @@ func heldLoader(started chan<- struct{}, release <-chan struct{}, v string) load
 			return v, nil
 		case <-ctx.Done():
 			return "", ctx.Err()
+		}
+	}
+}
+
+// releasedLoader returns v once release is closed, or gives up when its
+// context ends.
+func releasedLoader[V any](release <-chan struct{}, v V) loader.Func[V] {
+	return func(ctx context.Context) (V, error) {
+		select {
+		case <-release:
+			return v, nil
+		case <-ctx.Done():
+			var zero V
+			return zero, ctx.Err()
 		}
 	}
 }
