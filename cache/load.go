@@ -342,10 +342,19 @@ func refused(err error) bool {
 // again, unless val, small enough, comes along.
 func (c *Cache) announceWrite(ctx context.Context, k keys, l *lock.Lock, wrote bool, val string) {
 	inline := ""
-	if wrote && len(val) <= inlineMax {
-		inline = val
+	if wrote {
+		inline = inlined(val)
 	}
 	c.announce(ctx, k, l, noticeValue, inline)
+}
+
+// inlined is what an announcement of the written value val carries: val
+// itself when it is small enough, else nothing (the waiters read it).
+func inlined(val string) string {
+	if len(val) <= inlineMax {
+		return val
+	}
+	return ""
 }
 
 // announcedWith ends an announcement that the write published in its own

@@ -138,11 +138,7 @@ func (c *Cache) replaceAnnouncing(ctx context.Context, k keys, l *lock.Lock, val
 		return oneStep{}, l.Replace(ctx, val, ttl)
 	}
 	c.nearDrop(k)
-	inline := ""
-	if len(val) <= inlineMax {
-		inline = val
-	}
-	msg := message(noticeValue, k.value, l.Token(), inline)
+	msg := message(noticeValue, k.value, l.Token(), inlined(val))
 	err := l.ReplaceAndPublish(ctx, val, ttl, ch, msg, mode == keysub.Sharded)
 	switch {
 	case err == nil:
